@@ -1,0 +1,3 @@
+from netreduce.cli import main
+
+main()

@@ -1,0 +1,43 @@
+"""The ``netreduce`` command line: glue only (DESIGN section 9).
+
+Each subcommand lives in its own module and is imported only when it runs, so ``--help`` stays fast
+and a command's heavy imports (Amaranth, cocotb) never slow the others down.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+from netreduce import __version__
+
+# name -> (module, attribute, one-line help). Keep in the order --help should show.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "decode": ("netreduce.cli.decode", "decode", "Decode the RoCEv2 frames of a pcap file."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx):
+        return list(COMMANDS)
+
+    def get_command(self, ctx, name):
+        if name not in COMMANDS:
+            return None
+        mod, attr, _ = COMMANDS[name]
+        return getattr(importlib.import_module(mod), attr)
+
+    def format_commands(self, ctx, formatter):
+        rows = [(name, help_) for name, (_, _, help_) in COMMANDS.items()]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "-V", "--version", prog_name="netreduce")
+def main():
+    """NetReduce: in-network all-reduce inside standard RoCEv2 reliable connections."""
+
+
+__all__ = ["main", "COMMANDS"]
