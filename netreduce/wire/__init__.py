@@ -5,14 +5,40 @@ The one definition of the wire format in NetReduce; see :mod:`netreduce.wire.fie
 
 from .errors import NOT_ROCE_REASONS, WireError
 from .fields import (
-    AETH, BTH, CNP_PAD, DOT1Q, ECN_CE, ECN_ECT0, ECN_ECT1, ECN_NOT_ECT, ETH, ETHERTYPE_IPV4,
-    ETHERTYPE_VLAN, HEADERS, IMMDT, IP_PROTO_UDP, IPV4, RETH, ROCEV2_UDP_PORT, UDP, Field, Header,
+    AETH,
+    BTH,
+    CNP_PAD,
+    DOT1Q,
+    ECN_CE,
+    ECN_ECT0,
+    ECN_ECT1,
+    ECN_NOT_ECT,
+    ETH,
+    ETHERTYPE_IPV4,
+    ETHERTYPE_VLAN,
+    HEADERS,
+    IMMDT,
+    IP_PROTO_UDP,
+    IPV4,
+    RETH,
+    ROCEV2_UDP_PORT,
+    UDP,
+    Field,
+    Header,
 )
 from .frame import MIN_FRAME, PSN_MOD, RoceFrame, ip, ip_str, parse, psn_add, psn_diff
 from .icrc import ICRC_MASKED_BYTES, icrc, icrc_bytes, ipv4_checksum
 from .opcodes import (
-    ACK_NO_CREDIT, NAK_INVALID_REQ, NAK_PSN_SEQ, NAK_REMOTE_ACCESS, NAK_REMOTE_OP, OPCODES,
-    AckSyndrome, Opcode, OpInfo, op_info,
+    ACK_NO_CREDIT,
+    NAK_INVALID_REQ,
+    NAK_PSN_SEQ,
+    NAK_REMOTE_ACCESS,
+    NAK_REMOTE_OP,
+    OPCODES,
+    AckSyndrome,
+    Opcode,
+    OpInfo,
+    op_info,
 )
 
 __all__ = [

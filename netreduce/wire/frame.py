@@ -15,8 +15,18 @@ from dataclasses import dataclass, field, replace
 
 from .errors import WireError
 from .fields import (
-    AETH, BTH, DOT1Q, ETH, ETHERTYPE_IPV4, ETHERTYPE_VLAN, IMMDT, IP_PROTO_UDP,
-    IPV4, RETH, ROCEV2_UDP_PORT, UDP,
+    AETH,
+    BTH,
+    DOT1Q,
+    ETH,
+    ETHERTYPE_IPV4,
+    ETHERTYPE_VLAN,
+    IMMDT,
+    IP_PROTO_UDP,
+    IPV4,
+    RETH,
+    ROCEV2_UDP_PORT,
+    UDP,
 )
 from .icrc import icrc_bytes, ipv4_checksum
 from .opcodes import ACK_NO_CREDIT, NAK_PSN_SEQ, OPCODES, Opcode, OpInfo
@@ -295,7 +305,7 @@ def parse(frame, *, check: bool = True) -> RoceFrame:
     return RoceFrame(
         payload=payload, src_ip=ipf["src"], dst_ip=ipf["dst"], tos=ipf["tos"],
         ident=ipf["identification"], flags_frag=ipf["flags_frag"], ttl=ipf["ttl"],
-        sport=udp["sport"], udp_checksum=udp["checksum"], ip_checksum=ipf["checksum"], icrc=buf[pay_end:end],
-        eth_pad=buf[end:], **bth, **kw,
+        sport=udp["sport"], udp_checksum=udp["checksum"], ip_checksum=ipf["checksum"],
+        icrc=buf[pay_end:end], eth_pad=buf[end:], **bth, **kw,
     )
 
