@@ -3,6 +3,13 @@
 The one definition of the wire format in NetReduce; see :mod:`netreduce.wire.fields`.
 """
 
+from .batch import (
+    FrameBatch,
+    WriteBatch,
+    WriteMessage,
+    packetise_write,
+    parse_write_batch,
+)
 from .errors import NOT_ROCE_REASONS, WireError
 from .fields import (
     AETH,
@@ -49,4 +56,5 @@ __all__ = [
     "icrc", "icrc_bytes", "ipv4_checksum", "ICRC_MASKED_BYTES",
     "Opcode", "OpInfo", "OPCODES", "op_info", "AckSyndrome", "ACK_NO_CREDIT", "NAK_PSN_SEQ",
     "NAK_INVALID_REQ", "NAK_REMOTE_ACCESS", "NAK_REMOTE_OP",
+    "FrameBatch", "WriteBatch", "WriteMessage", "packetise_write", "parse_write_batch",
 ]

@@ -17,6 +17,7 @@ class WireError(ValueError):
         field: the header field at fault, as ``"HEADER.field"`` (e.g. ``"IPV4.total_length"``).
         value: the offending value as found in the frame.
         expected: what the value should have been (may be ``None`` when no single value fits).
+        detail: free-text context (may be empty).
     """
 
     def __init__(self, reason: str, field: str, value, expected=None, detail: str = ""):
@@ -24,6 +25,7 @@ class WireError(ValueError):
         self.field = field
         self.value = value
         self.expected = expected
+        self.detail = detail
         msg = f"{reason}: {field} = {_fmt(value)}"
         if expected is not None:
             msg += f", expected {_fmt(expected)}"

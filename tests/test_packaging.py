@@ -1,0 +1,150 @@
+"""Packaging and layering: every package is installed under its netreduce.* name, imports go down.
+
+DESIGN section 9: netreduce.wire and netreduce.regmap import only the standard library and numpy;
+hw and sw_driver import wire/regmap but never each other (nor sim); nothing imports bare hw/sim.
+"""
+
+import ast
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+SETUPTOOLS = PYPROJECT["tool"]["setuptools"]
+PACKAGE_DIR: dict[str, str] = SETUPTOOLS["package-dir"]
+ROOTS = {"netreduce": "netreduce", "hw": "netreduce.hw", "sim": "netreduce.sim",
+         "sw_driver": "netreduce.sw_driver"}
+STDLIB = set(sys.stdlib_module_names) | {"__future__"}
+
+
+def _dotted(folder: Path) -> str:
+    rel = folder.relative_to(ROOT)
+    return ".".join([ROOTS[rel.parts[0]], *rel.parts[1:]])
+
+
+def _package_folders() -> dict[str, Path]:
+    found = {}
+    for top in ROOTS:
+        for init in sorted((ROOT / top).rglob("__init__.py")):
+            if ".venv" in init.parts or "__pycache__" in init.parts:
+                continue
+            found[_dotted(init.parent)] = init.parent
+    return found
+
+
+def test_package_dir_mapping():
+    assert PACKAGE_DIR == {v: k for k, v in ROOTS.items()}
+
+
+def test_every_package_is_listed():
+    listed = set(SETUPTOOLS["packages"])
+    found = _package_folders()
+    missing = sorted(set(found) - listed)
+    assert not missing, f"add to pyproject [tool.setuptools] packages: {missing}"
+    stale = sorted(listed - set(found))
+    assert not stale, f"listed in pyproject but no folder with __init__.py: {stale}"
+
+
+def _module_name(path: Path) -> tuple[str, bool]:
+    """Dotted module name of a source file and whether it is a package __init__."""
+    pkg = _dotted(path.parent)
+    is_pkg = path.name == "__init__.py"
+    return (pkg if is_pkg else f"{pkg}.{path.stem}"), is_pkg
+
+
+def imports_of(source: str, module: str, is_pkg: bool) -> set[str]:
+    """Absolute names of every module imported anywhere in ``source`` (relative ones resolved)."""
+    package = module if is_pkg else module.rpartition(".")[0]
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                base = parts[:len(parts) - node.level + 1]
+                if len(base) < 1 or node.level > len(parts):
+                    names.add("<relative import above the top package>")
+                    continue
+                base_name = ".".join(base)
+                if node.module:
+                    names.add(f"{base_name}.{node.module}")
+                else:  # from . import x: x may be a module of the package
+                    names.update(f"{base_name}.{a.name}" for a in node.names)
+            else:
+                names.add(node.module)
+    return names
+
+
+def violations(source: str, module: str, is_pkg: bool) -> list[str]:
+    """Layering rules broken by one module's imports."""
+    bad = []
+    for name in sorted(imports_of(source, module, is_pkg)):
+        top = name.split(".")[0]
+        if top in ("hw", "sim", "sw_driver"):
+            bad.append(f"{name}: bare import (use netreduce.{top})")
+        for layer in ("netreduce.wire", "netreduce.regmap"):
+            if module == layer or module.startswith(layer + "."):
+                if not (top in STDLIB or top == "numpy" or name == layer
+                        or name.startswith(layer + ".")):
+                    bad.append(f"{name}: {layer} imports only stdlib, numpy and itself")
+        if module.startswith("netreduce.hw"):
+            if name.startswith(("netreduce.sw_driver", "netreduce.sim")):
+                bad.append(f"{name}: hw never imports sw_driver or sim")
+        if module.startswith("netreduce.sw_driver"):
+            if name.startswith(("netreduce.hw", "netreduce.sim")):
+                bad.append(f"{name}: sw_driver never imports hw or sim")
+    return bad
+
+
+def _sources():
+    for top in ROOTS:
+        for path in sorted((ROOT / top).rglob("*.py")):
+            if "__pycache__" not in path.parts:
+                yield path
+
+
+@pytest.mark.parametrize("path", list(_sources()), ids=lambda p: str(p.relative_to(ROOT)))
+def test_layering(path):
+    module, is_pkg = _module_name(path)
+    assert violations(path.read_text(), module, is_pkg) == []
+
+
+@pytest.mark.parametrize(("module", "is_pkg", "source", "expect"), [
+    ("netreduce.wire.frame", False, "import scapy", "netreduce.wire imports only"),
+    ("netreduce.wire.frame", False, "from .. import cli", "netreduce.wire imports only"),
+    ("netreduce.wire.frame", False, "def f():\n    import click", "netreduce.wire imports only"),
+    ("netreduce.regmap", True, "from netreduce.wire import parse", "netreduce.regmap imports"),
+    ("netreduce.hw.core", False, "from ..sw_driver import x", "hw never imports"),
+    ("netreduce.hw.core", False, "import netreduce.sim.model", "hw never imports"),
+    ("netreduce.sw_driver.rnic", False, "from netreduce.hw import top", "sw_driver never"),
+    ("netreduce.sim.x", False, "import hw.core", "bare import"),
+])
+def test_layering_checker_catches(module, is_pkg, source, expect):
+    """The checker itself: each of these sources breaks a rule and must be reported."""
+    found = violations(source, module, is_pkg)
+    assert any(expect in v for v in found), found
+
+
+@pytest.mark.parametrize(("module", "source"), [
+    ("netreduce.wire.frame", "from .icrc import icrc\nimport numpy as np\nimport zlib"),
+    ("netreduce.wire", "from . import batch\nfrom .fields import BTH"),
+    ("netreduce.hw.core", "from netreduce.wire import BTH\nfrom ..regmap import x"),
+    ("netreduce.sim.model", "from netreduce.hw import core\nfrom netreduce.sw_driver import r"),
+])
+def test_layering_checker_allows(module, source):
+    assert violations(source, module, module == "netreduce.wire") == []
+
+
+def test_wire_import_loads_only_stdlib_and_numpy():
+    """At run time too: importing netreduce.wire pulls in nothing but stdlib, numpy, itself."""
+    code = ("import sys, netreduce.wire, netreduce.wire.batch, netreduce.wire.pcap\n"
+            "print('\\n'.join(sorted({m.split('.')[0] for m in sys.modules})))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=ROOT).stdout.split()
+    extra = sorted(set(out) - STDLIB - {"numpy", "netreduce"} - {m for m in out if m[0] == "_"})
+    assert extra == []
