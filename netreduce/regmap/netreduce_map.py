@@ -1,0 +1,225 @@
+"""The NetReduce engine's register map (DESIGN section 3), defined once.
+
+Layout (byte addresses; every register 32 bits, AXI4-Lite):
+
+======== ======= ===================================================================
+base     table   contents
+======== ======= ===================================================================
+0x0000   GLOBAL  identity (magic "NRDC", version, build parameters), scratch, control
+0x0400   CNT     global counters: engine-wide frame dispositions + every job counter
+                 summed over all jobs
+0x1000   JOB     job table, stride 0x40: enable, N, W, slot base, PMTU, op, CNP interval,
+                 status, free / release pointers, slots in use
+0x2000   JOB_CNT per-job counters, stride 0x100
+0x8000   FLOW    flow table, stride 0x20: valid/job/rank, forward and reverse keys,
+                 start PSN, acked read-back
+======== ======= ===================================================================
+
+The bases do not depend on the build parameters (only the table lengths do), so driver constants
+stay valid across builds. Counters are 32-bit and wrap; ``GLOBAL.CONTROL.clear_counters`` zeroes
+them all. Job and flow configuration is latched when a job is enabled (``JOB.CTRL.enable`` 0 -> 1);
+writes while the job is enabled take effect at the next enable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+from .types import Access, Field, Register, RegMap, Table
+
+__all__ = [
+    "MAGIC", "VERSION", "Op", "JobError", "Counter", "JOB_COUNTERS", "GLOBAL_COUNTERS",
+    "ALL_GLOBAL_COUNTERS", "DISPOSITIONS", "DEFAULT_PARAMS", "DEFAULT_CNP_INTERVAL",
+    "PMTU_VALUES", "CLOCK_HZ", "build_regmap", "MAX_JOBS",
+]
+
+MAGIC = int.from_bytes(b"NRDC", "big")  # 0x4E524443
+VERSION = (1, 0)
+CLOCK_HZ = 322_265_625  # datapath clock (CMAC 100G user clock)
+PMTU_VALUES = (256, 512, 1024, 2048, 4096)
+# 4 us at 322.265625 MHz: the usual RNIC minimum time between CNPs per QP (mlx5 default).
+DEFAULT_CNP_INTERVAL = 1289
+MAX_JOBS = 64  # JOB_CNT (0x2000 + 64 * 0x100) must end below FLOW (0x8000)
+
+DEFAULT_PARAMS = dict(ports=1, jobs=8, flows=256, slots=4096, pmtu_max=4096, data_width=512,
+                      max_world=64, clock_hz=CLOCK_HZ)
+
+
+class Op(IntEnum):
+    """Aggregation operation on little-endian int32 lanes."""
+
+    SUM_WRAP = 0  # two's complement sum, wraps
+    SUM_SAT = 1  # saturating sum (clipped to int32 at every addition)
+    MAX = 2  # signed maximum
+
+
+class JobError(IntEnum):
+    """Why the engine refused to enable a job (``JOB.STATUS.error``); the job stays disabled."""
+
+    NONE = 0
+    WORLD = 1  # N outside 1..max_world
+    WINDOW = 2  # W not a power of two, or 0
+    SLOT_RANGE = 3  # slot_base + W beyond the slot pool
+    SLOT_OVERLAP = 4  # slot range overlaps another enabled job
+    PMTU = 5  # PMTU not in {256..4096} or above pmtu_max
+    OP = 6  # unknown operation
+    FLOWS = 7  # flow entries of the job do not hold exactly ranks 0..N-1
+    KEY_CONFLICT = 8  # a forward or reverse key is used twice among enabled flows
+
+
+@dataclass(frozen=True)
+class Counter:
+    name: str
+    desc: str
+    disposition: bool = False  # exactly one disposition counter counts each received frame
+
+
+# Per-job counters (JOB_CNT), also summed engine-wide in CNT under the same names.
+JOB_COUNTERS: tuple[Counter, ...] = (
+    Counter("rx_data", "frames matching a forward key of the job (any opcode but ACK/CNP)"),
+    Counter("contributions", "data frames accepted into a slot", True),
+    Counter("duplicates", "contributions already in a FILLING/COMPLETE slot, dropped", True),
+    Counter("reemits", "retransmissions into a RELEASED slot, answered with the result for that "
+            "flow only", True),
+    Counter("behind_window", "data frames of an index already freed, forwarded unchanged", True),
+    Counter("drop_ahead", "data frames at or beyond free + W (or a slot still busy), dropped",
+            True),
+    Counter("drop_icrc", "data frames with a bad ICRC, dropped", True),
+    Counter("drop_ip_checksum", "data frames with a bad IPv4 header checksum, dropped", True),
+    Counter("drop_length", "data frames with inconsistent IPv4/UDP lengths, truncated headers or "
+            "PadCnt, dropped", True),
+    Counter("drop_opcode", "frames on a forward key that are not RC WRITE/SEND (UC, READ, unknown "
+            "opcode, TVer != 0), dropped", True),
+    Counter("drop_pmtu", "data payload above the job's PMTU, dropped", True),
+    Counter("drop_align", "data payload not a multiple of 4 bytes, dropped", True),
+    Counter("drop_mismatch", "opcode or length differs from the slot's first contribution, "
+            "dropped (also sets JOB.STATUS.mismatch)", True),
+    Counter("fwd_ack", "ACKs on a reverse key of the job, snooped and forwarded", True),
+    Counter("fwd_nak", "NAKs (sequence, RNR, errors) on a reverse key, snooped and forwarded",
+            True),
+    Counter("fwd_cnp", "CNPs on a reverse key of the job, forwarded", True),
+    Counter("fwd_ctrl_invalid", "ACK/NAK/CNP on a reverse key failing the checks: forwarded, not "
+            "snooped", True),
+    Counter("ack_stale", "valid ACK/NAKs that did not advance the flow's acked index"),
+    Counter("released", "indices released (N results each)"),
+    Counter("results_sent", "result frames sent on release"),
+    Counter("freed", "indices freed (acked by every flow of the job)"),
+    Counter("cnp_sent", "CNPs generated for CE-marked data frames"),
+    Counter("cnp_suppressed", "CE-marked data frames not answered (per-flow rate limit)"),
+    Counter("saturations", "contributions that clipped at least one lane (SUM_SAT)"),
+)
+
+# Engine-wide counters that belong to no job.
+GLOBAL_COUNTERS: tuple[Counter, ...] = (
+    Counter("rx_frames", "frames received on all ports"),
+    Counter("tx_frames", "frames sent on all ports"),
+    Counter("fwd_not_roce", "frames that are not RoCEv2 (EtherType, IPv4 version/IHL, fragment, "
+            "protocol, UDP port, truncated before the UDP header), forwarded unchanged", True),
+    Counter("fwd_unregistered", "RoCEv2 frames matching no registered key (or too short to "
+            "classify), forwarded unchanged", True),
+)
+
+ALL_GLOBAL_COUNTERS: tuple[Counter, ...] = GLOBAL_COUNTERS + JOB_COUNTERS
+DISPOSITIONS: tuple[str, ...] = tuple(c.name for c in ALL_GLOBAL_COUNTERS if c.disposition)
+
+
+def _r(name, offset, desc, *fields):
+    return Register(name, offset, desc, tuple(fields))
+
+
+def _f(name, lsb, width, access, reset=0, desc="", enum=None):
+    return Field(name, lsb, width, Access(access), reset, desc, enum)
+
+
+def _param(name, offset, value, desc):
+    return _r(name, offset, desc, _f("value", 0, 32, "RO", value, desc))
+
+
+def _counter_regs(counters) -> tuple[Register, ...]:
+    return tuple(_r(c.name.upper(), 4 * i, c.desc, _f("count", 0, 32, "RO", 0, c.desc))
+                 for i, c in enumerate(counters))
+
+
+def build_regmap(**params) -> RegMap:
+    """The register map for one set of build parameters (defaults: :data:`DEFAULT_PARAMS`)."""
+    unknown = set(params) - set(DEFAULT_PARAMS)
+    if unknown:
+        raise TypeError(f"unknown build parameters {sorted(unknown)}; "
+                        f"known: {list(DEFAULT_PARAMS)}")
+    p = {**DEFAULT_PARAMS, **params}
+    for k, v in p.items():
+        if not isinstance(v, int) or v < 1:
+            raise ValueError(f"build parameter {k} = {v!r} must be a positive int")
+    if p["jobs"] > MAX_JOBS:
+        raise ValueError(f"jobs = {p['jobs']} exceeds {MAX_JOBS} (JOB_CNT would reach FLOW)")
+    if p["slots"] > 1 << 24:
+        raise ValueError(f"slots = {p['slots']} exceeds 2^24")
+    if p["pmtu_max"] not in PMTU_VALUES:
+        raise ValueError(f"pmtu_max = {p['pmtu_max']} not in {PMTU_VALUES}")
+    if p["max_world"] > 0xFFFF or p["flows"] > 0xFFFF:
+        raise ValueError(f"max_world = {p['max_world']} / flows = {p['flows']} exceed 65535")
+
+    glob = Table("GLOBAL", 0x0000, 0x40, 1, (
+        _r("MAGIC", 0x00, 'Identity: ASCII "NRDC"', _f("magic", 0, 32, "RO", MAGIC)),
+        _r("VERSION", 0x04, "Register-map version",
+           _f("minor", 0, 16, "RO", VERSION[1], "compatible additions"),
+           _f("major", 16, 16, "RO", VERSION[0], "incompatible changes")),
+        _param("PORTS", 0x08, p["ports"], "number of Ethernet ports"),
+        _param("JOBS", 0x0C, p["jobs"], "entries of the job table"),
+        _param("FLOWS", 0x10, p["flows"], "entries of the flow table"),
+        _param("SLOTS", 0x14, p["slots"], "aggregation slots in the shared pool"),
+        _param("PMTU_MAX", 0x18, p["pmtu_max"], "largest PMTU a slot holds (bytes)"),
+        _param("DATA_WIDTH", 0x1C, p["data_width"], "datapath width (bits)"),
+        _param("MAX_WORLD", 0x20, p["max_world"], "largest world size N (contribution bitmap)"),
+        _param("CLOCK_HZ", 0x24, p["clock_hz"], "datapath clock; CNP intervals count its cycles"),
+        _r("SCRATCH", 0x30, "Free read-write register for bus tests",
+           _f("value", 0, 32, "RW")),
+        _r("CONTROL", 0x34, "Engine-wide actions",
+           _f("clear_counters", 0, 1, "WO", 0, "zero every counter (CNT and JOB_CNT)")),
+    ), "Identity, build parameters and engine-wide control")
+
+    cnt = Table("CNT", 0x0400, 4 * len(ALL_GLOBAL_COUNTERS), 1,
+                _counter_regs(ALL_GLOBAL_COUNTERS),
+                "Engine-wide counters (32-bit, wrapping); job counters summed over all jobs")
+
+    job = Table("JOB", 0x1000, 0x40, p["jobs"], (
+        _r("CTRL", 0x00, "Job control; config below is latched on enable",
+           _f("enable", 0, 1, "RW", 0, "1: latch config and flows, start with empty slots; "
+              "0: stop, discard in-flight slots")),
+        _r("WORLD", 0x04, "World size N", _f("n", 0, 16, "RW")),
+        _r("WINDOW", 0x08, "Window W in slots (power of two)", _f("w", 0, 24, "RW")),
+        _r("SLOT_BASE", 0x0C, "First slot of the job in the slot pool", _f("base", 0, 24, "RW")),
+        _r("PMTU", 0x10, "Path MTU in bytes (256..4096)", _f("pmtu", 0, 13, "RW")),
+        _r("OP", 0x14, "Aggregation operation", _f("op", 0, 2, "RW", 0, "", Op)),
+        _r("CNP_INTERVAL", 0x18, "Minimum cycles between two CNPs to one flow's sender",
+           _f("cycles", 0, 32, "RW", DEFAULT_CNP_INTERVAL)),
+        _r("STATUS", 0x1C, "Job state and sticky error flags",
+           _f("enabled", 0, 1, "RO", 0, "job is running"),
+           _f("mismatch", 1, 1, "W1C", 0, "a contribution's opcode/length differed from its "
+              "slot's first contribution"),
+           _f("saturated", 2, 1, "W1C", 0, "a SUM_SAT lane clipped"),
+           _f("error", 8, 8, "RO", 0, "why the last enable was refused", JobError)),
+        _r("FREE_PTR", 0x20, "free_j: oldest index not yet freed", _f("index", 0, 24, "RO")),
+        _r("RELEASE_PTR", 0x24, "next index to release", _f("index", 0, 24, "RO")),
+        _r("SLOTS_BUSY", 0x28, "slots of the job not EMPTY", _f("count", 0, 24, "RO")),
+    ), "Job table")
+
+    job_cnt = Table("JOB_CNT", 0x2000, 0x100, p["jobs"], _counter_regs(JOB_COUNTERS),
+                    "Per-job counters (32-bit, wrapping)")
+
+    flow = Table("FLOW", 0x8000, 0x20, p["flows"], (
+        _r("CFG", 0x00, "Flow entry: rank r of job j",
+           _f("valid", 0, 1, "RW"), _f("job", 8, 8, "RW"), _f("rank", 16, 16, "RW")),
+        _r("FWD_IP", 0x04, "Forward key: source IPv4 of rank r", _f("ip", 0, 32, "RW")),
+        _r("FWD_QPN", 0x08, "Forward key: DestQP = the successor's QP", _f("qpn", 0, 24, "RW")),
+        _r("REV_IP", 0x0C, "Reverse key: source IPv4 of the successor", _f("ip", 0, 32, "RW")),
+        _r("REV_QPN", 0x10, "Reverse key: DestQP = rank r's QP", _f("qpn", 0, 24, "RW")),
+        _r("START_PSN", 0x14, "S_r: PSN of index 0", _f("psn", 0, 24, "RW")),
+        _r("ACKED", 0x18, "acked_f: every index below this one is acknowledged",
+           _f("index", 0, 24, "RO")),
+        _r("STATUS", 0x1C, "Entry state", _f("bound", 0, 1, "RO", 0, "latched by an enabled job")),
+    ), "Flow table")
+
+    return RegMap("netreduce", VERSION, p, (glob, cnt, job, job_cnt, flow), (Op, JobError),
+                  "NetReduce in-network all-reduce engine")

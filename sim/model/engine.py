@@ -1,0 +1,668 @@
+"""Bit-exact, event-level reference model of the NetReduce engine: the specification in code.
+
+:class:`Engine` implements DESIGN section 4 frame by frame. The gateware is scoreboarded against
+it (same frames in, same frames out, same counters) and the switch service runs it.
+
+Contract
+--------
+* ``Engine.receive(port, frame, time)`` consumes one Ethernet frame (no FCS) that entered on
+  ``port`` at ``time`` (cycles of the 322.265625 MHz datapath clock) and returns the frames the
+  engine sends because of it, as :class:`Emit` records, in a deterministic order: (1) the frame
+  itself when forwarded, or the re-emitted result; (2) result frames released by it, index by
+  index, ranks 0..N-1 within an index; (3) a CNP answering it. Every ``Emit.time`` equals the input
+  time: the model is untimed; the gateware adds pipeline latency, so scoreboards compare order per
+  port, not time.
+* Configuration only through the register map (``Engine.bus``, the AXI4-Lite view; see
+  :mod:`netreduce.regmap`). Bad frames never raise: they are forwarded or dropped and counted.
+  Only caller errors (port out of range, non-bytes frame) raise ``ValueError``/``TypeError``.
+* Every received frame increments ``rx_frames`` and exactly one disposition counter
+  (:data:`netreduce.regmap.DISPOSITIONS`); every emitted frame increments ``tx_frames``.
+
+Processing of one frame
+-----------------------
+1. *Classify*. Not IPv4/IHL 5/unfragmented/UDP to 4791, or too short to tell -> forward unchanged,
+   ``fwd_not_roce``. RoCE but shorter than the end of the BTH -> forward, ``fwd_unregistered``.
+   Opcode ACK (0x11) or CNP (0x81): look up the reverse key (source IPv4, DestQP); no match ->
+   forward, ``fwd_unregistered``. Any other opcode: look up the forward key; no match -> forward,
+   ``fwd_unregistered``. Only flows of enabled jobs are registered.
+2. *Control frames on a reverse key* are always forwarded unchanged. If the frame passes the
+   checks of :func:`netreduce.wire.parse` (lengths, IPv4 checksum, TVer, opcode, ICRC; the model
+   has its own faster parser, cross-checked against it in the tests) and the AETH syndrome is an
+   ACK, NAK or RNR NAK, it is snooped (step 6); else ``fwd_ctrl_invalid``. CNPs only count.
+3. *Data frames on a forward key* (flow f = rank r of job j, PSN p), checks in this priority:
+   lengths/truncation/PadCnt (``drop_length``), IPv4 checksum (``drop_ip_checksum``), TVer or
+   unknown opcode (``drop_opcode``), ICRC (``drop_icrc``), RC WRITE/SEND opcode (``drop_opcode``),
+   payload <= the job's PMTU (``drop_pmtu``), payload a multiple of 4 (``drop_align``). Failure:
+   drop, count, no state change.
+4. *Window*. k = (p - S_r) mod 2^24, d = k - free_j as a signed 24-bit number. d < 0 -> forward
+   unchanged, ``behind_window``. d >= W -> drop, ``drop_ahead``. Else slot s = base_j + (k mod W).
+5. *Slot*. EMPTY -> first contribution: the slot takes index k, opcode and payload length, the
+   payload overwrites the accumulator. Otherwise opcode or length different from the first
+   contribution -> drop, ``drop_mismatch``, ``JOB.STATUS.mismatch``. Bit r clear -> accumulate,
+   set bit r, store f's header (Ethernet .. last extension header) and arrival port. Bit r set:
+   slot FILLING/COMPLETE -> drop, ``duplicates``; RELEASED -> ``reemits``: send the result to f.
+   When the slot at index rel_j is COMPLETE it is released, then rel_j+1, ... (in order).
+6. *Snooping*. ACK at PSN p acknowledges indices up to k = p - S_r, NAK (any) at p those below k.
+   The candidate acked_f is accepted if it lies in (acked_f, rel_j] modulo 2^24, else
+   ``ack_stale``. free_j = the smallest acked_f over the job's flows; indices below it are freed.
+
+Decisions (where DESIGN section 4 leaves room)
+----------------------------------------------
+D1. Window arithmetic is signed 24-bit distance from free_j: behind if k - free_j in [-2^23, 0),
+    ahead if in [W, 2^23). A slot in the window can only hold index k or be EMPTY, because the
+    previous occupant k - W lies below free_j and was freed; so "slot still holds an older,
+    unfreed generation" is exactly "ahead of window" and is counted ``drop_ahead``.
+D2. Per-packet checks come before the window test: a frame with a bad ICRC is counted
+    ``drop_icrc`` whatever its PSN (its PSN cannot be trusted). Exactly one reason is counted, in
+    the priority of step 3.
+D3. Release happens in the same event as the completion of slot k when rel_j == k, and continues
+    with every following COMPLETE slot. RELEASED slots keep their aggregate until freed, which is
+    what the re-emit path (a retransmission after a lost result) answers from.
+D4. A re-emitted result uses the retransmitted frame's own header (it is flow f's packet of that
+    index) with the stored aggregate; normal results use the header stored with flow f's first
+    accepted frame of the index (a later duplicate is dropped and never used).
+D5. Result frames: payload replaced by the aggregate (lengths and PadCnt unchanged, since every
+    contribution has the slot's length and a multiple of 4), CE -> ECT(0) with the IPv4
+    checksum recomputed, other ECN codepoints, VLAN tag, TTL, IPv4 id and all BTH/RETH/ImmDt
+    fields kept, ICRC recomputed; padded to 60 bytes like the original. Results of an index go
+    out ranks 0..N-1, each on the port its own frame of that index arrived on.
+D6. SUM_SAT saturates at every addition in arrival order (the first contribution is copied), so
+    with mixed signs and clipping the result depends on arrival order, as in the gateware's
+    32-bit lanes. ``saturations`` counts contributions that clipped at least one lane and sets
+    ``JOB.STATUS.saturated``. SUM_WRAP wraps; MAX is the signed maximum.
+D7. acked_f: ACK at p -> k + 1; NAK-sequence, RNR NAK and the error NAKs at p -> k (IBA: a NAK
+    acknowledges everything before its PSN). Values beyond rel_j (nothing was released there, so
+    the ACK is not about aggregated data) or not ahead of acked_f are ignored (``ack_stale``).
+    AETH syndromes with the reserved class 0b10 count as ``fwd_ctrl_invalid``.
+D8. CNP: every CE-marked data frame of a registered flow that passes the checks of step 3 and is
+    not forwarded unchanged (contribution, duplicate, re-emit, ahead or mismatch drop) is answered
+    with a CNP unless one went to the same flow less than ``JOB.CNP_INTERVAL`` cycles before
+    (``cnp_suppressed``; a time earlier than the last CNP's counts as inside the interval).
+    The CNP is what the receiving RNIC would send: Ethernet source/destination swapped from
+    the data frame (VLAN tag kept), IPv4 from the frame's destination
+    (the receiver) to its source (the sender of flow f), DSCP kept, ECN not-ECT, TTL 64, id 0,
+    DF, UDP source port of the data frame, BTH opcode 0x81, P_Key kept, BECN 1, DestQP = rank
+    r's QP (the reverse key's DestQP), PSN 0, 16 zero bytes, ICRC. Behind-window frames keep
+    their CE mark; the receiver answers them.
+D9. Job and flow configuration is latched at enable (``JOB.CTRL.enable`` 0 -> 1). The engine
+    refuses bad configurations (``JOB.STATUS.error`` = :class:`~netreduce.regmap.JobError`, the
+    enable bit reads back 0): N outside 1..max_world, W not a power of two, slot range outside
+    the pool or overlapping another enabled job, bad PMTU or op, flow entries of the job not
+    exactly ranks 0..N-1, or a forward/reverse key used twice. Disable discards all in-flight
+    state of the job (slots freed, pointers and acked_f back to 0, CNP timers reset); counters
+    and the sticky STATUS flags are kept. A re-enabled job starts at index 0 again.
+D10. Frames too short to show the UDP destination port count as ``fwd_not_roce``; frames of
+    port 4791 too short for a BTH as ``fwd_unregistered``; both are forwarded unchanged, like all
+    traffic that matches no registered flow.
+D11. Counters are unbounded in the model; the registers show them modulo 2^32.
+D12. Only opcodes ACK (0x11) and CNP (0x81) are looked up by reverse key, every other opcode by
+    forward key. So a READ request, atomic or UC packet on a registered forward key is a
+    ``drop_opcode`` (the flow carries only RC WRITE/SEND by contract), while data travelling on
+    a reverse key is ordinary bypass traffic. Forward keys must be unique among enabled flows,
+    and so must reverse keys; a forward key may equal some reverse key.
+D13. A flow's frames may arrive on any port; each index remembers, per rank, the port its frame
+    came in on, and that rank's result leaves there (a re-emit leaves on the retransmission's
+    port). Forwarded frames leave on the port they came in on (the switch steers them).
+D14. A frame dropped for any reason leaves bitmap, accumulator, stored headers, pointers and
+    acked_f as they were, so a later valid copy of the same packet is accepted normally.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from netreduce.regmap import (
+    ALL_GLOBAL_COUNTERS,
+    CLOCK_HZ,
+    DISPOSITIONS,
+    JOB_COUNTERS,
+    PMTU_VALUES,
+    JobError,
+    Op,
+    RegisterFile,
+    build_regmap,
+)
+from netreduce.wire import ECN_CE, ECN_ECT0, OPCODES
+from netreduce.wire.icrc import icrc_bytes, ipv4_checksum
+
+__all__ = ["CLOCK_HZ", "Emit", "Engine", "DISPOSITIONS", "ns_to_cycles"]
+
+PSN_MASK = (1 << 24) - 1
+_HALF = 1 << 23
+_I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
+_OP_ACK, _OP_CNP = 0x11, 0x81
+
+
+def ns_to_cycles(ns: int) -> int:
+    """Nanoseconds to datapath clock cycles (floor)."""
+    return ns * CLOCK_HZ // 1_000_000_000
+
+
+@dataclass(frozen=True)
+class Emit:
+    """A frame the engine sends out of ``port`` at ``time`` (cycles)."""
+
+    port: int
+    frame: bytes
+    time: int
+
+
+# Counter indices (per-job list JOB_COUNTERS; global list = GLOBAL_COUNTERS + JOB_COUNTERS).
+_J = {c.name: i for i, c in enumerate(JOB_COUNTERS)}
+_G = {c.name: i for i, c in enumerate(ALL_GLOBAL_COUNTERS)}
+_GJ = len(ALL_GLOBAL_COUNTERS) - len(JOB_COUNTERS)  # offset of job counters in the global list
+_G_NOT_ROCE, _G_UNREG = _G["fwd_not_roce"], _G["fwd_unregistered"]
+_G_RX, _G_TX = _G["rx_frames"], _G["tx_frames"]
+_REASON = {  # WireError.reason of a data frame -> drop counter
+    "icrc": "drop_icrc", "ip_checksum": "drop_ip_checksum", "tver": "drop_opcode",
+    "opcode": "drop_opcode", "truncated": "drop_length", "ip_length": "drop_length",
+    "udp_length": "drop_length", "padcnt": "drop_length",
+}
+
+
+class _Flow:
+    __slots__ = ("entry", "job", "rank", "fwd", "rev", "rev_qpn", "start", "acked", "last_cnp")
+
+    def __init__(self, entry, job, rank, fwd, rev, start):
+        self.entry, self.job, self.rank = entry, job, rank
+        self.fwd, self.rev, self.start = _key(*fwd), _key(*rev), start
+        self.rev_qpn = rev[1]
+        self.acked = 0  # every index below this one is acknowledged by f's receiver
+        self.last_cnp: int | None = None
+
+
+def _key(ip: int, qpn: int) -> bytes:
+    return ip.to_bytes(4, "big") + qpn.to_bytes(3, "big")
+
+
+class _Slot:
+    __slots__ = ("index", "bitmap", "count", "released", "opcode", "length", "acc", "hdrs",
+                 "l2", "ports")
+
+    def __init__(self, index, n, opcode, length, acc):
+        self.index = index
+        self.bitmap = 0
+        self.count = 0
+        self.released = False
+        self.opcode = opcode
+        self.length = length
+        self.acc = acc
+        self.hdrs: list[bytes | None] = [None] * n
+        self.l2: list[int] = [0] * n
+        self.ports: list[int] = [0] * n
+
+
+class _Job:
+    __slots__ = ("id", "n", "w", "wmask", "base", "pmtu", "op", "cnp_interval", "flows", "free",
+                 "rel", "slots", "cnt")
+
+    def __init__(self, jid, n, w, base, pmtu, op, cnp_interval, flows, cnt):
+        self.id, self.n, self.w, self.wmask, self.base = jid, n, w, w - 1, base
+        self.pmtu, self.op, self.cnp_interval = pmtu, op, cnp_interval
+        self.flows: list[_Flow] = flows
+        self.free = 0  # oldest index not yet freed
+        self.rel = 0  # next index to release
+        self.slots: dict[int, _Slot] = {}  # slot number -> non-EMPTY slot
+        self.cnt = cnt  # this job's counter list (outlives the _Job across disable)
+
+
+class Engine:
+    """The engine: ``ports`` Ethernet ports, a job table, a flow table, a shared slot pool.
+
+    Build parameters as the gateware's; they appear in the identity registers.
+    """
+
+    def __init__(self, ports: int = 1, jobs: int = 8, flows: int = 256, slots: int = 4096,
+                 pmtu_max: int = 4096, *, data_width: int = 512, max_world: int = 64):
+        self.regmap = build_regmap(ports=ports, jobs=jobs, flows=flows, slots=slots,
+                                   pmtu_max=pmtu_max, data_width=data_width, max_world=max_world)
+        self.ports, self.njobs, self.nflows, self.nslots = ports, jobs, flows, slots
+        self.pmtu_max, self.max_world = pmtu_max, max_world
+        self.regs = RegisterFile(self.regmap)
+        self.bus = self.regs  # the AXI4-Lite view
+        self._g = [0] * len(ALL_GLOBAL_COUNTERS)
+        self._jc = [[0] * len(JOB_COUNTERS) for _ in range(jobs)]
+        self._jobs: list[_Job | None] = [None] * jobs
+        # key: source IPv4 (4 bytes) + DestQP (3 bytes), as found in the frame
+        self._fwd: dict[bytes, _Flow] = {}
+        self._rev: dict[bytes, _Flow] = {}
+        self._bound: dict[int, _Flow] = {}  # flow-table entry -> latched flow
+        self._status_addr = [self.regmap.addr("JOB.STATUS", j) for j in range(jobs)]
+        self._mismatch_mask = self.regmap.field("JOB.STATUS.mismatch").mask
+        self._saturated_mask = self.regmap.field("JOB.STATUS.saturated").mask
+        self._wire_regs()
+
+    # ================================================================== register side
+    def _wire_regs(self) -> None:
+        rm, rf = self.regmap, self.regs
+        for i, _c in enumerate(ALL_GLOBAL_COUNTERS):
+            rf.bind(rm.table("CNT").base + 4 * i, lambda i=i: self._g[i])
+        cnt, job = rm.table("JOB_CNT"), rm.table("JOB")
+        for j in range(self.njobs):
+            for i in range(len(JOB_COUNTERS)):
+                rf.bind(cnt.base + j * cnt.stride + 4 * i, lambda j=j, i=i: self._jc[j][i])
+            rf.bind(job.addr(j, "FREE_PTR"), lambda j=j: self._job_attr(j, "free"))
+            rf.bind(job.addr(j, "RELEASE_PTR"), lambda j=j: self._job_attr(j, "rel"))
+            rf.bind(job.addr(j, "SLOTS_BUSY"), lambda j=j: self.slots_in_use(j))
+            rf.on_write(job.addr(j, "CTRL"), self._on_job_ctrl)
+        for e in range(self.nflows):
+            rf.bind(rm.addr("FLOW.ACKED", e), lambda e=e: self._flow_acked(e))
+        rf.on_write(rm.addr("GLOBAL.CONTROL"), self._on_control)
+
+    def _job_attr(self, j: int, attr: str) -> int:
+        job = self._jobs[j]
+        return getattr(job, attr) if job is not None else 0
+
+    def _flow_acked(self, e: int) -> int:
+        f = self._bound.get(e)
+        return f.acked if f is not None else 0
+
+    def _on_control(self, inst, value, old) -> None:
+        if value & self.regmap.field("GLOBAL.CONTROL.clear_counters").mask:
+            self._g[:] = [0] * len(self._g)
+            for c in self._jc:
+                c[:] = [0] * len(c)
+
+    def _on_job_ctrl(self, inst, value, old) -> None:
+        j = inst.index
+        want = bool(value & 1)
+        if want and self._jobs[j] is None:
+            self._enable(j)
+        elif not want and self._jobs[j] is not None:
+            self._disable(j)
+
+    def _set_status(self, j: int, enabled: int, error: int) -> None:
+        rm = self.regmap
+        a = rm.addr("JOB.STATUS", j)
+        v = self.regs.peek(a)
+        v = rm.field("JOB.STATUS.enabled").put(v, enabled)
+        v = rm.field("JOB.STATUS.error").put(v, int(error))
+        self.regs.poke(a, v)
+
+    def _enable(self, j: int) -> None:
+        rm, rf = self.regmap, self.regs
+
+        def get(path, idx=j):
+            return rf.peek(rm.addr(path, idx))
+
+        n, w, base = get("JOB.WORLD"), get("JOB.WINDOW"), get("JOB.SLOT_BASE")
+        pmtu, op, cnp = get("JOB.PMTU"), get("JOB.OP"), get("JOB.CNP_INTERVAL")
+        entries = []
+        cfg_f = rm.reg("FLOW.CFG")
+        for e in range(self.nflows):
+            cfg = get("FLOW.CFG", e)
+            if cfg_f.field("valid").get(cfg) and cfg_f.field("job").get(cfg) == j:
+                entries.append((e, cfg_f.field("rank").get(cfg)))
+        err = JobError.NONE
+        if not 1 <= n <= self.max_world:
+            err = JobError.WORLD
+        elif w < 1 or w & (w - 1):
+            err = JobError.WINDOW
+        elif base + w > self.nslots:
+            err = JobError.SLOT_RANGE
+        elif any(o is not None and base < o.base + o.w and o.base < base + w
+                 for o in self._jobs):
+            err = JobError.SLOT_OVERLAP
+        elif pmtu not in PMTU_VALUES or pmtu > self.pmtu_max:
+            err = JobError.PMTU
+        elif op not in set(Op):
+            err = JobError.OP
+        elif sorted(r for _, r in entries) != list(range(n)):
+            err = JobError.FLOWS
+        flows: list[_Flow] = []
+        if err == JobError.NONE:
+            for e, r in sorted(entries, key=lambda x: x[1]):
+                flows.append(_Flow(e, j, r, (get("FLOW.FWD_IP", e), get("FLOW.FWD_QPN", e)),
+                                   (get("FLOW.REV_IP", e), get("FLOW.REV_QPN", e)),
+                                   get("FLOW.START_PSN", e)))
+            fk = [f.fwd for f in flows]
+            rk = [f.rev for f in flows]
+            if (len(set(fk)) != n or len(set(rk)) != n or any(k in self._fwd for k in fk)
+                    or any(k in self._rev for k in rk)):
+                err = JobError.KEY_CONFLICT
+        if err != JobError.NONE:
+            self._set_status(j, 0, err)
+            rf.poke(rm.addr("JOB.CTRL", j), 0)
+            return
+        self._jobs[j] = _Job(j, n, w, base, pmtu, Op(op), cnp, flows, self._jc[j])
+        for f in flows:
+            self._fwd[f.fwd] = f
+            self._rev[f.rev] = f
+            self._bound[f.entry] = f
+            rf.poke(rm.addr("FLOW.STATUS", f.entry), 1)
+        self._set_status(j, 1, JobError.NONE)
+
+    def _disable(self, j: int) -> None:
+        job = self._jobs[j]
+        for f in job.flows:
+            del self._fwd[f.fwd]
+            del self._rev[f.rev]
+            del self._bound[f.entry]
+            self.regs.poke(self.regmap.addr("FLOW.STATUS", f.entry), 0)
+        job.slots.clear()
+        self._jobs[j] = None
+        self._set_status(j, 0, JobError.NONE)
+
+    # ================================================================== queries
+    def counters(self, job: int | None = None) -> dict[str, int]:
+        """Every counter by name: engine-wide (``job=None``; job counters summed) or one job's."""
+        if job is None:
+            return {c.name: self._g[i] for i, c in enumerate(ALL_GLOBAL_COUNTERS)}
+        if not 0 <= job < self.njobs:
+            raise ValueError(f"job {job} outside 0..{self.njobs - 1}")
+        return {c.name: self._jc[job][i] for i, c in enumerate(JOB_COUNTERS)}
+
+    def slots_in_use(self, job: int | None = None) -> int:
+        """Slots not EMPTY, of one job or of all."""
+        if job is None:
+            return sum(len(jb.slots) for jb in self._jobs if jb is not None)
+        jb = self._jobs[job]
+        return len(jb.slots) if jb is not None else 0
+
+    def job_state(self, job: int) -> dict | None:
+        """Debug view of a running job: free/rel pointers, acked_f per rank, and every non-EMPTY
+        slot as ``slot number -> (index, state, contribution bitmap)``; None if disabled."""
+        jb = self._jobs[job]
+        if jb is None:
+            return None
+        return {"free": jb.free, "rel": jb.rel, "acked": [f.acked for f in jb.flows],
+                "slots": {n: (s.index, "RELEASED" if s.released else
+                              "COMPLETE" if s.count == jb.n else "FILLING", s.bitmap)
+                          for n, s in sorted(jb.slots.items())}}
+
+    # ================================================================== data path
+    def _count(self, job: _Job, name: str, n: int = 1) -> None:
+        i = _J[name]
+        job.cnt[i] += n
+        self._g[_GJ + i] += n
+
+    def receive(self, port: int, frame: bytes, time: int) -> list[Emit]:
+        """Process one frame entering on ``port`` at ``time`` (cycles); see the module doc."""
+        if not 0 <= port < self.ports:
+            raise ValueError(f"port {port} outside 0..{self.ports - 1}")
+        if not isinstance(frame, bytes):
+            if not isinstance(frame, bytearray | memoryview):
+                raise TypeError(f"frame must be bytes, not {type(frame).__name__}")
+            frame = bytes(frame)
+        g = self._g
+        g[_G_RX] += 1
+        out = self._classify(port, frame, time)
+        g[_G_TX] += len(out)
+        return out
+
+    def _bypass(self, which: int, port: int, buf: bytes, time: int) -> list[Emit]:
+        self._g[which] += 1
+        return [Emit(port, buf, time)]
+
+    def _classify(self, port: int, buf: bytes, time: int) -> list[Emit]:
+        n = len(buf)
+        not_roce = _G_NOT_ROCE
+        if n < 14:
+            return self._bypass(not_roce, port, buf, time)
+        l3 = 14
+        et = (buf[12] << 8) | buf[13]
+        if et == 0x8100:
+            if n < 18:
+                return self._bypass(not_roce, port, buf, time)
+            et = (buf[16] << 8) | buf[17]
+            l3 = 18
+        u = l3 + 20
+        if (et != 0x0800 or n < u + 4 or buf[l3] != 0x45 or buf[l3 + 9] != 17
+                or (((buf[l3 + 6] << 8) | buf[l3 + 7]) & 0x3FFF)
+                or ((buf[u + 2] << 8) | buf[u + 3]) != 4791):
+            return self._bypass(not_roce, port, buf, time)
+        b = u + 8
+        if n < b + 12:
+            return self._bypass(_G_UNREG, port, buf, time)
+        opcode = buf[b]
+        key = buf[l3 + 12:l3 + 16] + buf[b + 5:b + 8]
+        if opcode == _OP_ACK or opcode == _OP_CNP:
+            fl = self._rev.get(key)
+            if fl is None:
+                return self._bypass(_G_UNREG, port, buf, time)
+            return self._control(fl, port, buf, l3, opcode, time)
+        fl = self._fwd.get(key)
+        if fl is None:
+            return self._bypass(_G_UNREG, port, buf, time)
+        return self._data(fl, port, buf, l3, time)
+
+    # ------------------------------------------------------------------ ACK / NAK / CNP
+    def _control(self, fl: _Flow, port: int, buf: bytes, l3: int, opcode: int,
+                 time: int) -> list[Emit]:
+        job = self._jobs[fl.job]
+        out = [Emit(port, buf, time)]
+        p = _parse(buf, l3)
+        if isinstance(p, str):
+            self._count(job, "fwd_ctrl_invalid")
+            return out
+        if opcode == _OP_CNP:
+            self._count(job, "fwd_cnp")
+            return out
+        kind = (buf[p.x] >> 5) & 0b11  # AETH syndrome class
+        if kind == 0b10:
+            self._count(job, "fwd_ctrl_invalid")
+            return out
+        k = (p.psn - fl.start) & PSN_MASK
+        if kind == 0b00:
+            self._count(job, "fwd_ack")
+            cand = (k + 1) & PSN_MASK
+        else:
+            self._count(job, "fwd_nak")
+            cand = k
+        adv = (cand - fl.acked) & PSN_MASK
+        if 0 < adv <= ((job.rel - fl.acked) & PSN_MASK):
+            fl.acked = cand
+            self._advance_free(job)
+        else:
+            self._count(job, "ack_stale")
+        return out
+
+    def _advance_free(self, job: _Job) -> None:
+        free = job.free
+        step = min((f.acked - free) & PSN_MASK for f in job.flows)
+        if not step:
+            return
+        slots, base, wmask = job.slots, job.base, job.wmask
+        for i in range(step):
+            slots.pop(base + ((free + i) & wmask), None)
+        job.free = (free + step) & PSN_MASK
+        self._count(job, "freed", step)
+
+    # ------------------------------------------------------------------ data frames
+    def _data(self, fl: _Flow, port: int, buf: bytes, l2: int, time: int) -> list[Emit]:
+        job = self._jobs[fl.job]
+        self._count(job, "rx_data")
+        p = _parse(buf, l2)
+        if isinstance(p, str):
+            self._count(job, _REASON[p])
+            return []
+        if not p.info.rc_data:
+            self._count(job, "drop_opcode")
+            return []
+        plen = p.end - p.x
+        if plen > job.pmtu:
+            self._count(job, "drop_pmtu")
+            return []
+        if plen & 3:
+            self._count(job, "drop_align")
+            return []
+        k = (p.psn - fl.start) & PSN_MASK
+        d = (k - job.free) & PSN_MASK
+        if d >= _HALF:
+            self._count(job, "behind_window")
+            return [Emit(port, buf, time)]
+        out: list[Emit] = []
+        if d >= job.w:
+            self._count(job, "drop_ahead")
+        else:
+            s = job.base + (k & job.wmask)
+            slot = job.slots.get(s)
+            r = fl.rank
+            if slot is None:
+                acc = np.frombuffer(buf, dtype="<i4", count=plen >> 2, offset=p.x).copy()
+                slot = _Slot(k, job.n, p.opcode, plen, acc)
+                job.slots[s] = slot
+                self._accept(job, slot, r, port, buf, l2, p, time, out, first=True)
+            elif p.opcode != slot.opcode or plen != slot.length:
+                self._count(job, "drop_mismatch")
+                self.regs.set_bits(self._status_addr[job.id], self._mismatch_mask)
+            elif slot.bitmap >> r & 1:
+                if slot.released:
+                    self._count(job, "reemits")
+                    out.append(Emit(port, _result(buf[:p.x], l2, slot.acc.tobytes()), time))
+                else:
+                    self._count(job, "duplicates")
+            else:
+                self._accept(job, slot, r, port, buf, l2, p, time, out, first=False)
+        if buf[l2 + 1] & 3 == ECN_CE:
+            self._cnp(job, fl, buf, l2, port, time, out)
+        return out
+
+    def _accept(self, job: _Job, slot: _Slot, r: int, port: int, buf: bytes, l2: int,
+                p: _Parsed, time: int, out: list[Emit], first: bool) -> None:
+        self._count(job, "contributions")
+        if not first:
+            acc = slot.acc
+            x = np.frombuffer(buf, dtype="<i4", count=slot.length >> 2, offset=p.x)
+            op = job.op
+            if op == Op.SUM_WRAP:
+                np.add(acc, x, out=acc)
+            elif op == Op.MAX:
+                np.maximum(acc, x, out=acc)
+            else:
+                t = acc.astype(np.int64)
+                t += x
+                if t.size and (t.max() > _I32_MAX or t.min() < _I32_MIN):
+                    np.clip(t, _I32_MIN, _I32_MAX, out=t)
+                    self._count(job, "saturations")
+                    self.regs.set_bits(self._status_addr[job.id], self._saturated_mask)
+                acc[:] = t
+        slot.bitmap |= 1 << r
+        slot.count += 1
+        slot.hdrs[r] = buf[:p.x]
+        slot.l2[r] = l2
+        slot.ports[r] = port
+        if slot.count == job.n and slot.index == job.rel:
+            self._release(job, time, out)
+
+    def _release(self, job: _Job, time: int, out: list[Emit]) -> None:
+        slots, base, wmask, n = job.slots, job.base, job.wmask, job.n
+        while True:
+            slot = slots.get(base + (job.rel & wmask))
+            if slot is None or slot.index != job.rel or slot.count != n or slot.released:
+                return
+            payload = slot.acc.tobytes()
+            for r in range(n):
+                out.append(Emit(slot.ports[r], _result(slot.hdrs[r], slot.l2[r], payload), time))
+            slot.released = True
+            job.rel = (job.rel + 1) & PSN_MASK
+            self._count(job, "released")
+            self._count(job, "results_sent", n)
+
+    def _cnp(self, job: _Job, fl: _Flow, buf: bytes, l2: int, port: int, time: int,
+             out: list[Emit]) -> None:
+        last = fl.last_cnp
+        if last is not None and time - last < job.cnp_interval:
+            self._count(job, "cnp_suppressed")
+            return
+        fl.last_cnp = time
+        out.append(Emit(port, _cnp_frame(buf, l2, fl.rev_qpn), time))
+        self._count(job, "cnp_sent")
+
+
+class _Parsed:
+    """What the model needs of a RoCEv2 frame that passed every structural and integrity check."""
+
+    __slots__ = ("opcode", "info", "psn", "x", "end")
+
+    def __init__(self, opcode, info, psn, x, end):
+        self.opcode, self.info, self.psn = opcode, info, psn
+        self.x = x  # payload (or AETH/CNP body) offset
+        self.end = end  # payload end (pad excluded)
+
+
+def _l3(buf: bytes) -> int:
+    return 18 if buf[12] == 0x81 and buf[13] == 0x00 else 14
+
+
+def _parse(buf: bytes, l3: int) -> _Parsed | str:
+    """Check a classified RoCEv2 frame as :func:`netreduce.wire.parse` does, in the same order.
+
+    The caller has checked EtherType, IPv4 version/IHL/fragment/protocol, the UDP port and that
+    the frame holds a whole BTH. Returns a :class:`_Parsed`, or the ``WireError.reason``
+    ``wire.parse`` would raise (``ip_length``, ``udp_length``, ``ip_checksum``, ``tver``,
+    ``opcode``, ``truncated``, ``padcnt``, ``icrc``).
+    """
+    n = len(buf)
+    total = (buf[l3 + 2] << 8) | buf[l3 + 3]
+    end = l3 + total
+    if total < 44 or end > n or (end < n and n > 60):
+        return "ip_length"
+    u = l3 + 20
+    if (buf[u + 4] << 8) | buf[u + 5] != total - 20:
+        return "udp_length"
+    if ipv4_checksum(buf[l3:u]) != (buf[l3 + 10] << 8) | buf[l3 + 11]:
+        return "ip_checksum"
+    b = u + 8
+    if buf[b + 1] & 0x0F:
+        return "tver"
+    opcode = buf[b]
+    info = OPCODES.get(opcode)
+    if info is None:
+        return "opcode"
+    x = b + 12
+    pay_end = end - 4
+    x += info.ext_len
+    if x > pay_end:
+        return "truncated"
+    padded = pay_end - x
+    pad = (buf[b + 1] >> 4) & 3
+    if not info.has_payload:
+        if padded or pad:
+            return "ip_length"
+        if info.aeth:
+            x -= 4  # point at the AETH
+    elif pad > padded:
+        return "padcnt"
+    if icrc_bytes(memoryview(buf)[l3:pay_end]) != buf[pay_end:end]:
+        return "icrc"
+    return _Parsed(opcode, info, int.from_bytes(buf[b + 9:b + 12], "big"), x, pay_end - pad)
+
+
+def _cnp_frame(buf: bytes, l2: int, dqpn: int) -> bytes:
+    """The CNP flow f's receiving NIC would send for the CE-marked data frame ``buf`` (D8)."""
+    h = bytearray(buf[6:12] + buf[0:6] + buf[12:l2])  # MACs swapped, VLAN tag kept
+    ip = bytearray(buf[l2:l2 + 20])
+    ip[1] &= 0xFC  # DSCP kept, not-ECT
+    ip[2:4] = (20 + 8 + 12 + 16 + 4).to_bytes(2, "big")
+    ip[4:6] = b"\x00\x00"
+    ip[6:8] = b"\x40\x00"
+    ip[8] = 64
+    ip[12:16], ip[16:20] = buf[l2 + 16:l2 + 20], buf[l2 + 12:l2 + 16]
+    ip[10:12] = b"\x00\x00"
+    ip[10:12] = ipv4_checksum(ip).to_bytes(2, "big")
+    u = l2 + 20
+    udp = buf[u:u + 2] + (4791).to_bytes(2, "big") + (8 + 12 + 16 + 4).to_bytes(2, "big") \
+        + b"\x00\x00"
+    b = u + 8
+    bth = bytes([_OP_CNP, 0]) + buf[b + 2:b + 4] + bytes([0x40]) + dqpn.to_bytes(3, "big") \
+        + bytes(4)
+    l3 = bytes(ip) + udp + bth + bytes(16)
+    frame = bytes(h) + l3 + icrc_bytes(l3)
+    return frame + bytes(max(0, 60 - len(frame)))
+
+
+def _result(hdr: bytes, l2: int, payload: bytes) -> bytes:
+    """Flow f's header with ``payload``: CE -> ECT(0) (+ IPv4 checksum), ICRC, 60-byte minimum."""
+    h = bytearray(hdr)
+    tos = h[l2 + 1]
+    if tos & 3 == ECN_CE:
+        h[l2 + 1] = (tos & 0xFC) | ECN_ECT0
+        h[l2 + 10:l2 + 12] = ipv4_checksum(h[l2:l2 + 20]).to_bytes(2, "big")
+    h += payload
+    h += icrc_bytes(memoryview(h)[l2:])
+    if len(h) < 60:
+        h += bytes(60 - len(h))
+    return bytes(h)
