@@ -15,6 +15,8 @@ from netreduce import __version__
 # name -> (module, attribute, one-line help). Keep in the order --help should show.
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "decode": ("netreduce.cli.decode", "decode", "Decode the RoCEv2 frames of a pcap file."),
+    "demo": ("netreduce.cli.demo", "demo", "All-reduce through the engine model on a lossy net."),
+    "regmap": ("netreduce.cli.regmap", "regmap", "Register map as Markdown, Python, C or JSON."),
 }
 
 
