@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import click
-from rich.console import Console
 from rich.table import Table
 
+from netreduce.cli._console import console
 from netreduce.wire import Opcode, WireError, ip_str, parse
 from netreduce.wire.pcap import iter_pcap
 
@@ -40,6 +40,6 @@ def decode(pcap, limit, no_check):
                           str(len(f.payload)), f"ECN {f.ecn}" if f.ecn else "")
     except ValueError as e:
         raise click.ClickException(str(e)) from None
-    Console().print(table)
+    console().print(table)
     if bad:
         raise SystemExit(1)

@@ -13,9 +13,10 @@ import time
 
 import click
 import numpy as np
-from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from netreduce.cli._console import console
 
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2,
           "mib": 1024**2, "g": 1000**3, "gb": 1000**3, "gib": 1024**3}
@@ -86,7 +87,7 @@ def demo(workers, size, dtype, pmtu, loss, dup, reorder, seed, backend):
     if workers * size > MAX_TOTAL:
         raise click.UsageError(f"--workers {workers} x --size {size} B = {workers * size} B is "
                                f"more than the {MAX_TOTAL} B an in-process run holds")
-    con = Console()
+    con = console()
     pmtu = int(pmtu)
     n = size // 4
     rng = np.random.default_rng(seed)
