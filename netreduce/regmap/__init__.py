@@ -17,6 +17,8 @@ from .netreduce_map import (
     JOB_COUNTERS,
     MAGIC,
     MAX_JOBS,
+    MGMT_PORT_RESET,
+    MGMT_SOURCES,
     PMTU_VALUES,
     VERSION,
     Counter,
@@ -43,6 +45,6 @@ __all__ = [
     "REG_BITS", "REG_BYTES", "RegisterFile",
     "build_regmap", "MAGIC", "VERSION", "CLOCK_HZ", "Op", "JobError", "Counter", "JOB_COUNTERS",
     "GLOBAL_COUNTERS", "ALL_GLOBAL_COUNTERS", "DISPOSITIONS", "DEFAULT_PARAMS",
-    "DEFAULT_CNP_INTERVAL", "PMTU_VALUES", "MAX_JOBS",
+    "DEFAULT_CNP_INTERVAL", "PMTU_VALUES", "MAX_JOBS", "MGMT_SOURCES", "MGMT_PORT_RESET",
     "constants", "python_module", "c_header", "to_markdown", "to_dict",
 ]

@@ -11,6 +11,8 @@ base     table   contents
 0x1000   JOB     job table, stride 0x40: enable, N, W, slot base, PMTU, op, CNP interval,
                  status, free / release pointers, slots in use
 0x2000   JOB_CNT per-job counters, stride 0x100
+0x7000   MGMT    in-band management: enable/auth, management IPv4/MAC/UDP port, SipHash key
+0x7100   MGMT_SRC management allow-list, stride 0x20: source IPv4/MAC/port, LAST_SEQ
 0x8000   FLOW    flow table, stride 0x20: valid/job/rank, forward and reverse keys,
                  start PSN, acked read-back
 ======== ======= ===================================================================
@@ -31,7 +33,7 @@ from .types import Access, Field, Register, RegMap, Table
 __all__ = [
     "MAGIC", "VERSION", "Op", "JobError", "Counter", "JOB_COUNTERS", "GLOBAL_COUNTERS",
     "ALL_GLOBAL_COUNTERS", "DISPOSITIONS", "DEFAULT_PARAMS", "DEFAULT_CNP_INTERVAL",
-    "PMTU_VALUES", "CLOCK_HZ", "build_regmap", "MAX_JOBS",
+    "PMTU_VALUES", "CLOCK_HZ", "build_regmap", "MAX_JOBS", "MGMT_SOURCES", "MGMT_PORT_RESET",
 ]
 
 MAGIC = int.from_bytes(b"NRDC", "big")  # 0x4E524443
@@ -40,7 +42,9 @@ CLOCK_HZ = 322_265_625  # datapath clock (CMAC 100G user clock)
 PMTU_VALUES = (256, 512, 1024, 2048, 4096)
 # 4 us at 322.265625 MHz: the usual RNIC minimum time between CNPs per QP (mlx5 default).
 DEFAULT_CNP_INTERVAL = 1289
-MAX_JOBS = 64  # JOB_CNT (0x2000 + 64 * 0x100) must end below FLOW (0x8000)
+MAX_JOBS = 64  # JOB_CNT (0x2000 + 64 * 0x100) must end below MGMT (0x7000)
+MGMT_SOURCES = 8  # entries of the management allow-list (MGMT_SRC)
+MGMT_PORT_RESET = 0x4E52  # 20050: reset value of MGMT.PORT (= netreduce.wire.mgmt default)
 
 DEFAULT_PARAMS = dict(ports=1, jobs=8, flows=256, slots=4096, pmtu_max=4096, data_width=512,
                       max_world=64, clock_hz=CLOCK_HZ)
@@ -118,6 +122,25 @@ GLOBAL_COUNTERS: tuple[Counter, ...] = (
             "protocol, UDP port, truncated before the UDP header), forwarded unchanged", True),
     Counter("fwd_unregistered", "RoCEv2 frames matching no registered key (or too short to "
             "classify), forwarded unchanged", True),
+    # In-band management (docs/management.md): every frame to MGMT.IP / MGMT.PORT while
+    # MGMT.CTRL.enable is consumed, counted in mgmt_rx and in exactly one of mgmt_accepted /
+    # mgmt_reject_*.
+    Counter("mgmt_rx", "frames to the management IPv4/UDP port (MGMT.CTRL.enable set), consumed "
+            "by the management agent, never forwarded", True),
+    Counter("mgmt_accepted", "management requests executed and answered"),
+    Counter("mgmt_reject_malformed", "management frames dropped: fragment, bad IPv4/UDP length or "
+            "checksum, bad magic/version/type/count, non-zero reserved field"),
+    Counter("mgmt_reject_source", "management frames dropped: source IPv4 (and MAC / UDP port "
+            "where the entry asks) matches no valid MGMT_SRC entry"),
+    Counter("mgmt_reject_auth", "management frames dropped: tag check failed (MGMT.CTRL.auth)"),
+    Counter("mgmt_reject_replay", "management requests refused (REPLAY): sequence number not "
+            "above the source's LAST_SEQ"),
+    Counter("mgmt_reject_opcode", "management requests refused (BAD_OPCODE): an op is not "
+            "READ/WRITE"),
+    Counter("mgmt_reject_addr", "management requests refused (BAD_ADDR): an op's address is "
+            "unaligned or maps to no register"),
+    Counter("mgmt_reject_denied", "management requests refused (DENIED): an op touches a register "
+            "not reachable over the network (MGMT.KEY*)"),
 )
 
 ALL_GLOBAL_COUNTERS: tuple[Counter, ...] = GLOBAL_COUNTERS + JOB_COUNTERS
@@ -221,5 +244,36 @@ def build_regmap(**params) -> RegMap:
         _r("STATUS", 0x1C, "Entry state", _f("bound", 0, 1, "RO", 0, "latched by an enabled job")),
     ), "Flow table")
 
-    return RegMap("netreduce", VERSION, p, (glob, cnt, job, job_cnt, flow), (Op, JobError),
+    mgmt = Table("MGMT", 0x7000, 0x40, 1, (
+        _r("CTRL", 0x00, "In-band management (docs/management.md)",
+           _f("enable", 0, 1, "RW", 0, "consume and answer frames to IP/PORT; 0: forward them "
+              "like any traffic"),
+           _f("auth", 1, 1, "RW", 0, "require a valid SipHash-2-4 tag (KEY) on every request; "
+              "responses are tagged")),
+        _r("IP", 0x04, "The engine's management IPv4 address", _f("ip", 0, 32, "RW")),
+        _r("MAC_HI", 0x08, "The engine's management MAC, bytes 0-1 (source of responses)",
+           _f("mac", 0, 16, "RW")),
+        _r("MAC_LO", 0x0C, "The engine's management MAC, bytes 2-5", _f("mac", 0, 32, "RW")),
+        _r("PORT", 0x10, "The management UDP port",
+           _f("port", 0, 16, "RW", MGMT_PORT_RESET)),
+        *(_r(f"KEY{i}", 0x20 + 4 * i, f"SipHash-2-4 key bytes {4 * i}..{4 * i + 3} "
+             "(little-endian word); refused (DENIED) over the management path",
+             _f("key", 0, 32, "RW")) for i in range(4)),
+    ), "In-band management agent: address, port, authentication")
+
+    mgmt_src = Table("MGMT_SRC", 0x7100, 0x20, MGMT_SOURCES, (
+        _r("CFG", 0x00, "Allow-list entry: who may send management requests",
+           _f("valid", 0, 1, "RW"),
+           _f("match_mac", 1, 1, "RW", 0, "also require the source MAC (MAC_HI/MAC_LO)"),
+           _f("match_port", 2, 1, "RW", 0, "also require the UDP source port (port)"),
+           _f("port", 16, 16, "RW", 0, "UDP source port when match_port")),
+        _r("IP", 0x04, "Source IPv4 address", _f("ip", 0, 32, "RW")),
+        _r("MAC_HI", 0x08, "Source MAC bytes 0-1 (when match_mac)", _f("mac", 0, 16, "RW")),
+        _r("MAC_LO", 0x0C, "Source MAC bytes 2-5 (when match_mac)", _f("mac", 0, 32, "RW")),
+        _r("LAST_SEQ", 0x10, "Highest sequence number executed from this entry (0 after reset); "
+           "a request must carry a larger one", _f("seq", 0, 32, "RO")),
+    ), "Management allow-list; each entry has its own sequence space")
+
+    return RegMap("netreduce", VERSION, p, (glob, cnt, job, job_cnt, flow, mgmt, mgmt_src),
+                  (Op, JobError),
                   "NetReduce in-network all-reduce engine")

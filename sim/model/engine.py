@@ -233,6 +233,8 @@ class Engine:
         self._mismatch_mask = self.regmap.field("JOB.STATUS.mismatch").mask
         self._saturated_mask = self.regmap.field("JOB.STATUS.saturated").mask
         self._wire_regs()
+        # In-band management agent (netreduce.sim.mgmt.attach_mgmt): frames it matches are its.
+        self.mgmt = None
 
     # ================================================================== register side
     def _wire_regs(self) -> None:
@@ -345,6 +347,10 @@ class Engine:
         self._jobs[j] = None
         self._set_status(j, 0, JobError.NONE)
 
+    def count_global(self, name: str, n: int = 1) -> None:
+        """Increment the engine-wide counter ``name`` (for attached agents, e.g. management)."""
+        self._g[_G[name]] += n
+
     # ================================================================== queries
     def counters(self, job: int | None = None) -> dict[str, int]:
         """Every counter by name: engine-wide (``job=None``; job counters summed) or one job's."""
@@ -388,7 +394,12 @@ class Engine:
             frame = bytes(frame)
         g = self._g
         g[_G_RX] += 1
-        out = self._classify(port, frame, time)
+        mg = self.mgmt
+        if mg is not None and mg.matches(frame):
+            resp = mg.handle(frame)  # counts mgmt_rx (the disposition) and its verdict
+            out = [] if resp is None else [Emit(port, resp, time)]
+        else:
+            out = self._classify(port, frame, time)
         g[_G_TX] += len(out)
         return out
 
