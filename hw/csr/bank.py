@@ -1,0 +1,459 @@
+"""The engine's register bank: an AXI4-Lite slave generated from :mod:`netreduce.regmap`.
+
+Nothing here restates an address, a field position or a reset value: every register, field,
+access type, reset value and table length comes from the :class:`~netreduce.regmap.RegMap` the
+bank is built with (default: ``build_regmap()``). The bank implements exactly the access semantics
+of :class:`netreduce.regmap.RegisterFile` (the model's implementation of the same map), which the
+tests check by running the same random access sequence on both.
+
+Bus (``s_axil``, :class:`~.axil.AXI4LiteSignature`, 32-bit data, byte addresses):
+
+* One transaction at a time. In the idle state the bank accepts a read (``arvalid``) or a write
+  (``awvalid`` *and* ``wvalid`` together: AW and W are accepted in the same cycle, which AXI
+  allows); when both are pending it alternates, so neither side starves. ``*ready`` depend
+  combinationally on the ``*valid`` inputs (allowed by AXI), never the other way round.
+* Latency, counting the cycle whose closing clock edge completes the AR (or AW and W) handshake
+  as cycle 0: a read is decoded in cycle 1 and ``rvalid`` is high from cycle 2; a write is
+  applied at the end of cycle 1, so from cycle 2 the core sees the new value, a WO pulse is high
+  during cycle 2 only, and ``bvalid`` is high from cycle 2. ``rvalid`` / ``bvalid`` then hold
+  (data and response stable) until ``rready`` / ``bready``: that is the only backpressure. A
+  read issued after a write's B handshake sees the write. Peak rate with ``*ready`` held high:
+  one transaction per 3 cycles.
+* Errors: an address that decodes to no register of the map (holes inside a table entry, gaps
+  between tables, beyond the last entry, beyond the map) or that is not 4-byte aligned answers
+  ``DECERR`` (the map's :class:`~netreduce.regmap.BusError`); a write then has no effect, a read
+  returns 0. ``SLVERR`` is never used. Writes to read-only registers answer ``OKAY`` and change
+  nothing (as the map says). ``awprot`` / ``arprot`` are ignored.
+* Byte strobes are honoured: ``wstrb`` bit *k* enables byte *k* (bits 8k..8k+7). RW bits of a
+  disabled byte keep their value, W1C bits of a disabled byte are not cleared and WO bits of a
+  disabled byte do not pulse. The address of a partial write must still be word aligned.
+
+Core side (members generated per table; ``t`` = the table name in lower case; a table with more
+than one entry gives a ``data.ArrayLayout`` of per-entry structs, field path ``<reg>.<field>`` in
+lower case, e.g. ``bank.job_cfg[j].window.w`` or ``bank.flow_cfg[f].fwd_ip.ip``):
+
+* ``<t>_cfg`` (Out): every RW field, straight from its flip-flop (reset value from the map). Tables
+  are registers-as-flops, not a RAM with a read port: the flow table's keys must be compared by
+  the classifier against every frame in parallel every cycle (a CAM), and the job table is read by
+  several blocks at once, so every entry is visible at all times at no latency. The outputs are
+  the live register values; the map's "configuration is latched on enable" is the core's job
+  (it sees ``job_cfg[j].ctrl.enable`` and snapshots what it needs on the 0 -> 1 edge).
+* ``<t>_pulse`` (Out): WO fields; the written 1 bits are high for exactly one cycle (cycle 2
+  above). ``GLOBAL.CONTROL.clear_counters`` also clears the bank's counters (at the end of that
+  cycle).
+* ``<t>_status`` (In): RO fields the core owns (job state, pointers, acked index, bound flag);
+  sampled when a read is decoded.
+* ``<t>_set`` (In): W1C sticky flags. Each cycle, ``flag <= flag & ~cleared | set``: a set in the
+  same cycle as a clearing write wins, so no event is lost. Reset value from the map.
+* Counters are held here and the core drives increment inputs: ``job_cnt_inc[j].<name>``
+  (``inc_width`` bits, default 1: a strobe) per job counter, ``cnt_inc.<name>`` for the
+  engine-wide counters that belong to no job. The engine-wide copies of the job counters (``CNT``
+  registers named like a ``JOB_CNT`` register) are the sum over all jobs, kept by the bank: so the
+  per-job and global values cannot disagree, and the core increments one place per event. The
+  sum is pipelined: the ``CNT`` copy lags the ``JOB_CNT`` one by one cycle (also through a clear,
+  so after any quiet cycle ``CNT.x == sum_j JOB_CNT[j].x`` holds exactly, modulo 2^32). Counters
+  are 32 bits and wrap; bus writes to them are ignored (RO); ``clear_counters`` zeroes them all,
+  and the increment of the clearing cycle still counts (``count <= 0 + inc``).
+* Identity, version and build-parameter registers (the RO fields of ``GLOBAL``) are constants.
+
+Reset: synchronous (Amaranth ``sync`` domain); every register takes its map reset value, the FSM
+returns to idle, no response is pending.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal, unsigned
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from netreduce.regmap import REG_BITS, REG_BYTES, Access, Field, Register, RegMap, Table
+from netreduce.regmap import build_regmap as _build_regmap
+
+from .axil import AXI4LiteSignature, Resp
+
+__all__ = ["RegisterBank", "CONST_TABLES", "COUNTER_TABLES", "SUM_TABLE", "JOB_COUNTER_TABLE",
+           "CLEAR_COUNTERS", "member_name", "min_addr_width", "port_bits"]
+
+# The roles of the map's tables (names, not addresses). RO fields elsewhere are core inputs.
+CONST_TABLES = ("GLOBAL",)  # RO fields are constants: identity, version, build parameters
+JOB_COUNTER_TABLE = "JOB_CNT"  # per-job counters, incremented by the core
+SUM_TABLE = "CNT"  # engine-wide counters; registers named like JOB_CNT's are sums over jobs
+COUNTER_TABLES = (SUM_TABLE, JOB_COUNTER_TABLE)
+CLEAR_COUNTERS = "GLOBAL.CONTROL.clear_counters"
+
+
+def member_name(table: str, role: str) -> str:
+    """The signature member of ``table``'s ``role`` (cfg, pulse, status, set, inc)."""
+    return f"{table.lower()}_{role}"
+
+
+def port_bits(shape, *path) -> tuple[int, int]:
+    """``(lsb, width)`` of ``path`` (entry index, register key, field key, as far as given) inside
+    a packed port of layout ``shape``: where a Verilog or cocotb user finds ``job_cfg[1].world.n``
+    in the flat ``job_cfg`` vector (``port_bits(shape, 1, "world", "n")``)."""
+    lsb = 0
+    for p in path:
+        if isinstance(shape, data.ArrayLayout):
+            if not 0 <= p < shape.length:
+                raise IndexError(f"entry {p} outside 0..{shape.length - 1}")
+            lsb += p * shape.elem_shape.size
+            shape = shape.elem_shape
+        else:
+            f = shape[p]
+            lsb += f.offset
+            shape = f.shape
+    width = shape.size if isinstance(shape, data.Layout) else Shape.cast(shape).width
+    return lsb, width
+
+
+def min_addr_width(rm: RegMap) -> int:
+    """Address bits needed to reach every register of ``rm``."""
+    return max(1, (rm.size - 1).bit_length())
+
+
+def _key(name: str) -> str:
+    return name.lower()
+
+
+@dataclass
+class _TablePlan:
+    table: Table
+    shift: int  # log2(stride) for multi-entry tables
+    idx_bits: int
+    layouts: dict[str, data.Layout] = field(default_factory=dict)  # role -> per-entry layout
+    counters: bool = False
+    sum_regs: tuple[str, ...] = ()  # CNT registers that are sums of JOB_CNT registers
+
+
+def _fields_layout(regs, keep) -> data.StructLayout | None:
+    out = {}
+    for r in regs:
+        fs = {_key(f.name): unsigned(f.width) for f in r.fields if keep(r, f)}
+        if fs:
+            out[_key(r.name)] = data.StructLayout(fs)
+    return data.StructLayout(out) if out else None
+
+
+def _pack(shape, leaf, path=()):
+    """The value of a port of layout ``shape`` (array / struct / leaf) built from ``leaf(path)``,
+    where ``path`` is (entry index if an array, register key, field key)."""
+    if isinstance(shape, data.ArrayLayout):
+        return Cat(*(_pack(shape.elem_shape, leaf, path + (i,)) for i in range(shape.length)))
+    if isinstance(shape, data.StructLayout):
+        parts, pos = [], 0
+        for name, f in sorted(shape, key=lambda nf: nf[1].offset):
+            if f.offset > pos:
+                parts.append(Const(0, f.offset - pos))
+            parts.append(_pack(f.shape, leaf, path + (name,)))
+            pos = f.offset + f.width
+        if pos < shape.size:
+            parts.append(Const(0, shape.size - pos))
+        return Cat(*parts)
+    return leaf(path)
+
+
+class RegisterBank(wiring.Component):
+    """AXI4-Lite register bank for ``regmap`` (see the module docstring for the contract).
+
+    Parameters: ``regmap`` (default ``build_regmap()``), ``addr_width`` (default: the fewest bits
+    that reach every register; more bits make the extra space DECERR), ``inc_width`` (width of the
+    counter increment inputs). Raises ``ValueError`` for a map it cannot implement (a multi-entry
+    table whose stride is not a power of two, a table layout that is not as the roles above need).
+    """
+
+    def __init__(self, regmap: RegMap | None = None, *, addr_width: int | None = None,
+                 inc_width: int = 1):
+        try:
+            self._build(regmap, addr_width, inc_width)
+        except Exception:
+            self._MustUse__silence = True  # a refused map is not an unused elaboratable
+            raise
+
+    def _build(self, regmap, addr_width, inc_width):
+        rm = regmap if regmap is not None else _build_regmap()
+        need = min_addr_width(rm)
+        addr_width = need if addr_width is None else addr_width
+        if addr_width < need:
+            raise ValueError(f"addr_width {addr_width} cannot reach the map's last register at "
+                             f"0x{rm.size - REG_BYTES:x} (needs {need} bits)")
+        if inc_width < 1:
+            raise ValueError(f"inc_width {inc_width} must be >= 1")
+        self.map = rm
+        self.addr_width = addr_width
+        self.inc_width = inc_width
+        self.clear_field = rm.field(CLEAR_COUNTERS)
+        if self.clear_field.access != Access.WO:
+            raise ValueError(f"{CLEAR_COUNTERS} must be WO, is {self.clear_field.access}")
+        job_cnt_names = {r.name for r in rm.table(JOB_COUNTER_TABLE).registers}
+
+        self._plans: list[_TablePlan] = []
+        members: dict[str, wiring.Member] = {"s_axil": In(AXI4LiteSignature(addr_width))}
+        for t in rm.tables:
+            if t.count == 0:
+                continue
+            if t.count > 1 and t.stride & (t.stride - 1):
+                raise ValueError(f"table {t.name}: stride 0x{t.stride:x} is not a power of two")
+            plan = _TablePlan(t, max(t.stride.bit_length() - 1, 0),
+                              max((t.count - 1).bit_length(), 1))
+            if t.name in COUNTER_TABLES:
+                for r in t.registers:
+                    if [(f.access, f.width) for f in r.fields] != [(Access.RO, REG_BITS)]:
+                        raise ValueError(f"counter {t.name}.{r.name} must be one 32-bit RO field")
+                if t.name == SUM_TABLE:
+                    if t.count != 1:
+                        raise ValueError(f"table {SUM_TABLE} must have one entry")
+                    plan.sum_regs = tuple(r.name for r in t.registers if r.name in job_cnt_names)
+                plan.counters = True
+                incs = {_key(r.name): unsigned(inc_width) for r in t.registers
+                        if r.name not in plan.sum_regs}
+                if incs:
+                    plan.layouts["inc"] = data.StructLayout(incs)
+            else:
+                const = t.name in CONST_TABLES
+                roles = {
+                    "cfg": (lambda r, f: f.access == Access.RW, Out),
+                    "pulse": (lambda r, f: f.access == Access.WO, Out),
+                    "status": (lambda r, f, c=const: f.access == Access.RO and not c, In),
+                    "set": (lambda r, f: f.access == Access.W1C, In),
+                }
+                for role, (keep, _) in roles.items():
+                    lay = _fields_layout(t.registers, keep)
+                    if lay is not None:
+                        plan.layouts[role] = lay
+            for role, lay in plan.layouts.items():
+                flow = Out if role in ("cfg", "pulse") else In
+                shape = lay if t.count == 1 else data.ArrayLayout(lay, t.count)
+                members[member_name(t.name, role)] = flow(shape)
+            self._plans.append(plan)
+        super().__init__(members)
+
+    # ------------------------------------------------------------------ helpers
+    def _port(self, plan: _TablePlan, role: str, i: int):
+        v = getattr(self, member_name(plan.table.name, role))
+        return v if plan.table.count == 1 else v[i]
+
+    @staticmethod
+    def _decode(m: Module, plan: _TablePlan, addr: Signal, name: str):
+        """(hit, index, offset) of ``addr`` in ``plan``'s table: hit = inside the table's span
+        and 4-byte aligned (the register offset is checked by the caller's Switch)."""
+        t = plan.table
+        span = t.count * t.stride if t.count > 1 else t.size
+        rel = Signal(len(addr), name=f"{name}_rel")
+        m.d.comb += rel.eq(addr - t.base)
+        hit = Signal(name=f"{name}_hit")
+        m.d.comb += hit.eq((addr >= t.base) & (addr < t.base + span) & (addr[:2] == 0))
+        if t.count > 1:
+            idx = rel[plan.shift:plan.shift + plan.idx_bits]
+            off = rel[:plan.shift]
+        else:
+            idx = Const(0, 1)
+            off = rel
+        return hit, idx, off
+
+    # ------------------------------------------------------------------ elaborate
+    def elaborate(self, platform):
+        m = Module()
+        bus = self.s_axil
+        aw = self.addr_width
+
+        # ---- storage: RW and W1C fields, WO pulses, counters
+        store: dict[tuple[str, int, str, str], Signal] = {}
+        pulses: dict[tuple[str, int, str, str], Signal] = {}
+        counters: dict[tuple[str, int, str], Signal] = {}
+        for plan in self._plans:
+            t = plan.table
+            for i in range(t.count):
+                for r in t.registers:
+                    if plan.counters:
+                        counters[(t.name, i, r.name)] = Signal(
+                            REG_BITS, name=f"cnt_{t.name}_{i}_{r.name}".lower())
+                        continue
+                    for f in r.fields:
+                        nm = f"{t.name}_{i}_{r.name}_{f.name}".lower()
+                        k = (t.name, i, _key(r.name), _key(f.name))
+                        if f.access in (Access.RW, Access.W1C):
+                            store[k] = Signal(f.width, init=f.reset, name=nm)
+                        elif f.access == Access.WO:
+                            pulses[k] = Signal(f.width, name=nm)
+
+        def source(plan: _TablePlan, i: int, r: Register, f: Field):
+            """What the bus reads for field ``f`` of entry ``i``."""
+            t = plan.table
+            if plan.counters:
+                return counters[(t.name, i, r.name)]
+            if f.access in (Access.RW, Access.W1C):
+                return store[(t.name, i, _key(r.name), _key(f.name))]
+            if f.access == Access.WO:
+                return Const(0, f.width)
+            if t.name in CONST_TABLES:
+                return Const(f.reset, f.width)
+            return self._port(plan, "status", i)[_key(r.name)][_key(f.name)]
+
+        def reg_value(plan, i, r):
+            parts, pos = [], 0
+            for f in sorted(r.fields, key=lambda f: f.lsb):
+                if f.lsb > pos:
+                    parts.append(Const(0, f.lsb - pos))
+                parts.append(source(plan, i, r, f))
+                pos = f.msb + 1
+            if pos < REG_BITS:
+                parts.append(Const(0, REG_BITS - pos))
+            return Cat(*parts)
+
+        # ---- outputs to the core: one assignment per port (per-field slices of a wide port
+        # make elaboration quadratic in the table size)
+        for plan in self._plans:
+            t = plan.table
+            for role, src in (("cfg", store), ("pulse", pulses)):
+                if role not in plan.layouts:
+                    continue
+                port = getattr(self, member_name(t.name, role))
+                m.d.comb += port.as_value().eq(_pack(
+                    port.shape(), lambda p, t=t, src=src: src[(t.name, *p)]
+                    if t.count > 1 else src[(t.name, 0, *p)]))
+
+        # ---- bus FSM
+        raddr = Signal(aw)
+        waddr = Signal(aw)
+        wdata = Signal(REG_BITS)
+        wstrb = Signal(REG_BYTES)
+        bresp = Signal(2)
+        prefer_read = Signal()  # alternate when reads and writes are both pending
+        applying = Signal()  # the cycle a latched write takes effect
+        decoding = Signal()  # the cycle a latched read address is decoded
+
+        wr_pending = bus.awvalid & bus.wvalid
+        with m.FSM(name="axil"):
+            with m.State("IDLE"):
+                take_read = bus.arvalid & (~wr_pending | prefer_read)
+                take_write = wr_pending & ~take_read
+                m.d.comb += [bus.arready.eq(take_read), bus.awready.eq(take_write),
+                             bus.wready.eq(take_write)]
+                with m.If(take_read):
+                    m.d.sync += [raddr.eq(bus.araddr), prefer_read.eq(0)]
+                    m.next = "READ"
+                with m.Elif(take_write):
+                    m.d.sync += [waddr.eq(bus.awaddr), wdata.eq(bus.wdata),
+                                 wstrb.eq(bus.wstrb), prefer_read.eq(1)]
+                    m.next = "WRITE"
+            with m.State("READ"):
+                m.d.comb += decoding.eq(1)
+                m.next = "READ_RESP"
+            with m.State("READ_RESP"):
+                m.d.comb += bus.rvalid.eq(1)
+                with m.If(bus.rready):
+                    m.next = "IDLE"
+            with m.State("WRITE"):
+                m.d.comb += applying.eq(1)
+                m.next = "WRITE_RESP"
+            with m.State("WRITE_RESP"):
+                m.d.comb += [bus.bvalid.eq(1), bus.bresp.eq(bresp)]
+                with m.If(bus.bready):
+                    m.next = "IDLE"
+
+        # ---- read path: decode in READ, one registered value per table, OR-ed into rdata
+        rd_vals, rd_oks = [], []
+        for plan in self._plans:
+            t = plan.table
+            hit, idx, off = self._decode(m, plan, raddr, f"rd_{t.name.lower()}")
+            val = Signal(REG_BITS, name=f"rd_{t.name.lower()}_val")
+            ok = Signal(name=f"rd_{t.name.lower()}_ok")
+            # entry select first (one wide mux per table), then the register within the entry
+            nregs = len(t.registers)
+            entry = Signal(REG_BITS * nregs, name=f"rd_{t.name.lower()}_entry")
+            if t.count == 1:
+                m.d.comb += entry.eq(Cat(*(reg_value(plan, 0, r) for r in t.registers)))
+            else:
+                with m.Switch(idx):
+                    for i in range(t.count):
+                        with m.Case(i):
+                            m.d.comb += entry.eq(Cat(*(reg_value(plan, i, r)
+                                                       for r in t.registers)))
+            with m.If(decoding):
+                m.d.sync += [val.eq(0), ok.eq(0)]
+                with m.If(hit):
+                    with m.Switch(off):
+                        for k, r in enumerate(t.registers):
+                            with m.Case(r.offset):
+                                m.d.sync += [val.eq(entry.word_select(k, REG_BITS)), ok.eq(1)]
+            rd_vals.append(val)
+            rd_oks.append(ok)
+        any_ok = Cat(*rd_oks).any()
+        rdata = rd_vals[0]
+        for v in rd_vals[1:]:
+            rdata = rdata | v
+        m.d.comb += [bus.rdata.eq(rdata), bus.rresp.eq(Mux(any_ok, Resp.OKAY, Resp.DECERR))]
+
+        # ---- write path: decode the latched AW/W in WRITE
+        bytemask = Cat(*(wstrb[k].replicate(8) for k in range(REG_BYTES)))
+        wr_oks = []
+        w1c_clear: dict[tuple, object] = {}
+        for plan in self._plans:
+            t = plan.table
+            hit, idx, off = self._decode(m, plan, waddr, f"wr_{t.name.lower()}")
+            offs = Signal(name=f"wr_{t.name.lower()}_known")
+            m.d.comb += offs.eq(Cat(*(off == r.offset for r in t.registers)).any())
+            wr_oks.append(hit & offs)
+            if plan.counters:
+                continue  # counters are RO: bus writes ignored
+            entry_sel = [idx == i for i in range(t.count)] if t.count > 1 else [Const(1, 1)]
+            for r in t.registers:
+                reg_sel = Signal(name=f"wr_{t.name}_{r.name}".lower())
+                m.d.comb += reg_sel.eq(applying & hit & (off == r.offset))
+                for i in range(t.count):
+                    we = reg_sel & entry_sel[i]
+                    for f in r.fields:
+                        k = (t.name, i, _key(r.name), _key(f.name))
+                        bits = slice(f.lsb, f.msb + 1)
+                        en = bytemask[bits]
+                        if f.access == Access.RW:
+                            with m.If(we):
+                                m.d.sync += store[k].eq((store[k] & ~en) | (wdata[bits] & en))
+                        elif f.access == Access.W1C:
+                            w1c_clear[k] = Mux(we, wdata[bits] & en, 0)
+                        elif f.access == Access.WO:
+                            m.d.sync += pulses[k].eq(Mux(we, wdata[bits] & en, 0))
+        with m.If(applying):
+            m.d.sync += bresp.eq(Mux(Cat(*wr_oks).any(), Resp.OKAY, Resp.DECERR))
+
+        # ---- W1C sticky flags: set by the core, cleared by the bus; set wins
+        for plan in self._plans:
+            t = plan.table
+            for i in range(t.count):
+                for r in t.registers:
+                    for f in r.fields:
+                        if f.access != Access.W1C:
+                            continue
+                        k = (t.name, i, _key(r.name), _key(f.name))
+                        s = self._port(plan, "set", i)[_key(r.name)][_key(f.name)]
+                        m.d.sync += store[k].eq((store[k] & ~w1c_clear[k]) | s)
+
+        # ---- counters
+        tname, rname, fname = CLEAR_COUNTERS.split(".")
+        clear = pulses[(tname, 0, _key(rname), _key(fname))].any()
+        clear_d = Signal()  # the sums lag one cycle: so does their clear
+        m.d.sync += clear_d.eq(clear)
+        jplan = next(p for p in self._plans if p.table.name == JOB_COUNTER_TABLE)
+        for plan in self._plans:
+            if not plan.counters:
+                continue
+            t = plan.table
+            for i in range(t.count):
+                for r in t.registers:
+                    c = counters[(t.name, i, r.name)]
+                    if r.name in plan.sum_regs:
+                        n = jplan.table.count
+                        total = Signal(range(n * ((1 << self.inc_width) - 1) + 1),
+                                       name=f"sum_{r.name}".lower())
+                        incs = [self._port(jplan, "inc", j)[_key(r.name)] for j in range(n)]
+                        acc = incs[0]
+                        for x in incs[1:]:
+                            acc = acc + x
+                        m.d.sync += [total.eq(acc),
+                                     c.eq((Mux(clear_d, 0, c) + total)[:REG_BITS])]
+                    else:
+                        inc = self._port(plan, "inc", i)[_key(r.name)]
+                        m.d.sync += c.eq((Mux(clear, 0, c) + inc)[:REG_BITS])
+        return m
