@@ -1,0 +1,2 @@
+"""Aggregation gateware: lane ALU, slot memory (read-modify-write), and later slot state,
+release, emitter, ack monitor and CNP generator (DESIGN.md section 6)."""
