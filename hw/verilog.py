@@ -1,0 +1,350 @@
+"""Verilog top generator: any ``wiring.Component`` behind AXI-Stream port names.
+
+Amaranth packs a ``lib.stream`` port with a struct payload into one ``<name>__payload`` port, so
+a verification tool (cocotbext-axi's ``from_prefix``, a vendor IP integrator) cannot bind it. This
+module wraps the Amaranth Verilog in one hand-readable top module that renames and splits the
+ports:
+
+* a stream *input* (component member ``In(stream.Signature(...))``) named ``i`` becomes
+  ``s_axis_tdata/tkeep/tlast/tuser/tvalid/tready``; ``i_<x>`` (or any other name ``<x>``) becomes
+  ``s_axis_<x>_*`` when the component has several stream inputs. Outputs likewise as ``m_axis``.
+* payload struct fields ``data``, ``keep`` and ``last`` map to ``tdata``, ``tkeep``, ``tlast``; a
+  ``first`` flag on an input is derived in the wrapper (first beat after reset or after a beat with
+  ``tlast``), and dropped on an output (AXI-Stream has no such signal). Every other payload field
+  goes into ``tuser`` in layout order, the first field at bit 0 (see :attr:`AxisPort.user_fields`).
+  A payload that is a plain shape, or a struct with none of those four fields (a record such as
+  parsed headers), becomes ``tdata``.
+* any other port keeps its name (``__`` of nested signatures becomes ``_``); ``clk`` and ``rst``
+  (Amaranth's ``sync`` domain: rising edge, synchronous active-high reset) are always present.
+
+The file starts with a ```timescale`` line (Amaranth's output has none, which Icarus and Verilator
+need to agree on time units), then the wrapper, then the Amaranth output with the component as
+module ``<name>_core``. The wrapper adds no latency: every signal is a wire, except the one-bit
+"inside a frame" register per input stream that has a ``first`` field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import re
+from dataclasses import asdict, dataclass, field
+
+from amaranth.back import verilog
+from amaranth.hdl import Shape, Signal, ValueCastable
+from amaranth.hdl._ir import PortDirection
+from amaranth.lib import data, stream, wiring
+
+__all__ = ["AxisPort", "AxisTop", "FIELD_NAMES", "generate"]
+
+# Payload field name -> AXI-Stream role. Pass ``fields=`` to generate() for other spellings.
+FIELD_NAMES = {"data": "data", "keep": "keep", "last": "last", "first": "first"}
+
+_PORT_RE = re.compile(r"^\s*(input|output|inout)\s+(?:wire\s+|reg\s+)?(?:signed\s+)?"
+                      r"(?:\[(\d+):(\d+)\]\s*)?(\\?\S+)\s*;", re.M)
+
+
+@dataclass(frozen=True)
+class AxisPort:
+    """One stream port of the top as AXI-Stream: ``<prefix>_tdata`` etc.
+
+    ``direction`` is ``"in"`` (the DUT consumes it: ``s_axis``) or ``"out"`` (``m_axis``).
+    ``user_fields`` lists ``(field path, lsb in tuser, width)``; nested struct fields are dotted.
+    ``data_fields`` does the same for ``tdata`` of a *record* stream (a struct payload with none of
+    the data/keep/first/last fields, e.g. parsed headers: the whole struct is ``tdata``). Widths
+    are 0 where the signal is absent.
+    """
+
+    member: str
+    prefix: str
+    direction: str
+    data_width: int
+    keep_width: int
+    user_width: int
+    has_last: bool
+    has_first: bool
+    has_valid: bool = True
+    has_ready: bool = True
+    user_fields: tuple[tuple[str, int, int], ...] = ()
+    data_fields: tuple[tuple[str, int, int], ...] = ()  # record streams: (path, lsb, width)
+
+    def user_bit(self, name: str) -> tuple[int, int]:
+        """``(lsb, width)`` of user field ``name`` inside ``tuser``."""
+        for n, lsb, w in self.user_fields:
+            if n == name:
+                return lsb, w
+        raise KeyError(f"{self.prefix}: no user field {name!r}; have "
+                       f"{[n for n, _, _ in self.user_fields]}")
+
+
+@dataclass
+class AxisTop:
+    """A generated Verilog top: its module name, text and port map."""
+
+    name: str
+    verilog: str
+    streams: list[AxisPort]
+    ports: dict[str, tuple[str, int]] = field(default_factory=dict)  # name -> (dir, width)
+
+    @property
+    def digest(self) -> str:
+        """Hash of the Verilog text (the build-cache key of a design)."""
+        return hashlib.sha256(self.verilog.encode()).hexdigest()
+
+    def stream(self, prefix: str) -> AxisPort:
+        for s in self.streams:
+            if s.prefix == prefix or s.member == prefix:
+                return s
+        raise KeyError(f"no stream {prefix!r}; have {[s.prefix for s in self.streams]}")
+
+    def info(self) -> dict:
+        """JSON-able port map, handed to cocotb test modules."""
+        return {"name": self.name, "streams": [asdict(s) for s in self.streams],
+                "ports": {k: list(v) for k, v in self.ports.items()}}
+
+    def info_json(self) -> str:
+        return json.dumps(self.info(), sort_keys=True)
+
+
+def _leaves(layout, path=()):
+    """(dotted path, offset, width) of every non-struct leaf, in layout order."""
+    for name, f in layout:
+        if isinstance(f.shape, data.StructLayout):
+            for p, off, w in _leaves(f.shape, path + (name,)):
+                yield p, f.offset + off, w
+        else:
+            yield ".".join(path + (name,)), f.offset, f.width
+
+
+def _stream_members(sig, path=()):
+    """Yield (path, member) for every stream and plain port, walking nested signatures.
+
+    Array members (``Out(sig).array(n)``) yield one entry per element, the index in the path.
+    """
+    for name, member in sig.members.items():
+        for index in itertools.product(*(range(d) for d in member.dimensions)):
+            p = path + (str(name),) + tuple(str(i) for i in index)
+            if member.is_signature and isinstance(member.signature, stream.Signature):
+                yield p, member
+            elif member.is_signature:
+                # an In member's .signature is already flipped: its flows are the component's
+                yield from _stream_members(member.signature, p)
+            else:
+                yield p, member
+
+
+def _stream_prefixes(ins: list[str], outs: list[str], names: dict[str, str]) -> dict[str, str]:
+    out = {}
+    for members, base, short in ((ins, "s_axis", "i"), (outs, "m_axis", "o")):
+        for m in members:
+            if m in names:
+                out[m] = names[m]
+            elif len(members) == 1 or m == short:
+                out[m] = base
+            else:
+                x = m[len(short) + 1:] if m.startswith(short + "_") else m
+                out[m] = f"{base}_{x}"
+    return out
+
+
+def _parse_ports(text: str, module: str) -> dict[str, tuple[str, int]]:
+    m = re.search(rf"^module {re.escape(module)}\((.*?)\);(.*?)^endmodule", text, re.M | re.S)
+    if m is None:
+        raise ValueError(f"module {module!r} not found in the Amaranth Verilog output")
+    names = [n.strip() for n in m.group(1).split(",") if n.strip()]
+    decl = {}
+    for d, hi, lo, n in _PORT_RE.findall(m.group(2)):
+        decl[n] = (d, int(hi) - int(lo) + 1 if hi else 1)
+    missing = [n for n in names if n not in decl]
+    if missing:
+        raise ValueError(f"ports {missing} of {module} have no declaration")
+    return {n: decl[n] for n in names}
+
+
+def _vector(w: int) -> str:
+    return f"[{w - 1}:0] " if w > 1 else ""
+
+
+def generate(component: wiring.Component, name: str = "top", *,
+             timescale: tuple[str, str] = ("1ns", "1ps"),
+             stream_names: dict[str, str] | None = None,
+             fields: dict[str, str] | None = None) -> AxisTop:
+    """Convert ``component`` to Verilog behind an AXI-Stream top module called ``name``.
+
+    ``stream_names`` overrides the prefix of a stream member (``{"i": "s_axis_rx"}``); ``fields``
+    overrides :data:`FIELD_NAMES` (role -> payload field name). Raises ``ValueError`` naming the
+    member when a stream payload cannot be mapped (e.g. ``first`` without ``last``) or two ports
+    would get the same name.
+    """
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise ValueError(f"top name {name!r} is not a plain Verilog identifier")
+    roles = dict(FIELD_NAMES, **(fields or {}))
+    core = f"{name}_core"
+    # Amaranth's own port list, minus constant members (a stream with always_ready/always_valid
+    # has a Const there, which convert() refuses): those simply get no port
+    ports = {}
+    for path, member, value in component.signature.flatten(component):
+        if isinstance(value, ValueCastable):
+            value = value.as_value()
+        if isinstance(value, Signal):
+            d = PortDirection.Input if member.flow == wiring.In else PortDirection.Output
+            ports["__".join(map(str, path))] = (value, d)
+    text = verilog.convert(component, name=core, emit_src=False, ports=ports)
+    inner = _parse_ports(text, core)
+
+    members = list(_stream_members(component.signature))
+    ins = ["_".join(p) for p, m in members
+           if m.is_signature and m.flow == wiring.In]
+    outs = ["_".join(p) for p, m in members
+            if m.is_signature and m.flow == wiring.Out]
+    prefixes = _stream_prefixes(ins, outs, stream_names or {})
+
+    top_ports: dict[str, tuple[str, int]] = {"clk": ("input", 1), "rst": ("input", 1)}
+    body: list[str] = []
+    conns: dict[str, str] = {}
+    streams: list[AxisPort] = []
+    used = set()
+
+    def add_port(n, d, w):
+        if n in top_ports and n not in ("clk", "rst"):
+            raise ValueError(f"two ports of the top are both named {n!r}")
+        top_ports[n] = (d, w)
+
+    for path, member in members:
+        flat = "_".join(path)
+        inner_base = "__".join(path)
+        if not member.is_signature:
+            if inner_base in inner:
+                d, w = inner[inner_base]
+                add_port(flat, d, w)
+                conns[inner_base] = flat
+                used.add(inner_base)
+            continue
+        is_in = member.flow == wiring.In
+        pre = prefixes[flat]
+        shape = member.signature.members["payload"].shape
+        pay = f"{inner_base}__payload"
+        if pay not in inner:
+            raise ValueError(f"stream {flat}: no payload port {pay!r} in the Verilog")
+        pw = inner[pay][1]
+        role_of = {}
+        user = []
+        if isinstance(shape, data.StructLayout):
+            top_fields = {n: f for n, f in shape}
+            for role in ("data", "keep", "last", "first"):
+                fn = roles[role]
+                if fn in top_fields:
+                    f = top_fields[fn]
+                    role_of[role] = (f.offset, f.width)
+            data_fields = ()
+            if not role_of:
+                # a record stream (e.g. parsed headers): the whole struct is tdata, one record
+                # per beat; its fields are listed so a testbench can decode tdata
+                role_of["data"] = (0, shape.size)
+                data_fields = tuple(_leaves(shape))
+            if "data" not in role_of:
+                raise ValueError(f"stream {flat}: payload {shape!r} has no {roles['data']!r} "
+                                 "field for tdata")
+            if "first" in role_of and "last" not in role_of:
+                raise ValueError(f"stream {flat}: a {roles['first']!r} flag needs a "
+                                 f"{roles['last']!r} flag (first is derived from tlast)")
+            mapped = {roles[r] for r in role_of}
+            lsb = 0
+            for n, f in shape:
+                if n in mapped or data_fields:
+                    continue
+                if isinstance(f.shape, data.StructLayout):
+                    for p, off, w in _leaves(f.shape, (n,)):
+                        user.append((p, lsb, f.offset + off, w))
+                        lsb += w
+                else:
+                    user.append((n, lsb, f.offset, f.width))
+                    lsb += f.width
+        else:
+            role_of["data"] = (0, Shape.cast(shape).width)
+            data_fields = ()
+        uw = sum(u[3] for u in user)
+        has = {"valid": f"{inner_base}__valid" in inner, "ready": f"{inner_base}__ready" in inner}
+        sp = AxisPort(
+            member=flat, prefix=pre, direction="in" if is_in else "out",
+            data_width=role_of["data"][1], keep_width=role_of.get("keep", (0, 0))[1],
+            user_width=uw, has_last="last" in role_of, has_first="first" in role_of,
+            has_valid=has["valid"], has_ready=has["ready"],
+            user_fields=tuple((n, lsb, w) for n, lsb, _, w in user),
+            data_fields=data_fields)
+        streams.append(sp)
+        d_in, d_out = ("input", "output") if is_in else ("output", "input")
+        sig = {"data": (f"{pre}_tdata", sp.data_width),
+               "keep": (f"{pre}_tkeep", sp.keep_width),
+               "last": (f"{pre}_tlast", 1 if sp.has_last else 0)}
+        for n, w in sig.values():
+            if w:
+                add_port(n, d_in, w)
+        if uw:
+            add_port(f"{pre}_tuser", d_in, uw)
+        if has["valid"]:
+            add_port(f"{pre}_tvalid", d_in, 1)
+            conns[f"{inner_base}__valid"] = f"{pre}_tvalid"
+        if has["ready"]:
+            add_port(f"{pre}_tready", d_out, 1)
+            conns[f"{inner_base}__ready"] = f"{pre}_tready"
+        used.update({pay, f"{inner_base}__valid", f"{inner_base}__ready"})
+        # the packed payload, bit slice by bit slice
+        wire = f"{pre}_payload"
+        body.append(f"  wire {_vector(pw)}{wire};")
+        conns[pay] = wire
+        slices = []  # (offset, width, expression in AXI-Stream terms)
+        for role in ("data", "keep", "last"):
+            if role in role_of:
+                slices.append((*role_of[role], sig[role][0]))
+        for _name, lsb, off, w in user:
+            slices.append((off, w, f"{pre}_tuser[{lsb + w - 1}:{lsb}]" if uw > 1 else
+                           f"{pre}_tuser"))
+        if "first" in role_of:
+            if is_in:
+                frame = f"{pre}_in_frame"
+                body += [
+                    f"  // {pre}: first beat = the first one after reset or after tlast",
+                    f"  reg {frame} = 1'b0;",
+                    "  always @(posedge clk)",
+                    f"    if (rst) {frame} <= 1'b0;",
+                    f"    else if ({pre}_tvalid && {pre}_tready) {frame} <= !{pre}_tlast;",
+                ]
+                slices.append((*role_of["first"], f"!{frame}"))
+        for off, w, expr in sorted(slices):
+            sel = f"[{off + w - 1}:{off}]" if pw > 1 else ""
+            if is_in:
+                body.append(f"  assign {wire}{sel} = {expr};")
+            else:
+                body.append(f"  assign {expr} = {wire}{sel};")
+        if is_in:
+            covered = set()
+            for off, w, _ in slices:
+                covered.update(range(off, off + w))
+            for b in range(pw):
+                if b not in covered:
+                    body.append(f"  assign {wire}[{b}] = 1'b0;")
+
+    for n, (d, w) in inner.items():
+        if n in used:
+            continue
+        if n not in conns:  # clocks and resets of other domains, unmapped ports: as they are
+            if n not in ("clk", "rst"):
+                add_port(n, d, w)
+            conns[n] = n
+
+    head = [f"`timescale {timescale[0]}/{timescale[1]}",
+            f"// Generated by netreduce.hw.verilog from {type(component).__qualname__}: "
+            "AXI-Stream top over the Amaranth core below.",
+            f"module {name} ("]
+    decls = []
+    for n, (d, w) in top_ports.items():
+        decls.append(f"  {d} wire {_vector(w)}{n}")
+    head.append(",\n".join(decls))
+    head.append(");")
+    inst = [f"  {core} core ("]
+    inst.append(",\n".join(f"    .{p}({c})" for p, c in conns.items()))
+    inst.append("  );")
+    wrapper = "\n".join(head + body + inst + ["endmodule", ""])
+    return AxisTop(name=name, verilog=wrapper + "\n" + text, streams=streams, ports=top_ports)
