@@ -1,0 +1,362 @@
+"""RoCEv2 deparser at full beat width: header bytes + payload stream -> a complete frame.
+
+Data flow (one output beat per cycle sustained)::
+
+    hdr ─► H1, H2: new header bytes (ECN CE->ECT(0) on request, IPv4 total length, UDP length,
+    │         PadCnt; then the IPv4 checksum), frame geometry
+    ▼
+    A: assemble output beat j: header bytes, payload bytes moved back to their wire offset
+    │  (a window over the previous and the current payload beat), pad, zeros for the ICRC
+    ▼       ◄── payload
+    R1: ICRC masks applied to a copy, CRC-32 step (full width, init-0 trick, see .icrc)
+    R2: CRC register = CRC through this beat; un-shift by the zero bytes after the covered end
+    R3: (un-shift, second half)
+    R4: ICRC inserted (it may straddle into the next beat) ─► o
+
+All registers advance together when the output can move (``~o.valid | o.ready``); the header
+stage prefetches the next header so that back-to-back frames leave without a gap.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from netreduce.wire import fields as wf
+from netreduce.wire.frame import MIN_FRAME
+
+from ..stream import beat_layout, beat_signature, bytes_of, check_data_width, tree_sum
+from .icrc import CrcUnshift, crc_input_masks, crc_next, crc_output
+from .layout import (
+    HDR_CAP,
+    L2_TAGGED,
+    L2_UNTAGGED,
+    LEN_BITS,
+    deparse_header_layout,
+    hdr_lengths,
+)
+
+__all__ = ["Deparser"]
+
+_ICRC = 4
+_BTH_AT = wf.IPV4.size + wf.UDP.size
+
+
+def _therm(x, n):
+    """Thermometer of a (signed) count: bit i set when i < x."""
+    return Cat(*[x > i for i in range(n)])
+
+
+class Deparser(wiring.Component):
+    """Build RoCEv2 frames from header bytes and a payload stream.
+
+    Ports (``w`` = ``data_width``):
+
+    * ``hdr``: ``In(stream.Signature(deparse_header_layout()))``: one per frame. ``raw`` holds
+      the frame's header bytes (Ethernet, optional 802.1Q tag, IPv4, UDP, BTH, extension headers;
+      only the first ``hdr_len`` bytes are used), ``plen`` the payload bytes, ``ce_to_ect0`` the
+      ECN rewrite request. The parser's header record carries ``raw``/``hdr_len``/``plen``.
+    * ``payload``: ``In(beat_signature(w))``: the frame's payload, byte 0 in lane 0, exactly
+      ``plen`` bytes; a zero-length payload is one beat with ``keep == 0`` (as the parser emits).
+      A frame with ``plen == 0`` still consumes that one beat.
+    * ``o``: ``Out(beat_signature(w))``: the frame: header with IPv4 total length, UDP length,
+      BTH PadCnt and IPv4 checksum recomputed (TOS rewritten if requested; every other byte as in
+      ``raw``), payload, zero pad to 4 bytes, the freshly computed ICRC, and zero Ethernet padding
+      up to 60 bytes. Output ``error`` on the last beat: the payload stream did not end on the
+      beat ``plen`` implies (the frame is still emitted with ``plen`` bytes; excess payload beats
+      are dropped, missing ones read as zeros).
+
+    Throughput: one output beat per cycle with back-to-back frames, as long as the inputs keep up
+    (the output has more beats than the payload: header, pad and ICRC). Latency: the first beat
+    of a frame leaves 6 cycles after its header is accepted (2 header stages, 4 pipeline stages).
+    Backpressure: ``o.ready`` low freezes the whole pipeline; ``hdr``/``payload`` are taken only
+    when their data can move on.
+    """
+
+    def __init__(self, data_width: int = 512):
+        self._w = check_data_width(data_width)
+        super().__init__({
+            "hdr": In(stream.Signature(deparse_header_layout())),
+            "payload": In(beat_signature(data_width)),
+            "o": Out(beat_signature(data_width)),
+        })
+
+    @property
+    def data_width(self) -> int:
+        return self._w
+
+    def elaborate(self, platform):
+        m = Module()
+        w, nb = self._w, self._w // 8
+        lb = (nb - 1).bit_length()
+        adv = Signal()   # the pipeline moves this cycle
+        m.d.comb += adv.eq(~self.o.valid | self.o.ready)
+
+        # ------------------------------------------------------------ H: header preparation
+        # Two stages (H1: lengths, TOS, PadCnt and the partial checksum of the words that do
+        # not depend on the length; H2: the checksum), each taking one header per cycle.
+        hin = self.hdr.payload
+        raw = [hin.raw[g] for g in range(HDR_CAP)]
+        tpid = wf.ETH.ethertype
+        vlan_i = Cat(raw[tpid.offset + 1], raw[tpid.offset]) == wf.ETHERTYPE_VLAN
+        plen_i = hin.plen
+        pad_i = (-plen_i)[:2]
+        hl_i = hin.hdr_len
+        padded_i = Signal(LEN_BITS)   # payload + pad
+        m.d.comb += padded_i.eq(plen_i + pad_i)
+        tl_word = wf.IPV4.total_length.offset // 2   # the only checksum word that needs H1's add
+
+        def rebuilt(l2):
+            """Header bytes with lengths, PadCnt and TOS rewritten, checksum 0 (tag at l2); the
+            sum of the IPv4 words except the total length; the total length."""
+            b = list(raw)
+            total = Signal(LEN_BITS, name=f"total_{l2}")
+            m.d.comb += total.eq(padded_i + (hl_i - l2 + _ICRC))
+
+            def put(f, base, value):
+                for i in range(f.size):
+                    b[base + f.offset + i] = value.word_select(f.size - 1 - i, 8)
+
+            tos_at = l2 + wf.IPV4.tos.offset
+            ecn = wf.IPV4.ecn
+            tos = raw[tos_at]
+            ce = tos[ecn.shift: ecn.shift + ecn.bits] == wf.ECN_CE
+            b[tos_at] = Mux(hin.ce_to_ect0 & ce,
+                            Cat(Const(wf.ECN_ECT0, ecn.bits), tos[ecn.bits:]), tos)
+            put(wf.IPV4.total_length, l2, total)
+            put(wf.UDP.length, l2 + wf.IPV4.size, (total - wf.IPV4.size)[:LEN_BITS])
+            pc = wf.BTH.padcnt
+            b1 = l2 + _BTH_AT + pc.offset
+            old = raw[b1]
+            b[b1] = Cat(old[:pc.shift], pad_i, old[pc.shift + pc.bits:])
+            put(wf.IPV4.checksum, l2, Const(0, 16))
+            words = [Cat(b[l2 + o + 1], b[l2 + o]) for o in range(0, wf.IPV4.size, 2)]
+            part = tree_sum(w for i, w in enumerate(words) if i != tl_word)
+            return b, part, total
+
+        bu, su, tu = rebuilt(L2_UNTAGGED)
+        bt, st, tt = rebuilt(L2_TAGGED)
+        flen_i = hl_i + padded_i + _ICRC            # frame bytes without Ethernet padding
+
+        h1_v = Signal()
+        h1_bytes = Signal(8 * HDR_CAP)
+        h1_sum = Signal(LEN_BITS + 4)
+        h1_total = Signal(LEN_BITS)
+        h1_hl = Signal(range(HDR_CAP + 1))
+        h1_plen = Signal(LEN_BITS)
+        h1_e = Signal(LEN_BITS + 1)
+        h1_len = Signal(LEN_BITS + 1)
+        h1_vlan = Signal()
+
+        hp_v = Signal()
+        hp_bytes = Signal(8 * HDR_CAP)
+        hp_hl = Signal(range(HDR_CAP + 1))
+        hp_plen = Signal(LEN_BITS)
+        hp_e = Signal(LEN_BITS + 1)     # ICRC offset (= end of the bytes it covers)
+        hp_len = Signal(LEN_BITS + 1)   # output frame bytes (with Ethernet padding)
+        hp_vlan = Signal()
+        hp_take = Signal()              # stage A takes the prepared header this cycle
+        h1_move = Signal()
+        m.d.comb += [h1_move.eq(h1_v & (~hp_v | hp_take)),
+                     self.hdr.ready.eq(~h1_v | h1_move)]
+        with m.If(self.hdr.valid & self.hdr.ready):
+            m.d.sync += [h1_v.eq(1),
+                         h1_bytes.eq(Cat(*[Mux(vlan_i, bt[g], bu[g]) for g in range(HDR_CAP)])),
+                         h1_sum.eq(Mux(vlan_i, st, su)), h1_total.eq(Mux(vlan_i, tt, tu)),
+                         h1_hl.eq(hl_i), h1_plen.eq(plen_i), h1_e.eq(flen_i - _ICRC),
+                         h1_len.eq(Mux(flen_i < MIN_FRAME, MIN_FRAME, flen_i)),
+                         h1_vlan.eq(vlan_i)]
+        with m.Elif(h1_move):
+            m.d.sync += h1_v.eq(0)
+
+        s = h1_sum + h1_total
+        lo = s[:16] + s[16:]
+        csum = Signal(16)
+        m.d.comb += csum.eq(~(lo[:16] + lo[16:])[:16])
+        hb1 = bytes_of(h1_bytes)
+        ck = wf.IPV4.checksum
+        for l2, v in ((L2_UNTAGGED, 0), (L2_TAGGED, 1)):
+            for i in range(ck.size):
+                g = l2 + ck.offset + i
+                hb1[g] = Mux(h1_vlan == v, csum.word_select(ck.size - 1 - i, 8), hb1[g])
+        with m.If(h1_move):
+            m.d.sync += [hp_v.eq(1), hp_bytes.eq(Cat(*hb1)), hp_hl.eq(h1_hl),
+                         hp_plen.eq(h1_plen), hp_e.eq(h1_e), hp_len.eq(h1_len),
+                         hp_vlan.eq(h1_vlan)]
+        with m.Elif(hp_take):
+            m.d.sync += hp_v.eq(0)
+
+        # ------------------------------------------------------------ A: assemble
+        busy = Signal()
+        j = Signal(LEN_BITS + 1 - lb)
+        ah_bytes = Signal(8 * HDR_CAP)
+        ah_hl = Signal(range(HDR_CAP + 1))
+        ah_plen = Signal(LEN_BITS)
+        ah_e = Signal(LEN_BITS + 1)
+        ah_len = Signal(LEN_BITS + 1)
+        ah_vlan = Signal()
+        prevpay = Signal(w)
+        pay_done = Signal()
+        pay_err = Signal()
+        draining = Signal()   # dropping surplus payload beats of the previous frame
+
+        start = Signal()
+        m.d.comb += start.eq(~busy)
+        hbytes = Signal(8 * HDR_CAP)
+        m.d.comb += hbytes.eq(Mux(start, hp_bytes, ah_bytes))
+        hl = Mux(start, hp_hl, ah_hl)
+        plen = Mux(start, hp_plen, ah_plen)
+        e_off = Mux(start, hp_e, ah_e)
+        flen = Mux(start, hp_len, ah_len)
+        vlan = Mux(start, hp_vlan, ah_vlan)
+        jj = Mux(start, 0, j)
+        base = Signal(LEN_BITS + 1)
+        m.d.comb += base.eq(jj << lb)
+        q = hl >> lb
+        s = hl[:lb]
+        pdone = pay_done & ~start
+
+        have_frame = busy | hp_v
+        need_pay = (jj >= q) & ~pdone
+        can = Signal()
+        m.d.comb += can.eq(have_frame & ~draining & (~need_pay | self.payload.valid))
+        go = Signal()
+        m.d.comb += go.eq(adv & can)
+        m.d.comb += hp_take.eq(go & start)
+        pay_take = go & need_pay
+        m.d.comb += self.payload.ready.eq(pay_take | draining)
+
+        curpay = Signal(w)
+        m.d.comb += curpay.eq(Mux(need_pay, self.payload.payload.data, 0))
+        window = Signal(w)
+        with m.Switch(s):
+            for sh in sorted({h % nb for h in hdr_lengths()}):
+                with m.Case(sh):
+                    m.d.comb += window.eq(Cat(prevpay, curpay)[8 * (nb - sh): 8 * (nb - sh) + w])
+        hdr_lanes = Signal(nb)
+        pay_lanes = Signal(nb)
+        rel_h = Signal(signed(LEN_BITS + 3))
+        rel_p = Signal(signed(LEN_BITS + 3))
+        m.d.comb += [rel_h.eq(hl - base), rel_p.eq(hl + plen - base),
+                     hdr_lanes.eq(_therm(rel_h, nb)), pay_lanes.eq(_therm(rel_p, nb))]
+        hdr_beats = -(-HDR_CAP // nb)
+        hb = bytes_of(hbytes)
+        hdr_beat = Signal(w)
+        with m.Switch(jj):
+            for b in range(hdr_beats):
+                with m.Case(b):
+                    lanes = [hb[b * nb + lane] if b * nb + lane < HDR_CAP else Const(0, 8)
+                             for lane in range(nb)]
+                    m.d.comb += hdr_beat.eq(Cat(*lanes))
+        wb = bytes_of(window)
+        hbb = bytes_of(hdr_beat)
+        a_data = Cat(*[Mux(hdr_lanes[i], hbb[i], Mux(pay_lanes[i], wb[i], 0))
+                       for i in range(nb)])
+        rel_len = Signal(signed(LEN_BITS + 3))
+        m.d.comb += rel_len.eq(flen - base)
+        a_keep = _therm(rel_len, nb)
+        a_last = rel_len <= nb
+
+        # payload accounting: the payload's last beat must come at index ceil(plen/nb) - 1
+        exp_last = Signal(LEN_BITS + 1 - lb)
+        m.d.comb += exp_last.eq(Mux(plen == 0, 0, (plen - 1) >> lb))
+        pj = jj - q
+        pin = self.payload.payload
+        bad_end = pay_take & (pin.last != (pj == exp_last))
+        pay_done_n = pdone | (pay_take & pin.last)
+        a_err = pay_err & ~start | bad_end | (a_last & ~pay_done_n)
+
+        with m.If(go):
+            m.d.sync += [busy.eq(~a_last), j.eq(jj + 1)]
+            with m.If(start):
+                m.d.sync += [ah_bytes.eq(hp_bytes), ah_hl.eq(hp_hl), ah_plen.eq(hp_plen),
+                             ah_e.eq(hp_e), ah_len.eq(hp_len), ah_vlan.eq(hp_vlan)]
+            with m.If(pay_take):
+                m.d.sync += prevpay.eq(pin.data)
+            m.d.sync += [pay_done.eq(pay_done_n), pay_err.eq(a_err)]
+            with m.If(a_last & ~pay_done_n):
+                m.d.sync += draining.eq(1)
+        with m.If(draining & self.payload.valid & pin.last):
+            m.d.sync += draining.eq(0)
+
+        # ICRC placement info for this beat
+        rel_e = Signal(signed(LEN_BITS + 3))
+        m.d.comb += rel_e.eq(e_off - base)     # ICRC start relative to this beat
+        a_feed = rel_e > 0
+        a_lastfed = (rel_e > 0) & (rel_e <= nb)
+        a_k = Mux(a_lastfed, nb - rel_e, 0)[:lb]
+        a_ins = (rel_e > -_ICRC) & (rel_e < nb)   # some ICRC byte lands in this beat
+
+        # ------------------------------------------------------------ R1: CRC step
+        r1_v = Signal()
+        r1 = Signal(beat_layout(w))
+        r1_vlan = Signal()
+        r1_j = Signal(len(j))
+        r1_rel_e = Signal(signed(LEN_BITS + 3))
+        r1_feed, r1_lastfed, r1_ins = Signal(), Signal(), Signal()
+        r1_k = Signal(lb)
+        with m.If(adv):
+            m.d.sync += r1_v.eq(go)
+            with m.If(go):
+                m.d.sync += [r1.data.eq(a_data), r1.keep.eq(a_keep), r1.first.eq(start),
+                             r1.last.eq(a_last), r1.error.eq(a_err & a_last),
+                             r1_vlan.eq(vlan), r1_j.eq(jj), r1_rel_e.eq(rel_e),
+                             r1_feed.eq(a_feed), r1_lastfed.eq(a_lastfed), r1_ins.eq(a_ins),
+                             r1_k.eq(a_k)]
+        ff_mask = Signal(nb)
+        zero_mask = Signal(nb)
+        for (b, v), (f, z) in crc_input_masks(nb).items():
+            with m.If((r1_j == b) & (r1_vlan == v)):
+                m.d.comb += [ff_mask.eq(f), zero_mask.eq(z)]
+        covered = Signal(nb)
+        m.d.comb += covered.eq(_therm(r1_rel_e, nb))
+        masked = Signal(w)
+        m.d.comb += masked.eq(Cat(*[Mux(ff_mask[i], 0xFF, Mux(zero_mask[i] | ~covered[i], 0, byte))
+                       for i, byte in enumerate(bytes_of(r1.data))]))
+        crc_reg = Signal(32)
+        with m.If(adv & r1_v & r1_feed):
+            m.d.sync += crc_reg.eq(crc_next(Mux(r1.first, 0, crc_reg), masked))
+
+        # ------------------------------------------------------------ R2, R3: un-shift
+        r2_v, r3_v = Signal(), Signal()
+        r2, r3 = Signal(beat_layout(w)), Signal(beat_layout(w))
+        r2_meta = Signal(3 + LEN_BITS + 3 + lb)
+        r3_meta = Signal(len(r2_meta))
+        r1_meta = Cat(r1_lastfed, r1_ins, r1_feed, r1_rel_e, r1_k)
+        with m.If(adv):
+            m.d.sync += [r2_v.eq(r1_v), r2.eq(r1), r2_meta.eq(r1_meta),
+                         r3_v.eq(r2_v), r3.eq(r2), r3_meta.eq(r2_meta)]
+        m.submodules.unshift = unshift = CrcUnshift(lb, pipeline=(max(lb // 2 - 1, 0),))
+        r2_k = r2_meta[-lb:]
+        m.d.comb += [unshift.reg_i.eq(crc_reg), unshift.k.eq(r2_k), unshift.en.eq(adv)]
+
+        # ------------------------------------------------------------ R4: ICRC insertion
+        r4_v = Signal()
+        r4 = Signal(beat_layout(w))
+        r4_meta = Signal(len(r2_meta))
+        r4_icrc = Signal(32)
+        icrc_hold = Signal(32)
+        with m.If(adv):
+            m.d.sync += [r4_v.eq(r3_v), r4.eq(r3), r4_meta.eq(r3_meta),
+                         r4_icrc.eq(crc_output(unshift.reg_o))]
+        r4_lastfed, r4_ins = r4_meta[0], r4_meta[1]
+        r4_rel_e = r4_meta[3:3 + LEN_BITS + 3].as_signed()
+        icrc = Signal(32)
+        m.d.comb += icrc.eq(Mux(r4_lastfed, r4_icrc, icrc_hold))
+        with m.If(adv & r4_v & r4_lastfed):
+            m.d.sync += icrc_hold.eq(r4_icrc)
+        ins = Signal(w)
+        with m.If(r4_ins):
+            with m.Switch(r4_rel_e):
+                for off in range(-_ICRC + 1, nb):
+                    with m.Case(off):
+                        if off == 0:
+                            m.d.comb += ins.eq(icrc)
+                        elif off > 0:
+                            m.d.comb += ins.eq(Cat(Const(0, 8 * off), icrc)[:w])
+                        else:
+                            m.d.comb += ins.eq(icrc[8 * -off:])
+        out = self.o.payload
+        m.d.comb += [self.o.valid.eq(r4_v), out.eq(r4), out.data.eq(r4.data | ins)]
+        return m

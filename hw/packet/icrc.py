@@ -1,0 +1,407 @@
+"""ICRC at full beat width: the CRC-32 datapath, the receive-side checker and the un-shift stage.
+
+CRC arithmetic (all from ``amaranth.lib.crc.catalog.CRC32_ETHERNET``, the algorithm of the ICRC):
+
+* **Init 0 trick.** CRC-32 with init 0xFFFFFFFF over a message equals the same CRC with init 0
+  over the message with its first 32 bits complemented. The ICRC message starts with 8 bytes of
+  0xFF, so with init 0 it is ``00 00 00 00 FF FF FF FF`` + masked L3; with init 0 leading zero
+  bytes do not change the CRC, so the hardware feeds *whole beats from the frame's first byte*,
+  with every byte before ``l2 - 4`` forced to 0 and bytes ``l2 - 4 .. l2 - 1`` forced to 0xFF
+  (``l2`` = 14, or 18 behind an 802.1Q tag). No byte enables are needed at the start.
+* **Unaligned end.** The covered bytes end anywhere in a beat; the rest of that beat is fed as
+  zeros. Appending ``k`` zero bytes multiplies the CRC register by x^(8k): the checker compares
+  the register against a 64-entry table of the residue times x^(8k) (:func:`residue_table`), the
+  deparser multiplies by x^(-8k) in log2(B) constant-matrix stages (:class:`CrcUnshift`).
+* One CRC step over a ``W``-bit word is 32 XOR trees (:func:`crc_next`): each output bit is the
+  parity of (register AND a constant) XOR (data AND a constant). The constants come from
+  ``lib.crc.Parameters.compute`` (the library's reference model). The same function as
+  ``lib.crc.Processor``, written as masked parities so that a 512-bit step simulates quickly and
+  elaborates in milliseconds.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
+from amaranth.lib import crc, data, stream, wiring
+from amaranth.lib.crc import catalog
+from amaranth.lib.wiring import In, Out
+
+from netreduce.wire import fields as wf
+from netreduce.wire.frame import MIN_FRAME
+from netreduce.wire.icrc import ICRC_MASKED_BYTES
+
+from ..stream import beat_layout, bytes_of, check_data_width, keep_count, tree_sum
+from .layout import L2_TAGGED, L2_UNTAGGED, LEN_BITS, MIN_L3_LEN
+
+__all__ = [
+    "ALGO_INIT0", "crc_matrices", "crc_next", "crc_output", "residue_table", "unshift_matrix",
+    "CrcUnshift", "IcrcChecker", "check_layout", "crc_input_masks", "reflect32",
+]
+
+_E = catalog.CRC32_ETHERNET
+ALGO_INIT0 = crc.Algorithm(crc_width=32, polynomial=_E.polynomial, initial_crc=0,
+                           reflect_input=_E.reflect_input, reflect_output=_E.reflect_output,
+                           xor_output=_E.xor_output)
+"""CRC32_ETHERNET with init 0 (see the module doc)."""
+
+_RAW = crc.Algorithm(crc_width=32, polynomial=_E.polynomial, initial_crc=0,
+                     reflect_input=False, reflect_output=False, xor_output=0)
+
+
+def reflect32(x: int) -> int:
+    return int(f"{x:032b}"[::-1], 2)
+
+
+@functools.cache
+def crc_matrices(data_width: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Masks for one CRC step over a ``data_width``-bit word (byte 0 in bits 7..0, LSB first).
+
+    Returns ``(f, g)``: new register bit ``i`` = parity(reg & f[i]) ^ parity(word & g[i]).
+    The register is the unreflected CRC register of :data:`ALGO_INIT0`.
+    """
+    def step(init, word):
+        a = crc.Algorithm(crc_width=32, polynomial=_RAW.polynomial, initial_crc=init,
+                          reflect_input=False, reflect_output=False, xor_output=0)
+        return a(data_width).compute([word])
+
+    f = [0] * 32
+    g = [0] * 32
+    for j in range(32):
+        col = step(1 << j, 0)
+        for i in range(32):
+            if col >> i & 1:
+                f[i] |= 1 << j
+    for j in range(data_width):
+        # reflect_input reflects the whole word: word bit j enters as unreflected bit W-1-j
+        col = step(0, 1 << (data_width - 1 - j))
+        for i in range(32):
+            if col >> i & 1:
+                g[i] |= 1 << j
+    return tuple(f), tuple(g)
+
+
+def crc_next(reg: Value, word: Value) -> Value:
+    """The CRC register after one step over ``word`` (its width selects the matrices)."""
+    f, g = crc_matrices(len(word))
+    return Cat(*[(reg & f[i]).xor() ^ (word & g[i]).xor() for i in range(32)])
+
+
+def crc_output(reg: Value) -> Value:
+    """CRC value (as zlib.crc32 returns it) of an unreflected register."""
+    return reg[::-1] ^ _E.xor_output
+
+
+def _apply(mat, x: int) -> int:
+    return sum(((bin(mat[i] & x).count("1") & 1) << i) for i in range(32))
+
+
+@functools.cache
+def _zero_byte_matrix():
+    """Register map of one zero byte: rows as masks (new bit i = parity(row[i] & reg))."""
+    f, _ = crc_matrices(8)
+    return tuple(f)
+
+
+def _mat_mul(a, b):
+    """(a . b) x = a (b x)."""
+    cols = [_apply(a, _apply(b, 1 << j)) for j in range(32)]
+    return tuple(sum(((cols[j] >> i) & 1) << j for j in range(32)) for i in range(32))
+
+
+def _mat_pow(a, n):
+    r = tuple(1 << i for i in range(32))
+    while n:
+        if n & 1:
+            r = _mat_mul(r, a)
+        a = _mat_mul(a, a)
+        n >>= 1
+    return r
+
+
+def _mat_inv(a):
+    rows = [(a[i], 1 << i) for i in range(32)]
+    for c in range(32):
+        p = next(r for r in range(c, 32) if rows[r][0] >> c & 1)
+        rows[c], rows[p] = rows[p], rows[c]
+        for r in range(32):
+            if r != c and rows[r][0] >> c & 1:
+                rows[r] = (rows[r][0] ^ rows[c][0], rows[r][1] ^ rows[c][1])
+    return tuple(r[1] for r in rows)
+
+
+@functools.cache
+def unshift_matrix(nbytes: int) -> tuple[int, ...]:
+    """Rows of x^(-8 nbytes): undoes ``nbytes`` zero bytes appended to the message."""
+    return _mat_inv(_mat_pow(_zero_byte_matrix(), nbytes))
+
+
+@functools.cache
+def residue_table(nbytes: int) -> tuple[int, ...]:
+    """CRC output (zlib convention) of a valid codeword followed by k zero bytes, k < nbytes."""
+    p = ALGO_INIT0(8)
+    msg = b"\xff\xff\xff\xff" + b"NetReduce"
+    code = msg + p.compute(msg).to_bytes(4, "little")
+    return tuple(p.compute(code + bytes(k)) for k in range(nbytes))
+
+
+class CrcUnshift(wiring.Component):
+    """Multiply a CRC register by x^(-8k), k < 2**stages, in ``stages`` constant-matrix stages.
+
+    Stage ``b`` applies x^(-8 * 2**b) when bit ``b`` of ``k`` is set. ``pipeline`` lists the stage
+    indices after which a register is inserted; the latency is ``len(pipeline)`` cycles (``en``
+    advances every register). ``reg_i`` and ``k`` in, ``reg_o`` out.
+    """
+
+    def __init__(self, stages: int, pipeline: tuple[int, ...] = ()):
+        self._stages = stages
+        self._pipeline = tuple(pipeline)
+        super().__init__({
+            "reg_i": In(32), "k": In(range(1 << stages)), "en": In(1), "reg_o": Out(32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        x, k = self.reg_i, self.k
+        for b in range(self._stages):
+            mat = unshift_matrix(1 << b)
+            y = Signal(32, name=f"unshift_y{b}")
+            m.d.comb += y.eq(Mux(k[b], Cat(*[(x & mat[i]).xor() for i in range(32)]), x))
+            x = y
+            if b in self._pipeline:
+                rx = Signal(32, name=f"unshift_x{b}")
+                rk = Signal(len(k), name=f"unshift_k{b}")
+                with m.If(self.en):
+                    m.d.sync += [rx.eq(x), rk.eq(k)]
+                x, k = rx, rk
+        m.d.comb += self.reg_o.eq(x)
+        return m
+
+
+# ------------------------------------------------------------------------------------ byte masks
+
+def crc_input_masks(beat_bytes: int):
+    """Per (beat index, vlan): lanes forced to 0xFF and lanes forced to 0 at the frame's start.
+
+    Returns ``{(beat, vlan): (ff_mask, zero_mask)}`` for the beats that hold any such lane (every
+    later beat has neither). Forced to 0xFF: the 4 bytes before the IPv4 header (the second half
+    of the 8-byte 0xFF prefix; the first half is the init-0 trick) and the ICRC-masked bytes
+    (:data:`~netreduce.wire.icrc.ICRC_MASKED_BYTES`). Forced to 0: everything before.
+    """
+    out = {}
+    for vlan, l2 in ((0, L2_UNTAGGED), (1, L2_TAGGED)):
+        ff = set(range(l2 - 4, l2)) | {l2 + o for o in ICRC_MASKED_BYTES}
+        zero = set(range(l2 - 4))
+        for g in sorted(ff | zero):
+            b, lane = divmod(g, beat_bytes)
+            f, z = out.get((b, vlan), (0, 0))
+            if g in ff:
+                f |= 1 << lane
+            else:
+                z |= 1 << lane
+            out[(b, vlan)] = (f, z)
+    return out
+
+
+def check_layout() -> data.StructLayout:
+    """The checker's per-frame result (all flags 1 = passed).
+
+    * ``icrc_ok``: the ICRC over the datagram (IPv4 total length) is right.
+    * ``ip_csum_ok``: the IPv4 header checksum is right.
+    * ``ip_len_min_ok``: total length >= 44 (IPv4 + UDP + BTH + ICRC).
+    * ``ip_len_ok``: the datagram fits the frame and nothing follows it, except Ethernet padding
+      of a 60-byte frame (the :func:`netreduce.wire.parse` rules).
+    * ``udp_len_ok``: UDP length = IPv4 total length - 20.
+    * ``mac_error``: the frame's last beat had ``error`` set.
+    * ``frame_len``: frame bytes (saturating at 2**16 - 1).
+    Meaningless for a frame that is not IPv4 with IHL 5 (the parser ignores them then).
+    """
+    return data.StructLayout({
+        "icrc_ok": 1, "ip_csum_ok": 1, "ip_len_min_ok": 1, "ip_len_ok": 1, "udp_len_ok": 1,
+        "mac_error": 1, "frame_len": LEN_BITS,
+    })
+
+
+class _ByteTap:
+    """Frame bytes at fixed positions, from the current beat or captured from an earlier one.
+
+    ``get(g)`` is byte ``g`` of the frame: the current beat's lane when the current beat holds it,
+    else the value captured when it passed (stale bytes of an earlier frame if it has not arrived;
+    callers only use bytes that have).
+    """
+
+    def __init__(self, m: Module, beat_data: Value, idx: Value, accept: Value, nbytes: int):
+        self._m, self._data, self._idx, self._acc, self._b = m, beat_data, idx, accept, nbytes
+        self._regs: dict[int, Signal] = {}
+
+    def get(self, g: int) -> Value:
+        b, lane = divmod(g, self._b)
+        here = self._idx == b
+        cur = self._data[8 * lane: 8 * lane + 8]
+        if g not in self._regs:
+            r = Signal(8, name=f"tap{g}")
+            with self._m.If(self._acc & here):
+                self._m.d.sync += r.eq(cur)
+            self._regs[g] = r
+        return Mux(here, cur, self._regs[g])
+
+    def word(self, g: int, size: int) -> Value:
+        """Big-endian ``size``-byte value at ``g``."""
+        return Cat(*[self.get(g + i) for i in reversed(range(size))])
+
+
+def ones_complement_fold(x: Value, width: int = 16) -> Value:
+    """Fold a wide ones'-complement sum to ``width`` bits (two end-around-carry folds)."""
+    lo = x[:width] + x[width:]
+    return (lo[:width] + lo[width:])[:width]
+
+
+class IcrcChecker(wiring.Component):
+    """Receive-side checks of RoCEv2 frames at full beat width, no byte enables.
+
+    Ports:
+
+    * ``i``: ``In(stream)`` of :func:`~netreduce.hw.stream.beat_layout` beats, always ready: the
+      checker never applies backpressure; it sees a beat whenever ``i.valid`` is high.
+    * ``o``: ``Out(stream)`` of :func:`check_layout`, always ready: ``o.valid`` is high for one
+      cycle per frame, **2 cycles after** the frame's last beat (``i.valid & i.payload.last``).
+
+    Throughput: one beat per cycle, back-to-back frames of any length, any ``keep`` on the last
+    beat. The ICRC covers the IPv4 datagram as given by its total length (not the frame length),
+    with the masks of ``netreduce.wire.icrc`` and the 8-byte 0xFF prefix applied on the copy fed
+    to the CRC; the CRC runs over whole beats (see the module doc) and is compared against the
+    CRC-32 residue shifted by the zero bytes after the datagram's end in its last beat.
+    """
+
+    def __init__(self, data_width: int = 512):
+        self._w = check_data_width(data_width)
+        super().__init__({
+            "i": In(stream.Signature(beat_layout(data_width), always_ready=True)),
+            "o": Out(stream.Signature(check_layout(), always_ready=True)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        w, nb = self._w, self._w // 8
+        beat = self.i.payload
+        acc = self.i.valid
+
+        # ---- stage 0: frame position, byte taps, CRC input masking
+        sof = Signal(init=1)              # next beat is a frame's first
+        base = Signal(LEN_BITS + 1)       # byte offset of this beat in its frame (saturating)
+        base_c = Mux(sof, 0, base)
+        idx_c = base_c // nb
+        with m.If(acc):
+            m.d.sync += sof.eq(beat.last)
+            with m.If(beat.last):
+                m.d.sync += base.eq(0)
+            with m.Elif(base_c < (1 << LEN_BITS)):
+                m.d.sync += base.eq(base_c + nb)
+            with m.Else():
+                m.d.sync += base.eq(base_c)
+
+        tap = _ByteTap(m, beat.data, idx_c, acc, nb)
+        tpid = wf.ETH.ethertype
+        vlan = tap.word(tpid.offset, tpid.size) == wf.ETHERTYPE_VLAN
+        l2 = Mux(vlan, L2_TAGGED, L2_UNTAGGED)
+
+        def ip_word(f):   # IPv4 field value, for both tag variants
+            return Mux(vlan, tap.word(L2_TAGGED + f.offset, f.size),
+                       tap.word(L2_UNTAGGED + f.offset, f.size))
+
+        total = ip_word(wf.IPV4.total_length)
+        udp_len = Mux(vlan, tap.word(L2_TAGGED + wf.IPV4.size + wf.UDP.length.offset, 2),
+                      tap.word(L2_UNTAGGED + wf.IPV4.size + wf.UDP.length.offset, 2))
+        dgram_end = Signal(LEN_BITS + 1)   # l2 + total length = end of the ICRC
+        m.d.comb += dgram_end.eq(l2 + total)
+
+        # bytes of the datagram left from this beat's start (>= nb: the whole beat is covered)
+        # (a beat before the one holding the total length is taken as fully covered: the
+        # datagram is at least 44 bytes long, and a shorter one fails ip_len_min anyway)
+        tl_end = wf.IPV4.total_length.offset + wf.IPV4.total_length.size - 1
+        total_known = idx_c >= Mux(vlan, (L2_TAGGED + tl_end) // nb, (L2_UNTAGGED + tl_end) // nb)
+        left = Signal(LEN_BITS + 2)
+        m.d.comb += left.eq(Mux(~total_known, nb,
+                                Mux(dgram_end > base_c, dgram_end - base_c, 0)))
+        feed = left != 0
+        covered = Cat(*[left > i for i in range(nb)])
+
+        ff_mask = Signal(nb)
+        zero_mask = Signal(nb)
+        for (b, v), (f, z) in crc_input_masks(nb).items():
+            with m.If((idx_c == b) & (vlan == v)):
+                m.d.comb += [ff_mask.eq(f), zero_mask.eq(z)]
+        masked = Cat(*[
+            Mux(ff_mask[i], 0xFF, Mux(zero_mask[i] | ~covered[i], 0, byte))
+            for i, byte in enumerate(bytes_of(beat.data))
+        ])
+
+        # IPv4 header checksum: the words of this beat that lie in the IPv4 header
+        psum_terms = []
+        for v, hl2 in ((0, L2_UNTAGGED), (1, L2_TAGGED)):
+            for wo in range(0, wf.IPV4.size, 2):
+                g = hl2 + wo
+                b, lane = divmod(g, nb)
+                lo = 8 * lane
+                word = Cat(beat.data[lo + 8: lo + 16], beat.data[lo: lo + 8])  # big-endian
+                psum_terms.append(Mux((idx_c == b) & (vlan == v), word, 0))
+        psum = Signal(LEN_BITS + 5)
+        m.d.comb += psum.eq(tree_sum(psum_terms))
+
+        nbytes = Signal(LEN_BITS + 1)
+        m.d.comb += nbytes.eq(base_c + keep_count(beat.keep))
+
+        # ---- stage 1 registers
+        s1_v = Signal()
+        s1_first = Signal()
+        s1_last = Signal()
+        s1_feed = Signal()
+        s1_data = Signal(w)
+        s1_k = Signal(range(nb))
+        s1_psum = Signal(len(psum))
+        s1_n = Signal(LEN_BITS + 1)
+        s1_total = Signal(LEN_BITS)
+        s1_udp = Signal(LEN_BITS)
+        s1_end = Signal(LEN_BITS + 1)
+        s1_err = Signal()
+        m.d.sync += [s1_v.eq(acc), s1_first.eq(sof), s1_last.eq(beat.last), s1_feed.eq(feed),
+                     s1_data.eq(masked), s1_k.eq(Mux(left < nb, nb - left, 0)),
+                     s1_psum.eq(psum), s1_n.eq(nbytes), s1_total.eq(total), s1_udp.eq(udp_len),
+                     s1_end.eq(dgram_end), s1_err.eq(beat.error)]
+
+        # ---- stage 1 -> 2: CRC register, checksum accumulator, per-frame capture
+        crc_reg = Signal(32)
+        k_last = Signal(range(nb))
+        csum = Signal(LEN_BITS + 6)
+        with m.If(s1_v):
+            with m.If(s1_feed):
+                m.d.sync += [crc_reg.eq(crc_next(Mux(s1_first, 0, crc_reg), s1_data)),
+                             k_last.eq(s1_k)]
+            m.d.sync += csum.eq(Mux(s1_first, 0, csum) + s1_psum)
+
+        s2_v = Signal()
+        s2_n = Signal(LEN_BITS + 1)
+        s2_total = Signal(LEN_BITS)
+        s2_udp = Signal(LEN_BITS)
+        s2_end = Signal(LEN_BITS + 1)
+        s2_err = Signal()
+        m.d.sync += s2_v.eq(s1_v & s1_last)
+        with m.If(s1_v & s1_last):
+            m.d.sync += [s2_n.eq(s1_n), s2_total.eq(s1_total), s2_udp.eq(s1_udp),
+                         s2_end.eq(s1_end), s2_err.eq(s1_err)]
+
+        # ---- stage 2 (combinational from registers): the result
+        table = Array(Const(v, 32) for v in residue_table(nb))
+        res = self.o.payload
+        m.d.comb += [
+            self.o.valid.eq(s2_v),
+            res.icrc_ok.eq(crc_output(crc_reg) == table[k_last]),
+            res.ip_csum_ok.eq(ones_complement_fold(csum) == 0xFFFF),
+            res.ip_len_min_ok.eq(s2_total >= MIN_L3_LEN),
+            res.ip_len_ok.eq((s2_end <= s2_n) & ~((s2_end < s2_n) & (s2_n > MIN_FRAME))),
+            res.udp_len_ok.eq(s2_udp == s2_total - wf.IPV4.size),
+            res.mac_error.eq(s2_err),
+            res.frame_len.eq(Mux(s2_n >> LEN_BITS, (1 << LEN_BITS) - 1, s2_n)),
+        ]
+        return m

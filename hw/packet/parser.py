@@ -1,0 +1,571 @@
+"""RoCEv2 frame parser at full beat width: header record, realigned payload, bypass copy, verdict.
+
+Data flow (one beat per cycle sustained, all outputs buffered by small FIFOs)::
+
+    i ─► S0: frame position, header byte capture, payload realign (window of 2 beats)
+         │   IcrcChecker (ICRC, IPv4 checksum, lengths; result 2 cycles after the last beat)
+         ▼
+         S1: header fields + header checks (from the captured header bytes)
+         ▼
+         S2: push ─► hdr FIFO ─► hdr        (one record per frame)
+                 ─► payload FIFO ─► payload (DATA frames only, payload byte 0 in lane 0)
+                 ─► frame FIFO ─► frame     (every frame, unchanged: the bypass copy)
+                 ─► verdict FIFO ─► verdict (one per frame, final classification)
+
+Ordering contract (what a consumer may rely on):
+
+* Each of the four outputs carries the frames in arrival order; every frame has exactly one
+  ``hdr`` record and one ``verdict``; a frame whose ``hdr.kind`` is ``DATA`` has a payload of at
+  least one beat (a zero-length payload is one beat with ``keep == 0``), other frames none.
+* ``hdr`` of a frame is pushed when its header has arrived (``hdr_len`` bytes, or the frame's
+  end), so it is available no later than the frame's first ``payload`` beat. On ``frame`` it may
+  trail the frame's first beat by up to ceil(78 / bytes per beat) beats; the frame FIFO holds
+  enough beats that a consumer may wait for ``hdr`` before taking ``frame`` beats without
+  deadlock or throughput loss.
+* ``verdict`` is pushed in the same cycle as the frame's last ``frame`` beat and its last
+  ``payload`` beat. A consumer must not wait for the verdict before taking the beats of the same
+  frame (the parser buffers a few beats, not frames).
+* ``payload`` last beat: ``error`` = the final verdict is not clean (any reason). ``frame``
+  beats are the input beats unchanged, except ``first`` (recomputed). ``hdr.kind``/``reason``
+  are the header-time classification; the verdict adds the frame-length, ICRC and MAC checks.
+
+Backpressure: every output may stall at any time; ``i.ready`` drops when an output FIFO could not
+take what the beats in flight may push (it depends on registered state only). Latency: a beat
+accepted in cycle t is visible on ``frame``/``payload`` in cycle t+3 at the earliest; a frame's
+``hdr`` 3 cycles after its header-completing beat; ``verdict`` 3 cycles after its last beat.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.lib import fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from netreduce.wire import fields as wf
+from netreduce.wire.opcodes import OPCODES
+
+from ..stream import (
+    beat_layout,
+    beat_signature,
+    bytes_of,
+    check_data_width,
+    first_match,
+    keep_count,
+    tree_sum,
+)
+from .icrc import IcrcChecker, ones_complement_fold
+from .layout import (
+    BTH_END,
+    HDR_CAP,
+    L2_TAGGED,
+    L2_UNTAGGED,
+    LEN_BITS,
+    MIN_L3_LEN,
+    NOT_ROCE,
+    Kind,
+    Reason,
+    extract,
+    field_value,
+    header_record_layout,
+    payload_offsets,
+    verdict_layout,
+)
+
+__all__ = ["Parser"]
+
+_ICRC = 4
+_BTH_AT = wf.IPV4.size + wf.UDP.size   # BTH offset from the IPv4 header
+
+
+def _opcode_kind(info) -> Kind:
+    if info.rc_data:
+        return Kind.DATA
+    return {"ACK": Kind.ACK, "CNP": Kind.CNP}.get(info.kind, Kind.OTHER)
+
+
+class Parser(wiring.Component):
+    """Parse Ethernet / 802.1Q / IPv4 / UDP 4791 / BTH / RETH / ImmDt / AETH frames.
+
+    Ports (``w`` = ``data_width``; all ``amaranth.lib.stream`` ready/valid):
+
+    * ``i``: ``In(beat_signature(w))`` frames (Ethernet header first, no FCS).
+    * ``hdr``: ``Out(stream.Signature(header_record_layout()))``: one record per frame.
+    * ``payload``: ``Out(beat_signature(w))``: payload of ``DATA`` frames, realigned so payload
+      byte 0 is lane byte 0; pad and ICRC removed; last beat ``error`` = verdict not clean.
+    * ``frame``: ``Out(beat_signature(w))``: every input frame, unchanged (the bypass copy).
+    * ``verdict``: ``Out(stream.Signature(verdict_layout()))``: one per frame.
+
+    See the module documentation for ordering, latency and backpressure. Classification follows
+    :func:`netreduce.wire.parse` (the same checks in the same order, reason names equal), with a
+    MAC-flagged frame (``error`` on its last input beat) reported as ``MAC_ERROR`` first.
+    """
+
+    def __init__(self, data_width: int = 512):
+        self._w = check_data_width(data_width)
+        super().__init__({
+            "i": In(beat_signature(data_width)),
+            "hdr": Out(stream.Signature(header_record_layout())),
+            "payload": Out(beat_signature(data_width)),
+            "frame": Out(beat_signature(data_width)),
+            "verdict": Out(stream.Signature(verdict_layout())),
+        })
+
+    @property
+    def data_width(self) -> int:
+        return self._w
+
+    def elaborate(self, platform):
+        m = Module()
+        w, nb = self._w, self._w // 8
+        lb = (nb - 1).bit_length()   # log2(bytes per beat)
+        beat = self.i.payload
+        acc = Signal()
+        m.d.comb += acc.eq(self.i.valid & self.i.ready)
+
+        m.submodules.checker = checker = IcrcChecker(w)
+        m.d.comb += [checker.i.valid.eq(acc), checker.i.payload.eq(beat)]
+
+        # ------------------------------------------------------------ output FIFOs and room
+        beat_w = len(Cat(beat.as_value()))
+        hdr_w = header_record_layout().size
+        ver_w = verdict_layout().size
+        hdr_beats = -(-HDR_CAP // nb)
+        frame_depth = hdr_beats + 4
+        m.submodules.frame_fifo = frame_fifo = fifo.SyncFIFO(width=beat_w, depth=frame_depth)
+        # the payload FIFOs also absorb the header-length lag of a downstream consumer that waits
+        # for `hdr` (e.g. the deparser in a loopback) before it takes payload beats
+        pay_depth = max(4, (hdr_beats + 8) // 2)
+        m.submodules.pay_fifo0 = pay0 = fifo.SyncFIFO(width=beat_w, depth=pay_depth)
+        m.submodules.pay_fifo1 = pay1 = fifo.SyncFIFO(width=beat_w, depth=pay_depth)
+        m.submodules.hdr_fifo = hdr_fifo = fifo.SyncFIFO(width=hdr_w, depth=4)
+        m.submodules.ver_fifo = ver_fifo = fifo.SyncFIFO(width=ver_w, depth=4)
+
+        # pipeline valid bits (declared here for the room computation)
+        s1_v, s2_v = Signal(), Signal()
+        s1_hv, s2_hv = Signal(), Signal()      # header event
+        s1_ev, s2_ev = Signal(), Signal()      # end-of-frame event
+        s1_pn, s2_pn = Signal(range(3)), Signal(range(3))   # payload beats (0..2)
+        room = Signal()
+        m.d.comb += room.eq(
+            (frame_fifo.level + s1_v + s2_v + 1 <= frame_depth)
+            & (pay0.level + pay1.level + s1_pn + s2_pn + 2 <= 2 * pay_depth - 1)
+            & (hdr_fifo.level + s1_hv + s2_hv + 1 <= 4)
+            & (ver_fifo.level + s1_ev + s2_ev + 1 <= 4))
+        m.d.comb += self.i.ready.eq(room)
+
+        # ------------------------------------------------------------ S0: position and capture
+        sof = Signal(init=1)
+        base = Signal(LEN_BITS + 1)
+        base_c = Mux(sof, 0, base)
+        idx_c = base_c >> lb
+        with m.If(acc):
+            m.d.sync += sof.eq(beat.last)
+            with m.If(beat.last):
+                m.d.sync += base.eq(0)
+            with m.Elif(base_c < (1 << LEN_BITS)):
+                m.d.sync += base.eq(base_c + nb)
+            with m.Else():
+                m.d.sync += base.eq(base_c)
+        in_bytes = bytes_of(beat.data)
+        n_avail = Signal(LEN_BITS + 2)   # frame bytes up to the end of this beat
+        m.d.comb += n_avail.eq(base_c + Mux(beat.last, keep_count(beat.keep), nb))
+
+        hbuf = [Signal(8, name=f"hbuf{g}") for g in range(HDR_CAP)]
+        hcur = []
+        for g in range(HDR_CAP):
+            b, lane = divmod(g, nb)
+            here = idx_c == b
+            with m.If(acc & here):
+                m.d.sync += hbuf[g].eq(in_bytes[lane])
+            cur = Signal(8, name=f"hcur{g}")
+            m.d.comb += cur.eq(Mux(here, in_bytes[lane], hbuf[g]))
+            hcur.append(cur)
+
+        def cur_word(g, size):
+            return Cat(*[hcur[g + i] for i in reversed(range(size))])
+
+        tpid = wf.ETH.ethertype
+        vlan_c = cur_word(tpid.offset, tpid.size) == wf.ETHERTYPE_VLAN
+
+        def cur_field(f, rel):   # field at l2 + rel + f.offset, both tag variants
+            return Mux(vlan_c, cur_word(L2_TAGGED + rel + f.offset, f.size),
+                       cur_word(L2_UNTAGGED + rel + f.offset, f.size))
+
+        def cur_value(f, rel):
+            raw = cur_field(f, rel)
+            return raw[f.shift: f.shift + f.bits] if f.bits else raw
+
+        opcode_c = cur_value(wf.BTH.opcode, _BTH_AT)
+        padcnt_c = cur_value(wf.BTH.padcnt, _BTH_AT)
+        total_c = cur_field(wf.IPV4.total_length, 0)
+
+        # header length by opcode (untagged); an unknown opcode captures the maximum
+        hl_u = Signal(range(HDR_CAP + 1))
+        kk_c = Signal(range(HDR_CAP + 1))   # header bytes after the IPv4 header start + ICRC
+        m.d.comb += [hl_u.eq(HDR_CAP - wf.DOT1Q.size), kk_c.eq(BTH_END + _ICRC)]
+        with m.Switch(opcode_c):
+            for code, info in OPCODES.items():
+                with m.Case(code):
+                    m.d.comb += [hl_u.eq(L2_UNTAGGED + BTH_END + info.ext_len),
+                                 kk_c.eq(BTH_END + info.ext_len + _ICRC)]
+        hl_c = Signal(range(HDR_CAP + 1))
+        m.d.comb += hl_c.eq(hl_u + Mux(vlan_c, wf.DOT1Q.size, 0))
+
+        # header event: the beat that completes hdr_len bytes, or the frame's last beat
+        hdr_sent = Signal()
+        hdr_ev = Signal()
+        m.d.comb += hdr_ev.eq(acc & ~(hdr_sent & ~sof) & ((base_c + nb >= hl_c) | beat.last))
+        with m.If(acc):
+            m.d.sync += hdr_sent.eq(Mux(beat.last, 0, hdr_ev | (hdr_sent & ~sof)))
+
+        # ------------------------------------------------------------ S0: payload realign
+        # Payload geometry from the header bytes seen so far. The normal path (payload beat k
+        # leaves with input beat k + q + 1 >= 1) uses the values registered at the previous
+        # beat, complete by then (every byte they need precedes the payload's first beat); the
+        # frame-end path (the last payload beat taken from the last input beat alone) is
+        # finished in S1 from registered values. Both keep the header decode out of S0's paths.
+        plen_c = Signal(signed(LEN_BITS + 3))
+        m.d.comb += plen_c.eq(total_c - (padcnt_c + kk_c))
+        hl_r = Signal(range(HDR_CAP + 1))
+        plen_r = Signal(signed(LEN_BITS + 3))
+        with m.If(acc):
+            m.d.sync += [hl_r.eq(hl_c), plen_r.eq(plen_c)]
+        q_r = hl_r >> lb
+        s_r = hl_r[:lb]
+        prev = Signal(w)
+        with m.If(acc):
+            m.d.sync += prev.eq(beat.data)
+        nemit = Signal(LEN_BITS - lb + 2)   # payload beats generated so far in this frame
+        done = Signal()                      # the last payload beat has been generated
+        hold_v = Signal()
+        hold_data = Signal(w)
+        hold_keep = Signal(nb)
+        nemit_c = Mux(sof, 0, nemit)
+        done_c = done & ~sof
+        hold_c = hold_v & ~sof
+
+        shifts = sorted({ps % nb for ps in payload_offsets()})
+
+        def window(lo, hi, sel):
+            out = Signal(w)
+            with m.Switch(sel):
+                for sh in shifts:
+                    with m.Case(sh):
+                        m.d.comb += out.eq(Cat(lo, hi)[8 * sh: 8 * sh + w])
+            return out
+
+        def therm(x):
+            return Cat(*[x > i for i in range(nb)])
+
+        def window_keep(lo, hi, sel):   # the byte-valid mask of window(): keep shifted alike
+            out = Signal(nb)
+            with m.Switch(sel):
+                for sh in shifts:
+                    with m.Case(sh):
+                        m.d.comb += out.eq(Cat(lo, hi)[sh: sh + nb])
+            return out
+
+        off = Signal(LEN_BITS + 2)
+        m.d.comb += off.eq(nemit_c << lb)
+        normal_left = Signal(signed(LEN_BITS + 4))
+        m.d.comb += normal_left.eq(plen_r - off)
+        # bytes present: the previous beat is full, the current one has `keep` (a thermometer,
+        # so shifting it like the data clips at the frame's end without arithmetic)
+        normal_keep = Signal(nb)
+        m.d.comb += normal_keep.eq(therm(normal_left)
+                                   & window_keep(Const((1 << nb) - 1, nb), beat.keep, s_r))
+        normal = Signal()
+        m.d.comb += normal.eq(acc & ~done_c & (idx_c > q_r) & (normal_left > 0))
+        normal_final = normal_left <= nb
+        normal_data = window(prev, beat.data, s_r)
+        last_in = acc & beat.last
+
+        slot0_v, slot0_last, slot0_extra = Signal(), Signal(), Signal()
+        slot0_data, slot0_keep = Signal(w), Signal(nb)
+        slot1_v = Signal()
+        with m.If(last_in & hold_c):
+            m.d.comb += [slot0_v.eq(1), slot0_last.eq(1),
+                         slot0_data.eq(hold_data), slot0_keep.eq(hold_keep)]
+        with m.Elif(normal & (~normal_final | beat.last)):
+            m.d.comb += [slot0_v.eq(1), slot0_last.eq(normal_final),
+                         slot0_data.eq(normal_data), slot0_keep.eq(normal_keep)]
+            m.d.comb += slot1_v.eq(beat.last & ~normal_final)
+        with m.Elif(last_in & ~normal & ~done_c):
+            m.d.comb += [slot0_v.eq(1), slot0_last.eq(1), slot0_extra.eq(1)]
+        pstarted = Signal()   # a payload beat of this frame has been emitted
+        pstarted_c = pstarted & ~sof
+        with m.If(acc):
+            m.d.sync += pstarted.eq(~beat.last & (pstarted_c | slot0_v))
+        with m.If(acc):
+            m.d.sync += [nemit.eq(nemit_c + normal),
+                         done.eq(~beat.last & (done_c | (normal & normal_final))),
+                         hold_v.eq(~beat.last & (hold_c | (normal & normal_final)))]
+            with m.If(normal & normal_final & ~beat.last):
+                m.d.sync += [hold_data.eq(normal_data), hold_keep.eq(normal_keep)]
+
+        # ------------------------------------------------------------ S0 -> S1 registers
+        s1_beat = Signal(beat_layout(w))
+        s1_p0 = Signal(beat_layout(w))
+        s1_p0_extra = Signal()
+        s1_x_hl = Signal(range(HDR_CAP + 1))    # frame-end beat: its geometry
+        s1_x_plen = Signal(signed(LEN_BITS + 3))
+        s1_x_off = Signal(LEN_BITS + 2)
+        s1_x_idx = Signal(len(idx_c))
+        s1_hbuf = Signal(8 * HDR_CAP)
+        s1_n = Signal(LEN_BITS + 2)
+        s1_ended = Signal()
+        m.d.sync += [s1_v.eq(acc), s1_hv.eq(hdr_ev), s1_ev.eq(last_in),
+                     s1_pn.eq(slot0_v + slot1_v)]
+        with m.If(acc):
+            m.d.sync += [s1_beat.data.eq(beat.data), s1_beat.keep.eq(beat.keep),
+                         s1_beat.first.eq(sof), s1_beat.last.eq(beat.last),
+                         s1_beat.error.eq(beat.error)]
+            m.d.sync += [s1_p0.data.eq(slot0_data), s1_p0.keep.eq(slot0_keep),
+                         s1_p0.first.eq(~pstarted_c), s1_p0.last.eq(slot0_last),
+                         s1_p0_extra.eq(slot0_extra),
+                         s1_x_hl.eq(hl_c), s1_x_plen.eq(plen_c),
+                         s1_x_off.eq((nemit_c + normal) << lb), s1_x_idx.eq(idx_c),
+                         ]
+        with m.If(hdr_ev):
+            m.d.sync += [s1_hbuf.eq(Cat(*hcur)), s1_n.eq(n_avail), s1_ended.eq(beat.last)]
+
+        # ------------------------------------------------------------ S1: frame-end payload beat
+        # the payload bytes of the frame's last input beat beyond the normal window
+        x_left = Signal(signed(LEN_BITS + 4))
+        m.d.comb += x_left.eq(s1_x_plen - s1_x_off)
+        x_here = s1_x_idx >= (s1_x_hl >> lb)   # the payload has started in this beat or before
+        s1_extra = Signal(beat_layout(w))
+        m.d.comb += [
+            s1_extra.data.eq(Mux(x_here, window(s1_beat.data, Const(0, w), s1_x_hl[:lb]), 0)),
+            s1_extra.keep.eq(Mux(x_here, therm(x_left)
+                                 & window_keep(s1_beat.keep, Const(0, nb), s1_x_hl[:lb]), 0)),
+            s1_extra.last.eq(1),
+        ]
+        s1_p0_full = Signal(beat_layout(w))
+        m.d.comb += [s1_p0_full.eq(Mux(s1_p0_extra, s1_extra, s1_p0)),
+                     s1_p0_full.first.eq(s1_p0.first)]
+
+        # ------------------------------------------------------------ S1: header checks
+        hb = bytes_of(s1_hbuf)
+        vlan1 = field_value(tpid, lambda g: hb[g], 0) == wf.ETHERTYPE_VLAN
+
+        def fields_of(h, rel):
+            return extract(h, lambda g: hb[g], L2_UNTAGGED + rel, L2_TAGGED + rel, vlan1)
+
+        eth = extract(wf.ETH, lambda g: hb[g], 0)
+        # behind a tag, the EtherType sits DOT1Q.size bytes later
+        eth["ethertype"] = Mux(vlan1, field_value(tpid, lambda g: hb[g], wf.DOT1Q.size),
+                               eth["ethertype"])
+        ip = fields_of(wf.IPV4, 0)
+        udp = fields_of(wf.UDP, wf.IPV4.size)
+        bth = fields_of(wf.BTH, _BTH_AT)
+        n1 = s1_n
+        ended1 = s1_ended
+        l2_1 = Mux(vlan1, L2_TAGGED, L2_UNTAGGED)
+
+        # IPv4 header checksum over the captured bytes
+        words = [Mux(vlan1, Cat(hb[L2_TAGGED + o + 1], hb[L2_TAGGED + o]),
+                     Cat(hb[L2_UNTAGGED + o + 1], hb[L2_UNTAGGED + o]))
+                 for o in range(0, wf.IPV4.size, 2)]
+        csum_sum = tree_sum(words)   # folded and compared in S2 (keeps S1 shallow)
+
+        ext_len = Signal(range(HDR_CAP))
+        has_pay = Signal()
+        known = Signal()
+        okind = Signal(Kind)
+        m.d.comb += okind.eq(Kind.OTHER)
+        with m.Switch(bth["opcode"]):
+            for code, info in OPCODES.items():
+                with m.Case(code):
+                    m.d.comb += [ext_len.eq(info.ext_len), has_pay.eq(info.has_payload),
+                                 known.eq(1), okind.eq(_opcode_kind(info))]
+
+        def trunc(end):   # the frame ended before byte `end`
+            return ended1 & (n1 < end)
+
+        total = ip["total_length"]
+        # group A: checks up to the IPv4 total-length minimum (wire.parse order)
+        chain_a = [
+            (trunc(wf.ETH.size), Reason.TRUNCATED),
+            (vlan1 & trunc(L2_TAGGED), Reason.TRUNCATED),
+            (eth["ethertype"] != wf.ETHERTYPE_IPV4, Reason.ETHERTYPE),
+            (trunc(l2_1 + 1), Reason.TRUNCATED),
+            (ip["version"] != 4, Reason.IP_VERSION),
+            (ip["ihl"] != 5, Reason.IHL),
+            (trunc(l2_1 + wf.IPV4.size), Reason.TRUNCATED),
+            ((ip["frag_offset"] != 0) | ip["flags"][0], Reason.FRAGMENT),
+            (ip["protocol"] != wf.IP_PROTO_UDP, Reason.PROTOCOL),
+            (trunc(l2_1 + wf.IPV4.size + wf.UDP.size), Reason.TRUNCATED),
+            (udp["dport"] != wf.ROCEV2_UDP_PORT, Reason.UDP_PORT),
+            (total < MIN_L3_LEN, Reason.IP_LENGTH),
+        ]
+        padded = Signal(signed(LEN_BITS + 2))
+        m.d.comb += padded.eq(total - BTH_END - _ICRC - ext_len)
+        # group B: after the frame-length checks, up to PadCnt
+        # (UDP length, then the IPv4 checksum come first: resolved in S2, see below)
+        udp_bad = udp["length"] != total - wf.IPV4.size
+        chain_b = [
+            (bth["tver"] != 0, Reason.TVER),
+            (~known, Reason.OPCODE),
+            (padded < 0, Reason.TRUNCATED),
+            (~has_pay & ((padded != 0) | (bth["padcnt"] != 0)), Reason.IP_LENGTH),
+            (has_pay & (bth["padcnt"] > padded), Reason.PADCNT),
+        ]
+
+        def first_of(chain):
+            return first_match([(c, r.value) for c, r in chain], Reason.NONE.value)
+
+        reason_a = Signal(Reason)
+        reason_b_rest = Signal(Reason)
+        m.d.comb += [reason_a.eq(first_of(chain_a)), reason_b_rest.eq(first_of(chain_b))]
+        not_roce = Cat(*[reason_a == r for r in sorted(NOT_ROCE, key=lambda r: r.value)]).any()
+        hl1 = Signal(range(HDR_CAP + 1))
+        m.d.comb += hl1.eq(L2_UNTAGGED + BTH_END + ext_len + Mux(vlan1, wf.DOT1Q.size, 0))
+
+        # ------------------------------------------------------------ S1 -> S2 registers
+        s2_beat = Signal(beat_layout(w))
+        s2_p0 = Signal(beat_layout(w))
+        s2_p1 = Signal(beat_layout(w))
+        s2_hbuf = Signal(8 * HDR_CAP)
+        s2_ra = Signal(Reason)
+        s2_rb_rest = Signal(Reason)
+        s2_udp_bad = Signal()
+        s2_not_roce = Signal()
+        s2_okind = Signal(Kind)
+        s2_csum = Signal(len(csum_sum))
+        s2_hl = Signal(range(HDR_CAP + 1))
+        s2_plen_raw = Signal(LEN_BITS)
+        m.d.sync += [s2_v.eq(s1_v), s2_hv.eq(s1_hv), s2_ev.eq(s1_ev), s2_pn.eq(s1_pn),
+                     s2_beat.eq(s1_beat), s2_p0.eq(s1_p0_full), s2_p1.eq(s1_extra)]
+        with m.If(s1_hv):
+            m.d.sync += [s2_hbuf.eq(s1_hbuf), s2_ra.eq(reason_a), s2_rb_rest.eq(reason_b_rest),
+                         s2_udp_bad.eq(udp_bad), s2_not_roce.eq(not_roce), s2_okind.eq(okind),
+                         s2_csum.eq(csum_sum), s2_hl.eq(hl1),
+                         s2_plen_raw.eq(padded - bth["padcnt"])]
+
+        # ------------------------------------------------------------ S2: header classification
+        s2_rb = Signal(Reason)
+        csum_ok = ones_complement_fold(s2_csum) == 0xFFFF
+        m.d.comb += s2_rb.eq(first_match([(s2_udp_bad, Reason.UDP_LENGTH.value),
+                                          (~csum_ok, Reason.IP_CHECKSUM.value)], s2_rb_rest))
+        s2_kind = Signal(Kind)
+        with m.If(s2_not_roce):
+            m.d.comb += s2_kind.eq(Kind.NOT_ROCE)
+        with m.Elif((s2_ra != Reason.NONE) | (s2_rb != Reason.NONE)):
+            m.d.comb += s2_kind.eq(Kind.MALFORMED)
+        with m.Else():
+            m.d.comb += s2_kind.eq(s2_okind)
+        s2_plen = Signal(LEN_BITS)
+        m.d.comb += s2_plen.eq(Mux(s2_kind == Kind.DATA, s2_plen_raw, 0))
+
+        # ------------------------------------------------------------ S2: verdict and pushes
+        cur_kind = Signal(Kind)
+        cur_ra = Signal(Reason)
+        cur_rb = Signal(Reason)
+        kind2 = Mux(s2_hv, s2_kind, cur_kind)
+        ra2 = Mux(s2_hv, s2_ra, cur_ra)
+        rb2 = Mux(s2_hv, s2_rb, cur_rb)
+        with m.If(s2_hv):
+            m.d.sync += [cur_kind.eq(s2_kind), cur_ra.eq(s2_ra), cur_rb.eq(s2_rb)]
+
+        res = checker.o.payload
+        final_reason = Signal(Reason)
+        with m.If(res.mac_error):
+            m.d.comb += final_reason.eq(Reason.MAC_ERROR)
+        with m.Elif(ra2 != Reason.NONE):
+            m.d.comb += final_reason.eq(ra2)
+        with m.Elif(~res.ip_len_ok):
+            m.d.comb += final_reason.eq(Reason.IP_LENGTH)
+        with m.Elif(rb2 != Reason.NONE):
+            m.d.comb += final_reason.eq(rb2)
+        with m.Elif(~res.icrc_ok):
+            m.d.comb += final_reason.eq(Reason.ICRC)
+        final_kind = Signal(Kind)
+        with m.If(final_reason == Reason.NONE):
+            m.d.comb += final_kind.eq(kind2)
+        with m.Elif((kind2 == Kind.NOT_ROCE) & ~res.mac_error):
+            m.d.comb += final_kind.eq(Kind.NOT_ROCE)
+        with m.Else():
+            m.d.comb += final_kind.eq(Kind.MALFORMED)
+        bad = final_reason != Reason.NONE
+
+        # header record (combinational view of the S2 registers)
+        rec = Signal(header_record_layout())
+        hb2 = bytes_of(s2_hbuf)
+        vlan2 = field_value(tpid, lambda g: hb2[g], 0) == wf.ETHERTYPE_VLAN
+
+        def fields2(h, rel):
+            return extract(h, lambda g: hb2[g], L2_UNTAGGED + rel, L2_TAGGED + rel, vlan2)
+
+        m.d.comb += [rec.kind.eq(s2_kind), rec.reason.eq(Mux(s2_ra != Reason.NONE, s2_ra, s2_rb)),
+                     rec.vlan.eq(vlan2), rec.hdr_len.eq(s2_hl), rec.plen.eq(s2_plen),
+                     rec.raw.eq(s2_hbuf)]
+        eth2 = extract(wf.ETH, lambda g: hb2[g], 0)
+        eth2["ethertype"] = Mux(vlan2, field_value(tpid, lambda g: hb2[g], wf.DOT1Q.size),
+                                eth2["ethertype"])
+        ext_at = _BTH_AT + wf.BTH.size
+        groups = {
+            "eth": eth2,
+            "dot1q": extract(wf.DOT1Q, lambda g: hb2[g], wf.ETH.ethertype.offset),
+            "ipv4": fields2(wf.IPV4, 0),
+            "udp": fields2(wf.UDP, wf.IPV4.size),
+            "bth": fields2(wf.BTH, _BTH_AT),
+            "reth": fields2(wf.RETH, ext_at),
+            "aeth": fields2(wf.AETH, ext_at),
+        }
+        # ImmDt follows a RETH when the opcode carries both
+        imm_plain = fields2(wf.IMMDT, ext_at)
+        imm_after = fields2(wf.IMMDT, ext_at + wf.RETH.size)
+        reth_op = Signal()
+        with m.Switch(groups["bth"]["opcode"]):
+            for code, info in OPCODES.items():
+                if info.reth:
+                    with m.Case(code):
+                        m.d.comb += reth_op.eq(1)
+        groups["immdt"] = {k: Mux(reth_op, imm_after[k], imm_plain[k]) for k in imm_plain}
+        for hname, vals in groups.items():
+            for fname, v in vals.items():
+                m.d.comb += rec[hname][fname].eq(v)
+
+        m.d.comb += [hdr_fifo.w_en.eq(s2_hv), hdr_fifo.w_data.eq(rec)]
+
+        ver = Signal(verdict_layout())
+        m.d.comb += [ver.kind.eq(final_kind), ver.reason.eq(final_reason),
+                     ver.frame_len.eq(res.frame_len),
+                     ver_fifo.w_en.eq(s2_ev), ver_fifo.w_data.eq(ver)]
+
+        m.d.comb += [frame_fifo.w_en.eq(s2_v), frame_fifo.w_data.eq(s2_beat)]
+
+        # payload: two interleaved FIFOs so that two beats can be pushed in one cycle
+        is_data = kind2 == Kind.DATA
+        p0 = Signal(beat_layout(w))
+        p1 = Signal(beat_layout(w))
+        m.d.comb += [p0.eq(s2_p0), p1.eq(s2_p1),
+                     p0.error.eq(s2_p0.last & bad), p1.error.eq(bad)]
+        push0 = is_data & (s2_pn != 0)
+        push1 = is_data & (s2_pn == 2)
+        wsel = Signal()
+        with m.If(wsel):
+            m.d.comb += [pay1.w_en.eq(push0), pay1.w_data.eq(p0),
+                         pay0.w_en.eq(push1), pay0.w_data.eq(p1)]
+        with m.Else():
+            m.d.comb += [pay0.w_en.eq(push0), pay0.w_data.eq(p0),
+                         pay1.w_en.eq(push1), pay1.w_data.eq(p1)]
+        with m.If(push0 & ~push1):
+            m.d.sync += wsel.eq(~wsel)
+
+        # ------------------------------------------------------------ outputs
+        rsel = Signal()
+        pay_out = Signal(beat_layout(w))
+        m.d.comb += pay_out.eq(Mux(rsel, pay1.r_data, pay0.r_data))
+        m.d.comb += [
+            self.payload.valid.eq(Mux(rsel, pay1.r_rdy, pay0.r_rdy)),
+            self.payload.payload.eq(pay_out),
+            pay0.r_en.eq(~rsel & self.payload.ready),
+            pay1.r_en.eq(rsel & self.payload.ready),
+        ]
+        with m.If(self.payload.valid & self.payload.ready):
+            m.d.sync += rsel.eq(~rsel)
+        for port, f in ((self.frame, frame_fifo), (self.hdr, hdr_fifo), (self.verdict, ver_fifo)):
+            m.d.comb += [port.valid.eq(f.r_rdy), port.payload.eq(f.r_data), f.r_en.eq(port.ready)]
+        return m

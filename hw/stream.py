@@ -1,0 +1,110 @@
+"""The one stream beat layout of NetReduce, plus small stream helpers.
+
+Every frame-carrying port of the gateware (MAC side, parser, deparser, bypass, aggregator payload)
+uses :func:`beat_layout`:
+
+* ``data``  (``data_width`` bits): byte ``i`` of the beat is ``data[8*i : 8*i+8]`` (AXI-Stream byte
+  order: the first byte on the wire is the least significant byte).
+* ``keep``  (``data_width // 8`` bits): ``keep[i]`` marks byte ``i`` valid. Every beat except a
+  frame's last one is full; the last beat has a contiguous run of valid bytes starting at byte 0
+  (``keep`` is a thermometer code: ``0b0..01..1``). An empty last beat (``keep == 0``) is allowed
+  only where a component documents it (the parser's payload of a zero-length RoCE packet).
+* ``first``: the beat is the first of its frame. Producers in ``netreduce.hw`` drive it; consumers
+  derive "first" from the previous beat's ``last`` and ignore this flag on input, so a source that
+  cannot produce it (an AXI-Stream MAC) may leave it 0 (the Verilog top wrapper derives it).
+* ``last``: the beat is the last of its frame (AXI-Stream ``tlast``).
+* ``error``: the frame is bad (MAC FCS/PHY error on input, a failed check on output). Meaningful on
+  the last beat only; it travels in ``tuser`` on AXI-Stream.
+
+A stream of these beats is :func:`beat_signature` (``amaranth.lib.stream``, ready/valid).
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Mux, Value
+from amaranth.lib import data, stream
+
+__all__ = [
+    "DEFAULT_DATA_WIDTH", "beat_layout", "beat_signature", "keep_count", "keep_from_count",
+    "bytes_of", "check_data_width", "tree_sum", "first_match",
+]
+
+DEFAULT_DATA_WIDTH = 512
+
+
+def check_data_width(data_width: int) -> int:
+    """Validate a stream data width: a power of two, at least 64 bits (8 bytes)."""
+    if not isinstance(data_width, int) or data_width < 64 or data_width & (data_width - 1):
+        raise ValueError(f"data_width = {data_width!r}: must be a power of two >= 64 bits")
+    return data_width
+
+
+def beat_layout(data_width: int = DEFAULT_DATA_WIDTH) -> data.StructLayout:
+    """The beat layout: ``data``, ``keep``, ``first``, ``last``, ``error`` (see module doc)."""
+    check_data_width(data_width)
+    return data.StructLayout({
+        "data": data_width,
+        "keep": data_width // 8,
+        "first": 1,
+        "last": 1,
+        "error": 1,
+    })
+
+
+def beat_signature(data_width: int = DEFAULT_DATA_WIDTH) -> stream.Signature:
+    """A ready/valid stream of :func:`beat_layout` beats (use ``Out(...)`` for a source port)."""
+    return stream.Signature(beat_layout(data_width))
+
+
+def bytes_of(value: Value, n: int | None = None) -> list[Value]:
+    """The bytes of ``value`` as a list, byte 0 = bits 7..0 (``n`` bytes, default all)."""
+    value = Value.cast(value)
+    n = len(value) // 8 if n is None else n
+    return [value[8 * i: 8 * i + 8] for i in range(n)]
+
+
+def keep_from_count(count: Value, nbytes: int) -> Value:
+    """A thermometer ``keep`` with the lowest ``count`` bits set (count >= nbytes: all set)."""
+    return Cat(*[count > i for i in range(nbytes)])
+
+
+def keep_count(keep: Value) -> Value:
+    """Number of valid bytes of a thermometer ``keep``: index of the highest set bit + 1.
+
+    A balanced priority encoder rather than a popcount, so a (non-conforming) keep with holes
+    still yields the position just past its last valid byte.
+    """
+    keep = Value.cast(keep)
+
+    def top(lo: int, hi: int) -> Value:  # highest set bit + 1 within keep[lo:hi], else lo
+        if hi - lo == 1:
+            return Mux(keep[lo], hi, lo)
+        mid = (lo + hi) // 2
+        return Mux(keep[mid:hi].any(), top(mid, hi), top(lo, mid))
+
+    return top(0, len(keep))
+
+
+def tree_sum(terms) -> Value:
+    """Sum of ``terms`` as a balanced adder tree (log2 depth instead of a chain)."""
+    terms = [Value.cast(t) for t in terms]
+    while len(terms) > 1:
+        terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i]
+                 for i in range(0, len(terms), 2)]
+    return terms[0]
+
+
+def first_match(pairs, default) -> Value:
+    """The value of the first ``(condition, value)`` pair whose condition holds, else ``default``.
+
+    A balanced priority selector: log2 depth instead of a chain of len(pairs) multiplexers.
+    """
+    pairs = list(pairs)
+    if not pairs:
+        return Value.cast(default)
+    if len(pairs) == 1:
+        cond, val = pairs[0]
+        return Mux(cond, val, default)
+    half = len(pairs) // 2
+    lo, hi = pairs[:half], pairs[half:]
+    return Mux(Cat(*[c for c, _ in lo]).any(), first_match(lo, default), first_match(hi, default))
