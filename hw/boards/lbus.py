@@ -1,0 +1,188 @@
+"""Segmented LBUS <-> beat stream converters for the UltraScale ``cmac`` IP (PG165).
+
+The LBUS of the integrated 100G MAC is four 128-bit segments per cycle. Per segment ``s``:
+``data`` (the segment's first byte in bits 127..120: big-endian, the reverse of the beat layout),
+``ena`` (segment valid), ``sop`` / ``eop`` (start / end of packet in this segment), ``err`` (with
+``eop``: the packet is bad) and ``mty`` (with ``eop``: number of unused bytes at the end of the
+segment, 0..15). Packets may start in any segment on RX, and a packet may end and the next start
+in the same cycle; segments of one cycle are in order, segment 0 first.
+
+:class:`BeatsToLbus` (TX): one beat becomes one LBUS cycle, segment 0 first, so a packet always
+starts in segment 0 (allowed by the LBUS rules; unused segments after ``eop`` have ``ena`` 0).
+``i.ready`` is ``rdy`` (the MAC's ``tx_rdyout``, an almost-full flag: the MAC still accepts the
+cycles already in flight, and the conversion adds one register stage). Latency 1 cycle. A last
+beat with ``keep == 0`` (not a legal frame end) is sent as a 1-byte segment with ``err`` set, so
+the MAC ends the packet and marks it bad instead of running it into the next one.
+
+:class:`LbusToBeats` (RX): valid segments go into a 16-segment queue; a beat leaves the queue
+when it holds 4 segments or an ``eop`` among its first 4, carrying up to 4 segments and never
+segments of two packets, through an output register. One beat per cycle; latency 2 cycles.
+Throughput: at 100 Gb/s the 322.265625 MHz LBUS brings at most 38.8 bytes of wire time per
+cycle, and a packet of L bytes (FCS stripped) occupies L + 24 bytes of wire time (FCS, preamble,
+minimum IPG) but needs only ceil(L / 64) beats, which is never more cycles (L >= 60): the queue
+drains at least as fast as the line fills it and only absorbs the 4-segments-in / 1-beat-out
+bursts. A cycle's segments are admitted while at most 12 are queued; if the input overruns that,
+the cycle's segments are dropped and ``overflow`` pulses (the damaged frame then fails the
+core's length / ICRC checks and is counted there). ``first`` is regenerated (1 after reset and
+after ``last``); ``sop`` is not needed for that. ``o.ready`` low holds the output register (and
+then the queue), but the LBUS itself cannot wait: keep ``o.ready`` high.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..stream import beat_signature
+
+__all__ = ["SEGMENT", "BeatsToLbus", "LbusToBeats", "swap_bytes"]
+
+SEG_BITS = 128
+SEG_BYTES = 16
+NSEG = 4
+
+SEGMENT = data.StructLayout({"data": SEG_BITS, "ena": 1, "sop": 1, "eop": 1, "err": 1, "mty": 4})
+
+
+def swap_bytes(v, nbytes=SEG_BYTES):
+    """Reverse the byte order of an ``nbytes``-byte value (LBUS segment <-> beat byte order)."""
+    return Cat(*[v[8 * (nbytes - 1 - j): 8 * (nbytes - j)] for j in range(nbytes)])
+
+
+class BeatsToLbus(wiring.Component):
+    """Beat stream (512-bit) to TX LBUS. Ports: ``i`` (In beats), ``seg`` (Out, 4 x
+    :data:`SEGMENT`, registered), ``rdy`` (In, the MAC's ``tx_rdyout``)."""
+
+    def __init__(self):
+        super().__init__({
+            "i": In(beat_signature(SEG_BITS * NSEG)),
+            "seg": Out(SEGMENT).array(NSEG),
+            "rdy": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        p = self.i.payload
+        in_frame = Signal()
+        m.d.comb += self.i.ready.eq(self.rdy)
+        seg_ena = [p.keep[SEG_BYTES * s] for s in range(NSEG)]
+        empty_last = p.last & ~p.keep.any()
+        # index of the last segment holding data (for eop)
+        last_seg = Signal(range(NSEG))
+        for s in range(NSEG):
+            with m.If(seg_ena[s]):
+                m.d.comb += last_seg.eq(s)
+        with m.If(self.i.valid & self.i.ready):
+            m.d.sync += in_frame.eq(~p.last)
+            for s in range(NSEG):
+                keep_s = p.keep[SEG_BYTES * s: SEG_BYTES * (s + 1)]
+                used = Signal(range(SEG_BYTES + 1), name=f"used{s}")
+                m.d.comb += used.eq(sum(keep_s[j] for j in range(SEG_BYTES)))
+                is_eop = p.last & (last_seg == s) & ~empty_last
+                seg = self.seg[s]
+                m.d.sync += [
+                    seg.data.eq(swap_bytes(p.data[SEG_BITS * s: SEG_BITS * (s + 1)])),
+                    seg.ena.eq(Mux(empty_last, s == 0, Mux(p.last, seg_ena[s], 1))),
+                    seg.sop.eq((s == 0) & ~in_frame),
+                    seg.eop.eq(is_eop | (empty_last & (s == 0))),
+                    seg.err.eq((is_eop & p.error) | (empty_last & (s == 0))),
+                    seg.mty.eq(Mux(is_eop, SEG_BYTES - used, Mux(empty_last, SEG_BYTES - 1, 0))),
+                ]
+        with m.Else():
+            for s in range(NSEG):
+                m.d.sync += [self.seg[s].ena.eq(0), self.seg[s].sop.eq(0),
+                             self.seg[s].eop.eq(0), self.seg[s].err.eq(0)]
+        return m
+
+
+class LbusToBeats(wiring.Component):
+    """RX LBUS to beat stream (512-bit). Ports: ``seg`` (In, 4 x :data:`SEGMENT`), ``o`` (Out
+    beats; the converter holds a beat while ``o.ready`` is low, but the LBUS itself cannot wait:
+    keep ``o.ready`` high), ``overflow`` (Out, 1-cycle pulse when a cycle's segments were lost).
+    """
+
+    DEPTH = 16
+
+    def __init__(self):
+        super().__init__({
+            "seg": In(SEGMENT).array(NSEG),
+            "o": Out(beat_signature(SEG_BITS * NSEG)),
+            "overflow": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        D = self.DEPTH
+        aw = (D - 1).bit_length()
+        # Timing at 322 MHz shapes this: the queue is a circular buffer read through registered
+        # pointers (rp_k = read pointer + k), its fill count is a register, keep is precomputed
+        # from mty when a segment enters, admission only looks at the registered count, and the
+        # beat leaves through an output register. No path chains pop -> write position.
+        entry = data.StructLayout({"data": SEG_BITS, "keep": SEG_BYTES, "eop": 1, "err": 1})
+        q = Array(Signal(entry, name=f"q{j}") for j in range(D))
+        wp = Signal(aw)
+        rp = [Signal(aw, name=f"rp{k}", init=k) for k in range(NSEG)]
+        cnt = Signal(range(D + 1))
+
+        # ---- head of the queue -> next output beat: up to 4 segments, cut after the first eop
+        head = [q[rp[k]] for k in range(NSEG)]
+        present = [cnt > k for k in range(NSEG)]
+        n = Signal(range(NSEG + 1))
+        has_eop = Signal()
+        for k in reversed(range(NSEG)):
+            with m.If(present[k] & head[k].eop):
+                m.d.comb += [n.eq(k + 1), has_eop.eq(1)]
+        with m.If(~has_eop):
+            m.d.comb += n.eq(Mux(cnt >= NSEG, NSEG, 0))
+        end_err = Signal()
+        for k in range(NSEG):
+            with m.If(n == k + 1):
+                m.d.comb += end_err.eq(head[k].err)
+
+        # ---- output register
+        first = Signal(init=1)
+        take = Signal()
+        m.d.comb += take.eq((n != 0) & (~self.o.valid | self.o.ready))
+        with m.If(self.o.valid & self.o.ready):
+            m.d.sync += self.o.valid.eq(0)
+        with m.If(take):
+            m.d.sync += [
+                self.o.valid.eq(1),
+                self.o.payload.data.eq(Cat(*[swap_bytes(h.data) for h in head])),
+                self.o.payload.keep.eq(Cat(*[Mux(n > k, head[k].keep, 0)
+                                             for k in range(NSEG)])),
+                self.o.payload.last.eq(has_eop),
+                self.o.payload.error.eq(has_eop & end_err),
+                self.o.payload.first.eq(first),
+                first.eq(has_eop),
+            ]
+        pop = Signal(range(NSEG + 1))
+        with m.If(take):
+            m.d.comb += pop.eq(n)
+        for k in range(NSEG):
+            m.d.sync += rp[k].eq(rp[k] + pop)
+
+        # ---- input: the valid segments of this cycle, compacted, at the tail
+        ena = [self.seg[s].ena for s in range(NSEG)]
+        pos = [sum((ena[t] for t in range(s)), Const(0, 3)) for s in range(NSEG)]
+        incnt = Signal(3)
+        m.d.comb += incnt.eq(sum(ena))
+        fits = cnt <= D - NSEG   # room for a full cycle whatever leaves this cycle
+        added = Signal(3)
+        m.d.sync += self.overflow.eq(0)
+        with m.If(fits):
+            m.d.comb += added.eq(incnt)
+            for s in range(NSEG):
+                seg = self.seg[s]
+                keep = Mux(seg.eop, Cat(*[(SEG_BYTES - seg.mty) > b for b in range(SEG_BYTES)]),
+                           (1 << SEG_BYTES) - 1)
+                with m.If(ena[s]):
+                    slot = q[(wp + pos[s])[:aw]]
+                    m.d.sync += [slot.data.eq(seg.data), slot.keep.eq(keep),
+                                 slot.eop.eq(seg.eop), slot.err.eq(seg.err)]
+            m.d.sync += wp.eq(wp + incnt)
+        with m.Elif(incnt != 0):
+            m.d.sync += self.overflow.eq(1)
+        m.d.sync += cnt.eq(cnt - pop + added)
+        return m

@@ -1,0 +1,346 @@
+"""Board shell: the board-agnostic core between the QSFP28 100G MACs of a board.
+
+The core (DESIGN section 6) is any ``wiring.Component`` with the signature of
+:func:`core_signature`: ``P`` beat-stream port pairs (``rx[i]`` In, ``tx[i]`` Out, 512-bit beats of
+:func:`netreduce.hw.stream.beat_layout`) and one AXI4-Lite slave ``s_axil``, all in its ``sync``
+domain. The engine top plugs in here; until it exists, :class:`.bringup.LoopbackCore` does.
+
+:class:`BoardShell` is the top-level elaboratable for a :class:`.platforms.NetReducePlatform`:
+
+* Clocks. ``sync``: the board's 125 MHz oscillator (the platform's default clock, gated by the
+  end of configuration, reset by the CPU reset button). ``mac<c>``: the 322.265625 MHz
+  ``gt_txusrclk2`` of the CMAC of cage ``c`` (its RX side is clocked by the same clock). The core
+  runs on ``mac<c0>``, the MAC clock of the first port in use (``core`` domain in the netlist):
+  that port needs no clock-domain crossing; every other port crosses into and out of the core
+  clock through an :class:`~amaranth.lib.fifo.AsyncFIFO` (its MAC clock is asynchronous: each
+  cage has its own reference clock).
+* Reset sequencing. ``sync`` reset (button or end of configuration) -> a 1024-cycle (8 us) hold of
+  every CMAC's ``sys_reset`` -> each MAC releases its user side (``usr_tx_reset`` /
+  ``usr_rx_reset``), which resets that port's ``mac<c>`` logic through a reset synchroniser ->
+  once the RX is aligned (``stat_rx_aligned``) the MAC's transmitter is enabled (until then it
+  sends remote fault). The core is held in reset while its MAC is.
+* Per port: RX MAC -> dropping :class:`.framefifo.FrameFifo` (the MAC cannot wait: a frame that
+  does not fit is dropped whole) -> [CDC] -> ``core.rx[i]``; ``core.tx[i]`` -> [CDC] ->
+  store-and-forward FrameFifo (the MAC must get every frame without gaps) -> TX MAC. A frame
+  starts towards the MAC only while its transmitter is enabled.
+* QSFP sideband: ``ModSelL`` high (the shell does not use the module's I2C), ``ResetL`` low while
+  the ``sync`` domain is in reset, ``LPMode`` low (high power).
+* Management: ``mgmt`` (optional) is a component with an ``m_axil`` AXI4-Lite master member; it
+  is put in the core clock domain and drives ``core.s_axil``. Without it (in-band management is
+  another issue) the AXI-Lite bus is idle (no request is ever made).
+* LEDs: 0 heartbeat (``sync``), 1 core out of reset, then per port: RX aligned, sticky RX drop,
+  sticky TX MAC error (over/underflow); LEDs beyond the board's count are left out.
+* Constraints: the shell renders ``constraints/*.xdc`` for the ports in use and adds them to the
+  build through the platform (``platform.add_file``), and adds one IP Tcl script per CMAC plus
+  ``ip/create_ips.tcl`` (see :func:`.project`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from amaranth.hdl import (
+    ClockDomain,
+    DomainRenamer,
+    Elaboratable,
+    Module,
+    ResetSignal,
+    Signal,
+    Value,
+)
+from amaranth.lib import io, wiring
+from amaranth.lib.cdc import FFSynchronizer, ResetSynchronizer
+from amaranth.lib.fifo import AsyncFIFO
+from amaranth.lib.wiring import In, Out
+
+from ..csr import AXI4LiteSignature
+from ..stream import beat_layout, beat_signature
+from .cmac import cmac_config, cmac_for, ip_tcl
+from .framefifo import FrameFifo
+from .platforms import CMAC_DATAPATH_HZ, NetReducePlatform
+
+__all__ = ["core_signature", "check_core", "BoardShell", "CONSTRAINTS_DIR", "TOP_NAME",
+           "SYS_RESET_CYCLES"]
+
+TOP_NAME = "netreduce_top"
+SYS_RESET_CYCLES = 1024
+CONSTRAINTS_DIR = Path(__file__).resolve().parents[2] / "constraints"
+DATA_WIDTH = 512
+
+
+def core_signature(ports: int, data_width: int = DATA_WIDTH, axil_addr_width: int = 16):
+    """The signature a core must have to sit in the shell (seen from the core)."""
+    return wiring.Signature({
+        "rx": In(beat_signature(data_width)).array(ports),
+        "tx": Out(beat_signature(data_width)).array(ports),
+        "s_axil": In(AXI4LiteSignature(axil_addr_width)),
+    })
+
+
+def check_core(core, ports: int, data_width: int = DATA_WIDTH) -> None:
+    """Raise ``TypeError`` / ``ValueError`` naming what is wrong if ``core`` does not fit."""
+    if not isinstance(core, wiring.Component):
+        raise TypeError(f"core must be a wiring.Component, not {type(core).__name__}")
+    mem = core.signature.members
+    for name in ("rx", "tx", "s_axil"):
+        if name not in mem:
+            raise ValueError(f"core {type(core).__name__} has no member {name!r}; the shell "
+                             f"needs rx/tx (array of {ports} beat streams) and s_axil")
+    axil = mem["s_axil"]
+    if axil.flow != In or not isinstance(axil.signature.flip(), AXI4LiteSignature):
+        raise ValueError(f"core member s_axil must be In(AXI4LiteSignature(...)), is {axil!r}")
+    for name, flow in (("rx", In), ("tx", Out)):
+        m = mem[name]
+        if m.flow != flow or m.dimensions != (ports,):
+            raise ValueError(f"core member {name!r} must be {flow.name}(beat stream)"
+                             f".array({ports}); is {m!r}")
+        want = beat_signature(data_width).members["payload"].shape
+        got = m.signature.members["payload"].shape if "payload" in m.signature.members else None
+        if got != want:
+            raise ValueError(f"core member {name!r}: payload {got!r}, the shell carries "
+                             f"{want!r} ({data_width}-bit beats)")
+
+
+def _render(template: str, **ctx) -> str:
+    import jinja2
+
+    path = CONSTRAINTS_DIR / template
+    if not path.exists():
+        raise FileNotFoundError(f"constraint template {path} is missing (netreduce.hw.boards "
+                                f"needs the repository's constraints/ folder)")
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                             trim_blocks=True, lstrip_blocks=True)
+    return env.from_string(path.read_text()).render(**ctx)
+
+
+class BoardShell(Elaboratable):
+    """Top level of a board build (see the module docstring).
+
+    ``platform``: a :class:`.platforms.NetReducePlatform`. ``core``: the core component (its
+    ``rx``/``tx`` arrays have one entry per port in ``ports``). ``ports``: QSFP28 cage indices in
+    use, in core port order (default: every cage of the board). ``mgmt``: optional AXI4-Lite
+    master component (member ``m_axil``). ``rs_fec``: RS-FEC in the CMAC (default per family, see
+    :func:`.cmac.cmac_config`). ``cmac_site``: ``{cage: site}`` overrides. FIFO depths in beats.
+    """
+
+    def __init__(self, platform: NetReducePlatform, core, *, ports=None, mgmt=None,
+                 rs_fec: bool | None = None, cmac_site: dict[int, str] | None = None,
+                 rx_fifo_depth: int = 128, tx_fifo_depth: int = 128, cdc_depth: int = 16):
+        try:
+            self._configure(platform, core, ports, mgmt, rs_fec, cmac_site)
+        except (TypeError, ValueError):
+            self._MustUse__silence = True  # rejected: no "created but never used" warning
+            raise
+        self.rx_fifo_depth = rx_fifo_depth
+        self.tx_fifo_depth = tx_fifo_depth
+        self.cdc_depth = cdc_depth
+
+    def _configure(self, platform, core, ports, mgmt, rs_fec, cmac_site):
+        if not isinstance(platform, NetReducePlatform):
+            raise TypeError(f"platform must be a NetReducePlatform, not {type(platform).__name__}")
+        ports = [c.index for c in platform.qsfp_cages] if ports is None else list(ports)
+        if not ports:
+            raise ValueError("no ports: the shell needs at least one QSFP28 cage")
+        if len(set(ports)) != len(ports):
+            raise ValueError(f"ports {ports} name a cage twice")
+        self.cages = [platform.cage(c) for c in ports]  # raises for a cage the board lacks
+        check_core(core, len(ports))
+        if mgmt is not None:
+            m_axil = mgmt.signature.members.get("m_axil")
+            want = core.signature.members["s_axil"].signature.flip()
+            if m_axil is None or m_axil.flow != Out or m_axil.signature != want:
+                raise ValueError(f"mgmt {type(mgmt).__name__} must have m_axil = Out({want!r}) "
+                                 f"to drive the core's s_axil; has {m_axil!r}")
+        self.platform = platform
+        self.core = core
+        self.mgmt = mgmt
+        self.ports = ports
+        self.ip = platform.cmac_ip
+        site = cmac_site or {}
+        unknown = sorted(set(site) - set(ports))
+        if unknown:
+            raise ValueError(f"cmac_site names cages {unknown} that are not in ports {ports}")
+        self.ip_configs = {
+            c.index: cmac_config(self.ip, c, rs_fec=rs_fec, cmac_site=site.get(c.index))
+            for c in self.cages
+        }
+
+    # names shared by the elaborated netlist, the constraints and the IP Tcl
+    @staticmethod
+    def ip_module(cage: int) -> str:
+        return f"cmac_port{cage}"
+
+    @staticmethod
+    def mac_cell(cage: int) -> str:
+        """Hierarchical name of the CMAC instance in the netlist."""
+        return f"mac{cage}/cmac"
+
+    def ip_files(self) -> dict[str, str]:
+        """``{path: text}`` of the IP creation scripts (relative to the build directory)."""
+        files = {}
+        for c in self.ports:
+            files[f"ip/{self.ip_module(c)}.tcl"] = ip_tcl(self.ip, self.ip_module(c),
+                                                          self.ip_configs[c])
+        lines = ["# Create, generate and synthesise (out of context) every IP of the design.",
+                 "# Sourced by the build script after the sources are read.",
+                 "file mkdir ip"]
+        lines += [f"source ip/{self.ip_module(c)}.tcl" for c in self.ports]
+        lines += ["set ips [get_ips]",
+                  "generate_target all $ips",
+                  "synth_ip $ips", ""]
+        files["ip/create_ips.tcl"] = "\n".join(lines)
+        return files
+
+    def constraint_context(self) -> dict:
+        """What the ``constraints/*.xdc`` templates are rendered with."""
+        p = self.platform
+        sideband_out = ("modsel", "reset", "lpmode")
+        sideband_in = ("modprs", "int")
+        ports = []
+        for c in self.ports:
+            ports.append({
+                "cage": c,
+                "mac_clock_pin": f"{self.mac_cell(c)}/gt_txusrclk2",
+                "refclk_port": f"qsfp_{c}__refclk__p",
+                "refclk_period_ns": 1e9 / p.cage(c).refclk_hz,
+                "sideband_out": [f"qsfp_{c}__{s}__io" for s in sideband_out],
+                "sideband_in": [f"qsfp_{c}__{s}__io" for s in sideband_in],
+            })
+        nleds = len([r for r in p.resources if r[0] == "led"])
+        return {
+            "board": p.board, "part": p.part, "ip": self.ip,
+            "sys_clock_port": f"{p.default_clk}_0__p",
+            "reset_port": f"{p.default_rst}_0__io",
+            "ports": ports,
+            "leds": [f"led_{i}__io" for i in range(min(nleds, self.led_count()))],
+            "bitstream_props": list(p.bitstream_props),
+            "mac_hz": CMAC_DATAPATH_HZ,
+        }
+
+    def led_count(self) -> int:
+        return 2 + 3 * len(self.ports)
+
+    def constraint_files(self) -> dict[str, str]:
+        ctx = self.constraint_context()
+        return {f"constraints/{n}": _render(n, **ctx)
+                for n in ("device.xdc", "clocks.xdc", "qsfp.xdc", "cdc.xdc")}
+
+    def elaborate(self, platform):
+        m = Module()
+        plat = platform
+        if plat is not None:
+            for path, text in {**self.constraint_files(), **self.ip_files()}.items():
+                plat.add_file(path, text)
+
+        # ---- sys domain (125 MHz board clock, from the platform): CMAC reset hold
+        sys_hold = Signal(range(SYS_RESET_CYCLES + 1), init=SYS_RESET_CYCLES)
+        cmac_sys_reset = Signal(init=1)
+        with m.If(sys_hold != 0):
+            m.d.sync += sys_hold.eq(sys_hold - 1)
+        m.d.sync += cmac_sys_reset.eq(sys_hold != 0)
+        heartbeat = Signal(27)
+        m.d.sync += heartbeat.eq(heartbeat + 1)
+
+        core_dom = f"mac{self.ports[0]}"
+        core = DomainRenamer(core_dom)(self.core)
+        m.submodules.core = core
+        if self.mgmt is not None:
+            m.submodules.mgmt = DomainRenamer(core_dom)(self.mgmt)
+            wiring.connect(m, self.mgmt.m_axil, self.core.s_axil)
+        else:
+            bus = self.core.s_axil
+            m.d.comb += [bus.awvalid.eq(0), bus.wvalid.eq(0), bus.arvalid.eq(0),
+                         bus.bready.eq(1), bus.rready.eq(1)]
+
+        leds = [Signal(name=f"led{i}") for i in range(self.led_count())]
+        m.d.comb += leds[0].eq(heartbeat[-1])
+        sys_rst = ResetSignal("sync")
+        core_running = Signal()
+        m.submodules.core_running_sync = FFSynchronizer(~ResetSignal(core_dom), core_running)
+        m.d.comb += leds[1].eq(core_running)
+
+        layout = beat_layout(DATA_WIDTH)
+        for i, c in enumerate(self.ports):
+            dom = f"mac{c}"
+            m.domains += ClockDomain(dom)
+            pins = plat.request("qsfp", c, dir={k: "-" for k in (
+                "rx", "tx", "refclk", "modsel", "reset", "lpmode", "modprs", "int")})
+            for name, value in (("modsel", 0), ("lpmode", 0)):
+                m.submodules[f"q{c}_{name}"] = b = io.Buffer("o", getattr(pins, name))
+                m.d.comb += b.o.eq(value)
+            m.submodules[f"q{c}_reset"] = b = io.Buffer("o", pins.reset)
+            m.d.comb += b.o.eq(sys_rst)
+            for name in ("modprs", "int"):
+                m.submodules[f"q{c}_{name}"] = io.Buffer("i", getattr(pins, name))
+
+            mac = cmac_for(self.ip)(self.ip_module(c), pins, domain=dom, init_domain="sync",
+                                    rs_fec=self.ip_configs[c]["INCLUDE_RS_FEC"] == "1")
+            m.submodules[f"mac{c}"] = mac
+            m.d.comb += mac.sys_reset.eq(cmac_sys_reset)
+            m.submodules[f"mac{c}_rst"] = ResetSynchronizer(mac.mac_reset, domain=dom)
+            aligned = Signal(name=f"aligned{c}")
+            m.d[dom] += aligned.eq(mac.aligned)
+            m.d.comb += mac.tx_enable.eq(aligned)
+
+            rx_fifo = DomainRenamer(dom)(FrameFifo(DATA_WIDTH, self.rx_fifo_depth,
+                                                   drop_when_full=True))
+            tx_fifo = DomainRenamer(dom)(FrameFifo(DATA_WIDTH, self.tx_fifo_depth,
+                                                   drop_when_full=False))
+            m.submodules[f"rx_fifo{c}"] = rx_fifo
+            m.submodules[f"tx_fifo{c}"] = tx_fifo
+            m.d.comb += [
+                rx_fifo.i.valid.eq(mac.rx.valid),
+                rx_fifo.i.payload.eq(mac.rx.payload),
+            ]
+            # a frame starts towards the MAC only while its transmitter is enabled
+            tx_in_frame = Signal(name=f"tx_in_frame{c}")
+            go = aligned | tx_in_frame
+            m.d.comb += [
+                mac.tx.valid.eq(tx_fifo.o.valid & go),
+                mac.tx.payload.eq(tx_fifo.o.payload),
+                tx_fifo.o.ready.eq(mac.tx.ready & go),
+            ]
+            with m.If(mac.tx.valid & mac.tx.ready):
+                m.d[dom] += tx_in_frame.eq(~mac.tx.payload.last)
+
+            if dom == core_dom:
+                wiring.connect(m, rx_fifo.o, self.core.rx[i])
+                wiring.connect(m, self.core.tx[i], tx_fifo.i)
+            else:
+                rx_cdc = AsyncFIFO(width=layout.size, depth=self.cdc_depth,
+                                   w_domain=dom, r_domain=core_dom)
+                tx_cdc = AsyncFIFO(width=layout.size, depth=self.cdc_depth,
+                                   w_domain=core_dom, r_domain=dom)
+                m.submodules[f"rx_cdc{c}"] = rx_cdc
+                m.submodules[f"tx_cdc{c}"] = tx_cdc
+                m.d.comb += [
+                    rx_cdc.w_data.eq(Value.cast(rx_fifo.o.payload)),
+                    rx_cdc.w_en.eq(rx_fifo.o.valid),
+                    rx_fifo.o.ready.eq(rx_cdc.w_rdy),
+                    self.core.rx[i].payload.eq(layout(rx_cdc.r_data)),
+                    self.core.rx[i].valid.eq(rx_cdc.r_rdy),
+                    rx_cdc.r_en.eq(self.core.rx[i].ready),
+                    tx_cdc.w_data.eq(Value.cast(self.core.tx[i].payload)),
+                    tx_cdc.w_en.eq(self.core.tx[i].valid),
+                    self.core.tx[i].ready.eq(tx_cdc.w_rdy),
+                    tx_fifo.i.payload.eq(layout(tx_cdc.r_data)),
+                    tx_fifo.i.valid.eq(tx_cdc.r_rdy),
+                    tx_cdc.r_en.eq(tx_fifo.i.ready),
+                ]
+
+            # status LEDs (sync domain)
+            base = 2 + 3 * i
+            rx_drop = Signal(name=f"rx_drop_seen{c}")
+            tx_err = Signal(name=f"tx_err_seen{c}")
+            with m.If(rx_fifo.drop):
+                m.d[dom] += rx_drop.eq(1)
+            with m.If(mac.tx_error):
+                m.d[dom] += tx_err.eq(1)
+            for k, s in enumerate((aligned, rx_drop, tx_err)):
+                m.submodules[f"led_sync{c}_{k}"] = FFSynchronizer(s, leds[base + k])
+
+        nleds = len([r for r in plat.resources if r[0] == "led"])
+        for i, s in enumerate(leds[:nleds]):
+            m.submodules[f"led_buf{i}"] = b = io.Buffer("o", plat.request("led", i, dir="-"))
+            m.d.comb += b.o.eq(s)
+        return m

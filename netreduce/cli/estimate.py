@@ -1,0 +1,80 @@
+"""``netreduce estimate``: Yosys ``synth_xilinx`` resource and logic-depth estimates.
+
+Runs :func:`netreduce.hw.estimate.estimate` on one or more designs (default: the core that sits
+in the board shell) and prints LUT / FF / CARRY / DSP / BRAM36 / URAM use against the device of
+the family (``xcup``: the VCU118's xcvu9p; ``xcu``: the VCU108's xcvu095) and the logic depth
+(longest path in LUT / carry / mux cells between registers). Writes the figures as JSON.
+A 512-bit design takes minutes.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+from rich.table import Table
+
+from netreduce.cli._console import console
+
+FAMILY_BOARD = {"xcup": "vcu118", "xcu": "vcu108"}
+
+
+@click.command()
+@click.option("--design", "designs", multiple=True, metavar="NAME",
+              help="Design to estimate (repeatable): core, parser, deparser, bank, lanes, "
+                   "slotmem, rxfifo, lbus_rx, or package.module:attr. Default: core.")
+@click.option("--family", type=click.Choice(sorted(FAMILY_BOARD)), default="xcup",
+              show_default=True, help="xcup = Virtex UltraScale+ (xcvu9p), xcu = UltraScale "
+                                      "(xcvu095).")
+@click.option("--data-width", type=int, default=512, show_default=True, help="Beat width.")
+@click.option("--ports", type=int, default=1, show_default=True, help="Core ports.")
+@click.option("--slots", type=int, default=1024, show_default=True, help="Slots (slotmem).")
+@click.option("--pmtu-max", type=int, default=4096, show_default=True, help="PMTU (slotmem).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True),
+              default="estimate.json", show_default=True, help="Where to write the figures.")
+@click.option("--timeout", type=float, default=3600, show_default=True,
+              help="Seconds allowed per Yosys run.")
+def estimate(designs, family, data_width, ports, slots, pmtu_max, json_path, timeout):
+    """Estimate FPGA resources and logic depth of NetReduce gateware with Yosys."""
+    from netreduce.hw.boards.project import platform_for
+    from netreduce.hw.estimate import YosysError, make_design, write_json
+    from netreduce.hw.estimate import estimate as run
+
+    con = console()
+    cap = type(platform_for(FAMILY_BOARD[family])).capacity
+    params = {"data_width": data_width, "ports": ports, "slots": slots, "pmtu_max": pmtu_max}
+    results = []
+    for name in designs or ("core",):
+        try:
+            comp = make_design(name, **params)
+        except (ValueError, TypeError) as e:
+            raise click.BadParameter(str(e), param_hint="--design") from None
+        con.print(f"synthesising {name} ({type(comp).__name__}, {data_width}-bit, {family}) ...")
+        try:
+            results.append(run(comp, family=family, capacity=cap, design=name, params=params,
+                               timeout=timeout))
+        except YosysError as e:
+            raise click.ClickException(str(e)) from None
+
+    t = Table(title=f"Yosys synth_xilinx -family {family}: use of {cap.part}")
+    t.add_column("design")
+    for col in ("LUT", "FF", "CARRY", "DSP", "BRAM36", "URAM"):
+        t.add_column(col, justify="right")
+    t.add_column("depth", justify="right")
+    t.add_column("s", justify="right")
+    for e in results:
+        row = [e.design]
+        for col in ("LUT", "FF", "CARRY", "DSP", "BRAM36", "URAM"):
+            used = e.resources[col]
+            pct = e.utilisation.get(col)
+            used_s = f"{used:g}"
+            row.append(used_s if pct is None else f"{used_s} ({pct:.2f}%)")
+        row += [str(e.logic_depth), f"{e.seconds:.0f}"]
+        t.add_row(*row)
+    t.add_row("device", *[f"{v:,}" for v in (cap.lut, cap.ff, cap.carry8, cap.dsp, cap.bram36,
+                                             cap.uram)], "", "")
+    con.print(t)
+    con.print(f"{results[0].yosys}; depth = logic cells on the longest register-to-register "
+              f"path. Vivado's figures will differ; Fmax needs Vivado.")
+    write_json(results, json_path, command="netreduce estimate " + " ".join(sys.argv[2:]))
+    con.print(f"JSON: {json_path}")

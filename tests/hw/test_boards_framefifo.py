@@ -1,0 +1,132 @@
+"""FrameFifo: store-and-forward, whole-frame drops, no bubbles inside a committed frame."""
+
+import random
+
+import pytest
+from amaranth.sim import Simulator
+from netreduce.hw.boards.framefifo import FrameFifo
+
+W = 64  # 8 bytes per beat keeps the simulation fast
+
+
+def _frames(rng, n, max_beats):
+    out = []
+    for _ in range(n):
+        nb = rng.randint(1, max_beats)
+        beats = []
+        for k in range(nb):
+            last = k == nb - 1
+            nbytes = rng.randint(1, W // 8) if last else W // 8
+            beats.append((rng.getrandbits(W), (1 << nbytes) - 1, int(last), int(last and
+                                                                              rng.random() < .2)))
+        out.append(beats)
+    return out
+
+
+def _run(dut, frames, *, in_gap, out_ready_p, cycles):
+    got, drops, bubbles = [], [0], [0]
+
+    async def source(ctx):
+        for f in frames:
+            for b in f:
+                while in_gap and random.random() < in_gap:
+                    ctx.set(dut.i.valid, 0)
+                    await ctx.tick()
+                d, k, last, err = b
+                ctx.set(dut.i.payload.data, d)
+                ctx.set(dut.i.payload.keep, k)
+                ctx.set(dut.i.payload.last, last)
+                ctx.set(dut.i.payload.error, err)
+                ctx.set(dut.i.valid, 1)
+                await ctx.tick().until(dut.i.ready)
+        ctx.set(dut.i.valid, 0)
+
+    async def sink(ctx):
+        cur, in_frame = [], False
+        for _ in range(cycles):
+            rdy = random.random() < out_ready_p
+            ctx.set(dut.o.ready, rdy)
+            await ctx.delay(1e-9)
+            if rdy and in_frame and not ctx.get(dut.o.valid):
+                bubbles[0] += 1
+            if ctx.get(dut.drop):
+                drops[0] += 1
+            if rdy and ctx.get(dut.o.valid):
+                p = ctx.get(dut.o.payload)
+                assert p.first == (not in_frame)
+                cur.append((p.data, p.keep, p.last, p.error))
+                in_frame = not p.last
+                if p.last:
+                    got.append(cur)
+                    cur = []
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(source, background=True)
+    sim.add_testbench(sink)
+    sim.run()
+    return got, drops[0], bubbles[0]
+
+
+def _is_subsequence(sub, full):
+    it = iter(full)
+    return all(any(x == y for y in it) for x in sub)
+
+
+def test_tx_mode_passes_everything_in_order():
+    rng = random.Random(1)
+    random.seed(1)
+    frames = _frames(rng, 40, 12)
+    got, drops, bubbles = _run(FrameFifo(W, 16, drop_when_full=False), frames,
+                               in_gap=0.3, out_ready_p=1.0, cycles=1500)
+    assert got == frames
+    assert drops == 0
+    assert bubbles == 0  # store and forward: a committed frame never has a gap
+
+
+def test_tx_mode_backpressure_random_ready():
+    rng = random.Random(2)
+    random.seed(2)
+    frames = _frames(rng, 40, 10)
+    got, drops, _ = _run(FrameFifo(W, 16, drop_when_full=False), frames,
+                         in_gap=0.0, out_ready_p=0.5, cycles=3000)
+    assert got == frames and drops == 0
+
+
+def test_tx_mode_oversize_frame_dropped_not_deadlocked():
+    rng = random.Random(3)
+    random.seed(3)
+    frames = _frames(rng, 6, 4)
+    big = [(1, 0xff, 0, 0)] * 20 + [(2, 0xff, 1, 0)]
+    frames.insert(3, big)
+    got, drops, _ = _run(FrameFifo(W, 8, drop_when_full=False), frames,
+                         in_gap=0.0, out_ready_p=1.0, cycles=400)
+    assert drops == 1
+    assert got == frames[:3] + frames[4:]
+
+
+def test_rx_mode_drops_whole_frames_and_keeps_order():
+    rng = random.Random(4)
+    random.seed(4)
+    frames = _frames(rng, 60, 6)
+    got, drops, bubbles = _run(FrameFifo(W, 8, drop_when_full=True), frames,
+                               in_gap=0.0, out_ready_p=0.3, cycles=2000)
+    assert drops > 0, "the slow sink must force drops"
+    assert len(got) + drops == len(frames)
+    assert _is_subsequence(got, frames)
+
+
+def test_rx_mode_no_drop_when_fast():
+    rng = random.Random(5)
+    random.seed(5)
+    frames = _frames(rng, 30, 6)
+    got, drops, _ = _run(FrameFifo(W, 16, drop_when_full=True), frames,
+                         in_gap=0.0, out_ready_p=1.0, cycles=600)
+    assert got == frames and drops == 0
+
+
+@pytest.mark.parametrize("depth", [3, 6, 0])
+def test_bad_depth(depth):
+    with pytest.raises(ValueError, match="power of two"):
+        FrameFifo(W, depth, drop_when_full=True)
