@@ -151,6 +151,9 @@ def main(argv=None) -> int:
     doc["deparser"] = deparser_figures(args.width)
     doc["loopback"] = loopback_figures(args.width)
     print(json.dumps({k: doc[k] for k in ("parser", "deparser", "loopback")}, indent=1))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    if jobs:   # the simulation figures first: Yosys on a busy machine can take long
+        args.out.write_text(json.dumps(dict(doc, synthesis="running"), indent=1) + "\n")
     synth = {}
     for name, job in jobs.items():
         try:

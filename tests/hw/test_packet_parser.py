@@ -236,28 +236,18 @@ def test_packet_parser_malformed_then_good(width, idle, stall):
 
 
 @pytest.mark.parametrize("width,jumbo_len", [(64, 1518), (512, 9018)])
-def test_packet_parser_jumbo_and_runts(width, jumbo_len):
-    rng = random.Random(3)
-    jumbo = random_frame(rng, opcode=0x0A, plen=jumbo_len - 74, vlan=False).pack()
-    assert len(jumbo) == jumbo_len
+def test_packet_parser_line_rate_jumbo_runts(width, jumbo_len):
+    """Back-to-back minimum, runt, maximum and jumbo frames: one input beat per cycle."""
+    rng = random.Random(1)
+    frames = [RoceFrame(opcode=0x11, psn=i).pack() for i in range(16)]          # 62 B ACKs
+    frames += [random_frame(rng, opcode=0x0A, plen=0).pack() for _ in range(8)]
     runt = RoceFrame(opcode=0x04).pack()                       # padded to 60 bytes
     assert len(runt) == MIN_FRAME
-    frames = [runt, jumbo, runt[:58], jumbo + b"\0", runt, jumbo[:jumbo_len // 2]]
-    out = run_parser(width, frames, idle=0.1, stall=0.1)
+    jumbo = random_frame(rng, opcode=0x0A, plen=jumbo_len - 74, vlan=False).pack()
+    assert len(jumbo) == jumbo_len
+    frames += [runt, jumbo, runt[:58], jumbo + b"\0", runt, jumbo[:jumbo_len // 2]]
+    frames += [random_frame(rng, opcode=0x07, plen=4096 if width > 64 else 1024).pack()]
+    out = run_parser(width, frames)
+    # every beat was taken in consecutive cycles (the source never idles here)
+    assert out["in_span"] == out["in_beats"], (out["in_span"], out["in_beats"])
     check_run(frames, out)
-
-
-@pytest.mark.parametrize("width", [64, 512])
-def test_packet_parser_line_rate(width):
-    """Back-to-back minimum and maximum frames: one input beat per cycle, always ready."""
-    rng = random.Random(1)
-    small = [RoceFrame(opcode=0x11, psn=i).pack() for i in range(16)]          # 62 B ACKs
-    small += [random_frame(rng, opcode=0x0A, plen=0).pack() for _ in range(8)]
-    big = [random_frame(rng, opcode=0x07, plen=4096 if width > 64 else 1024).pack()]
-    if width > 64:
-        big += [random_frame(rng, opcode=0x0A, plen=9018 - 74).pack()]
-    for frames in (small, big):
-        out = run_parser(width, frames)
-        # every beat was taken in consecutive cycles (the source never idles here)
-        assert out["in_span"] == out["in_beats"], (out["in_span"], out["in_beats"])
-        check_run(frames, out)
