@@ -77,7 +77,13 @@ def _mark_ce(frame: bytes) -> bytes | None:
 
 @dataclass(frozen=True)
 class LinkConfig:
-    """One direction of one kind of traffic on a link. Probabilities are per frame, 0..1."""
+    """One direction of one kind of traffic on a link. Probabilities are per frame, 0..1.
+
+    ``priority``: frames of this kind do not wait behind the frames already queued for
+    serialisation (strict priority, as a NIC's per-packet TX arbitration lets an ACK out between
+    two data packets instead of behind its whole send queue); their wire time is charged to the
+    frames queued after them. Off by default (one FIFO per link).
+    """
 
     latency_ns: int = 500
     jitter_ns: int = 0
@@ -87,6 +93,7 @@ class LinkConfig:
     reorder: float = 0.0
     reorder_ns: int = 5000
     ce: float = 0.0
+    priority: bool = False
 
     def __post_init__(self):
         for name in ("loss", "dup", "reorder", "ce"):
@@ -165,8 +172,12 @@ class Link:
         for _ in range(copies):
             if cfg.gbps:
                 ser = math.ceil((len(frame) + _WIRE_OVERHEAD) * 8 / cfg.gbps)
-                depart = max(now, self._busy) + ser
-                self._busy = depart
+                if cfg.priority:
+                    depart = now + ser
+                    self._busy = max(now, self._busy) + ser
+                else:
+                    depart = max(now, self._busy) + ser
+                    self._busy = depart
             else:
                 depart = now
             t = depart + cfg.latency_ns

@@ -1,0 +1,143 @@
+"""``netreduce sim``: the all-reduce of N RC endpoint models through the engine on a backend.
+
+Glue only: :mod:`netreduce.sim.simrun` runs it, :mod:`netreduce.sim.report` reports it.
+Exit status: 0 pass; 1 wrong result or engine slot left allocated; 3 hang (watchdog) or RC error;
+2 bad arguments or an unavailable backend (one line, no traceback).
+"""
+
+from __future__ import annotations
+
+import shlex
+
+import click
+
+from netreduce.cli._console import console
+from netreduce.cli.demo import MAX_TOTAL, _Size
+
+_PROB = click.FloatRange(0.0, 0.5)
+
+
+class _OneLine(click.Command):
+    """Usage errors as a single ``Error: ...`` line (no usage block), exit status 2."""
+
+    def parse_args(self, ctx, args):
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as e:
+            raise _Fail(e.format_message()) from None
+
+
+class _Fail(click.ClickException):
+    exit_code = 2
+
+
+@click.command(cls=_OneLine)
+@click.option("--workers", "-n", type=click.IntRange(2, 64), default=4, show_default=True,
+              help="RC endpoints (ranks) per all-reduce.")
+@click.option("--size", "-s", type=_Size(), default="1MiB", show_default=True,
+              help="Bytes each rank contributes (multiple of 4).")
+@click.option("--dtype", type=click.Choice(["float32", "int32"]), default="float32",
+              show_default=True)
+@click.option("--pmtu", type=click.Choice(["256", "512", "1024", "2048", "4096"]),
+              default="1024", show_default=True)
+@click.option("--jobs", "-j", type=click.IntRange(1, 4), default=1, show_default=True,
+              help="Concurrent all-reduces (engine jobs), each of N ranks.")
+@click.option("--loss", type=_PROB, default=0.0, show_default=True,
+              help="Per-frame loss probability on every link and direction.")
+@click.option("--dup", type=_PROB, default=0.0, show_default=True,
+              help="Per-frame duplication probability.")
+@click.option("--reorder", type=_PROB, default=0.0, show_default=True,
+              help="Per-frame reordering probability.")
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=1, show_default=True)
+@click.option("--backend", type=click.Choice(["verilator", "icarus", "model"]), default="model",
+              show_default=True, help="Engine: the RTL under a simulator, or the reference model.")
+@click.option("--ports", type=click.IntRange(0, 64), default=0, show_default=True,
+              help="Engine ports (0: one per rank; rank r enters port r mod P).")
+@click.option("--gbps", type=click.FloatRange(1.0, 1000.0), default=100.0, show_default=True,
+              help="Link bandwidth (frames serialised with the ROCE.md wire overhead).")
+@click.option("--ack-priority/--ack-fifo", default=True, show_default=True,
+              help="ACK/NAK/CNP overtake queued data on a link (NIC TX arbitration), or queue "
+                   "behind it.")
+@click.option("--pcap", "pcap", metavar="PREFIX", default=None,
+              help="Write PREFIX.in.pcap / PREFIX.out.pcap (frames entering / leaving the "
+                   "engine).")
+@click.option("--json", "json_path", metavar="FILE", default=None, help="Write the JSON report.")
+@click.option("--plot", "plot_path", metavar="FILE.png", default=None,
+              help="PNG of per-port throughput and slots in flight over time.")
+@click.option("--timeout-ms", type=click.IntRange(1, 600_000), default=10_000,
+              show_default=True, help="Watchdog on simulated time.")
+def sim(workers, size, dtype, pmtu, jobs, loss, dup, reorder, seed, backend, ports, gbps,
+        ack_priority, pcap, json_path, plot_path, timeout_ms):
+    """All-reduce SIZE bytes from each of N RC endpoint models through the NetReduce engine.
+
+    The ranks behave like Linux soft-RoCE on 100 Gb/s links that can lose, duplicate and reorder
+    frames (seeded). Reports goodput per engine port against the wire limit, slot latencies,
+    recovery and engine counters, and checks the result (int32 bit-exact, float32 within the
+    quantisation bound).
+    """
+    from netreduce.sim import report
+    from netreduce.sim.simrun import BackendUnavailable, SimConfig, get_backend, run_sim
+
+    if workers * jobs * size > MAX_TOTAL:
+        raise _Fail(f"--workers {workers} x --jobs {jobs} x --size {size} B = "
+                    f"{workers * jobs * size} B is more than the {MAX_TOTAL} B an in-process "
+                    f"run holds")
+    if plot_path is not None and not plot_path.lower().endswith(".png"):
+        raise _Fail(f"--plot {plot_path!r}: the file name must end in .png")
+    try:
+        cfg = SimConfig(workers=workers, size=size, dtype=dtype, pmtu=int(pmtu), jobs=jobs,
+                        loss=loss, dup=dup, reorder=reorder, seed=seed, backend=backend,
+                        ports=ports, link_gbps=gbps, timeout_ns=timeout_ms * 1_000_000,
+                        ack_priority=ack_priority)
+        get_backend(backend).probe()
+    except (ValueError, BackendUnavailable) as e:
+        raise _Fail(str(e)) from None
+    con = console()
+    con.print(f"[bold]netreduce sim[/]: {jobs} x {workers} ranks x {size} B {dtype}, PMTU {pmtu}, "
+              f"loss {loss:g} dup {dup:g} reorder {reorder:g}, seed {seed}, backend {backend}")
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    try:
+        with Progress(TextColumn("all-reduce"), BarColumn(),
+                      TextColumn("{task.percentage:>5.1f}%"), TimeElapsedColumn(), console=con,
+                      transient=False) as prog:
+            task = prog.add_task("all-reduce", total=1.0)
+            run = run_sim(cfg, pcap=pcap, progress=lambda f: prog.update(task, completed=f))
+    except BackendUnavailable as e:
+        raise _Fail(str(e)) from None
+    except OSError as e:  # pcap prefix in a missing directory, etc.
+        raise _Fail(f"cannot write capture {pcap!r}: {e.strerror}") from None
+    params = click.get_current_context().params
+    argv = ["netreduce", "sim"]
+    for k, v in params.items():
+        if v is not None:
+            name = k.replace("_path", "").replace("_", "-")
+            if isinstance(v, bool):
+                argv.append(f"--{name}" if v else "--ack-fifo")
+            else:
+                argv += [f"--{name}", str(v)]
+    rep = report.build_report(run, command=shlex.join(argv))
+    con.print(report.summary_table(rep))
+    try:
+        if json_path:
+            report.write_json(rep, json_path)
+            con.print(f"report: {json_path}")
+        if plot_path:
+            report.plot(rep, plot_path)
+            con.print(f"plot: {plot_path}")
+    except OSError as e:
+        raise _Fail(f"cannot write {e.filename!r}: {e.strerror}") from None
+    except ImportError as e:  # matplotlib is the optional extra "plot"
+        raise _Fail(f"--plot needs matplotlib (pip install 'netreduce[plot]'): {e}") from None
+    if run.capture is not None and run.capture.paths:
+        con.print(f"capture: {run.capture.paths[0]} ({len(run.capture.ins)} RoCE frames), "
+                  f"{run.capture.paths[1]} ({len(run.capture.outs)} RoCE frames)")
+    if run.error is not None:
+        con.print(f"[bold red]FAIL[/]: {run.error}")
+        raise SystemExit(3)
+    if not run.ok:
+        why = [] if run.slots_left == 0 else [f"{run.slots_left} engine slots left allocated"]
+        why += [f"group {c['group']}: {c['kind']} failed" for c in run.checks if not c["ok"]]
+        con.print(f"[bold red]FAIL[/]: {'; '.join(why)}")
+        raise SystemExit(1)
+    con.print("[bold green]PASS[/]")

@@ -1,0 +1,420 @@
+"""``netreduce sim``'s engine: N software RC endpoints all-reduce through an engine backend.
+
+:func:`run_sim` builds a star network (:mod:`.network`) of N :class:`~netreduce.sw_driver.rnic.RNIC`
+ranks around an engine chosen from the :data:`BACKENDS` registry, runs one all-reduce with the
+collective driver, and returns a :class:`SimRun`: the result check, the driver's statistics, the
+engine counters and a :class:`Capture` of every frame entering and leaving the engine (optionally
+streamed to ``PREFIX.in.pcap`` / ``PREFIX.out.pcap``). :mod:`.report` turns it into the JSON report,
+the terminal summary and the plot.
+
+Backends
+    A backend builds the fabric: ``make(cfg, net, capture) -> Fabric`` whose middle is an engine
+    and which calls ``capture.frame_in(port, frame, cycle)`` / ``capture.frame_out(...)`` for
+    every frame entering / leaving the engine, ``cycle`` counted at :data:`CLOCK_HZ`. ``model`` is
+    the bit-exact reference engine (untimed: results leave in the cycle their last contribution
+    arrived). ``verilator`` and ``icarus`` are registered for the RTL engine top and raise
+    :class:`BackendUnavailable` until it exists; :func:`register_backend` replaces an entry.
+
+Ports
+    The engine gets ``cfg.ports`` Ethernet ports (default: one per rank); rank r's up link enters
+    port r mod ports, and each result leaves on the port its rank's frame came in on.
+
+Errors
+    Bad configuration: ``ValueError`` naming the value. Hang: the driver's watchdog raises
+    :class:`~netreduce.sw_driver.fabric.SimulationHang`; an RC error
+    :class:`~netreduce.sw_driver.rnic.RCError`. Both are caught and returned in ``SimRun.error``
+    (with the capture so far), so the caller can still write the report.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+from netreduce.sw_driver.collective import CollectiveConfig, Communicator
+from netreduce.sw_driver.control import EngineControl
+from netreduce.sw_driver.fabric import SimulationHang
+from netreduce.sw_driver.rnic import RCError
+
+from netreduce.regmap import CLOCK_HZ
+from netreduce.wire.pcap import PcapWriter
+
+from .fabric_model import ModelFabric
+from .network import LinkConfig, NetConfig
+
+__all__ = ["CLOCK_HZ", "SimConfig", "SimRun", "Capture", "Backend", "BACKENDS",
+           "BackendUnavailable", "register_backend", "get_backend", "run_sim", "make_inputs",
+           "cycles_to_ns", "wire_limit_gbps", "WIRE_OVERHEAD", "net_config"]
+
+#: Bytes per frame on the wire besides the payload (ROCE.md): preamble+SFD 8, IFG 12, Ethernet
+#: 14, IPv4 20, UDP 8, BTH 12, ICRC 4, FCS 4.
+WIRE_OVERHEAD = 82
+
+
+def wire_limit_gbps(pmtu: int, link_gbps: float = 100.0) -> float:
+    """Payload goodput ceiling of one link at full-PMTU packets (ROCE.md table)."""
+    return link_gbps * pmtu / (pmtu + WIRE_OVERHEAD)
+
+
+def cycles_to_ns(cycles: int) -> int:
+    return cycles * 1_000_000_000 // CLOCK_HZ
+
+
+class BackendUnavailable(RuntimeError):
+    """The backend is registered but cannot run here; the message is one line."""
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """One ``netreduce sim`` run. Sizes in bytes, probabilities per frame on every link."""
+
+    workers: int = 4
+    size: int = 1 << 20
+    dtype: str = "float32"
+    pmtu: int = 1024
+    jobs: int = 1
+    loss: float = 0.0
+    dup: float = 0.0
+    reorder: float = 0.0
+    seed: int = 1
+    backend: str = "model"
+    ports: int = 0  # 0: one engine port per rank
+    link_gbps: float = 100.0
+    latency_ns: int = 500
+    timeout_ns: int = 10_000_000_000  # watchdog on simulated time
+    ack_priority: bool = True  # ACK/NAK/CNP overtake queued data on a link (see net_config)
+
+    def __post_init__(self):
+        if not isinstance(self.workers, int) or not 2 <= self.workers <= 64:
+            raise ValueError(f"workers must be 2..64, got {self.workers!r}")
+        if not isinstance(self.size, int) or self.size < 4 or self.size % 4:
+            raise ValueError(f"size must be a positive multiple of 4 bytes, got {self.size!r}")
+        if self.dtype not in ("float32", "int32"):
+            raise ValueError(f"dtype must be float32 or int32, got {self.dtype!r}")
+        if not isinstance(self.jobs, int) or not 1 <= self.jobs <= 4:
+            raise ValueError(f"jobs must be 1..4 (concurrent all-reduces), got {self.jobs!r}")
+        if not isinstance(self.ports, int) or self.ports < 0:
+            raise ValueError(f"ports must be >= 0 (0: one per rank), got {self.ports!r}")
+        LinkConfig(latency_ns=self.latency_ns, gbps=self.link_gbps, loss=self.loss, dup=self.dup,
+                   reorder=self.reorder)  # validates the link parameters
+        CollectiveConfig(pmtu=self.pmtu)  # validates the PMTU
+
+    @property
+    def nports(self) -> int:
+        return self.ports or self.workers
+
+
+# ---------------------------------------------------------------------------------- capture
+# Ext-header bytes after the BTH per opcode (ROCE.md), for the payload length.
+_EXT = {0x06: 16, 0x0A: 16, 0x0B: 20, 0x03: 4, 0x05: 4, 0x09: 4, 0x11: 4, 0x81: 16}
+
+
+class Capture:
+    """Every frame entering and leaving the engine, as compact records (and optionally pcaps).
+
+    ``ins``/``outs`` hold ``(cycle, port, src_ip, dqpn, opcode, psn, aux)`` tuples for RoCEv2
+    frames: ``aux`` is the payload length for data opcodes and the AETH syndrome for ACKs. Other
+    frames only count (``other_in``/``other_out``). pcap timestamps are ``cycle`` at CLOCK_HZ in
+    nanoseconds, so they are monotonic per file (the engine emits in time order).
+    """
+
+    def __init__(self, prefix: str | Path | None = None):
+        self.ins: list[tuple] = []
+        self.outs: list[tuple] = []
+        self.other_in = self.other_out = 0
+        self.paths: tuple[Path, Path] | None = None
+        self._w = None
+        if prefix is not None:
+            p = str(prefix)
+            self.paths = (Path(p + ".in.pcap"), Path(p + ".out.pcap"))
+            self._w = (PcapWriter(self.paths[0]), PcapWriter(self.paths[1]))
+
+    @staticmethod
+    def _record(cycle: int, port: int, f: bytes):
+        if len(f) < 58 or f[12] != 0x08 or f[13] != 0 or f[23] != 17 or f[36:38] != b"\x12\xb7":
+            return None
+        op = f[42]
+        psn = int.from_bytes(f[51:54], "big")
+        if op == 0x11:
+            aux = f[54]
+        else:
+            udp_len = int.from_bytes(f[38:40], "big")
+            aux = udp_len - 8 - 12 - _EXT.get(op, 0) - ((f[43] >> 4) & 3) - 4
+        return (cycle, port, f[26:30], int.from_bytes(f[47:50], "big"), op, psn, aux)
+
+    def frame_in(self, port: int, frame: bytes, cycle: int) -> None:
+        r = self._record(cycle, port, frame)
+        if r is None:
+            self.other_in += 1
+        else:
+            self.ins.append(r)
+        if self._w is not None:
+            self._w[0].write(frame, cycles_to_ns(cycle))
+
+    def frame_out(self, port: int, frame: bytes, cycle: int) -> None:
+        r = self._record(cycle, port, frame)
+        if r is None:
+            self.other_out += 1
+        else:
+            self.outs.append(r)
+        if self._w is not None:
+            self._w[1].write(frame, cycles_to_ns(cycle))
+
+    def close(self) -> None:
+        if self._w is not None:
+            for w in self._w:
+                w.close()
+
+
+class TappedEngine:
+    """Wraps an engine object (``receive(port, frame, cycle) -> [Emit]``, ``bus``) and reports
+    every frame in and out to a :class:`Capture`. Behaviour is the wrapped engine's."""
+
+    def __init__(self, engine, capture: Capture):
+        self.engine = engine
+        self.capture = capture
+        self.bus = engine.bus
+
+    def receive(self, port: int, frame: bytes, time: int):
+        self.capture.frame_in(port, frame, time)
+        emits = self.engine.receive(port, frame, time)
+        for e in emits:
+            self.capture.frame_out(e.port, e.frame, e.time)
+        return emits
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+
+# ---------------------------------------------------------------------------------- backends
+@dataclass(frozen=True)
+class Backend:
+    """``make(cfg, net, capture)`` builds the fabric; ``probe()`` raises
+    :class:`BackendUnavailable` (one-line message) if the backend cannot run here (missing
+    simulator, no engine top), before anything is built."""
+
+    name: str
+    description: str
+    make: Callable  # (SimConfig, NetConfig, Capture) -> Fabric with an engine in the middle
+    probe_fn: Callable[[], None] | None = None
+
+    def probe(self) -> None:
+        if self.probe_fn is not None:
+            self.probe_fn()
+
+
+BACKENDS: dict[str, Backend] = {}
+
+
+def register_backend(name: str, description: str, make: Callable,
+                     probe: Callable[[], None] | None = None) -> None:
+    """Add or replace a backend (the RTL backends register here when the engine top exists)."""
+    BACKENDS[name] = Backend(name, description, make, probe)
+
+
+def get_backend(name: str) -> Backend:
+    try:
+        return BACKENDS[name]
+    except KeyError:
+        raise ValueError(f"unknown backend {name!r} (known: {', '.join(BACKENDS)})") from None
+
+
+def _make_model(cfg: SimConfig, net: NetConfig, capture: Capture):
+    from .model import Engine
+
+    nports = cfg.nports
+    eng = TappedEngine(Engine(ports=nports), capture)
+    # each rank's MAC is registered before its first frame (see run_sim: port_of)
+    fab = ModelFabric(engine=eng, net=net, seed=cfg.seed)
+    fab.rank_of_mac = {}
+    fab.port_of = lambda mac: fab.rank_of_mac.get(mac, 0) % nports
+    return fab
+
+
+def _rtl_unavailable(sim: str):
+    def probe():
+        raise BackendUnavailable(f"backend {sim!r}: RTL engine top not available yet "
+                                 f"(use --backend model)")
+
+    def make(cfg, net, capture):
+        probe()
+    return make, probe
+
+
+register_backend("model", "bit-exact reference engine model (in-process, untimed)", _make_model)
+for _sim in ("verilator", "icarus"):
+    register_backend(_sim, f"engine RTL under cocotb + {_sim}", *_rtl_unavailable(_sim))
+
+
+# ---------------------------------------------------------------------------------- the run
+def net_config(cfg: SimConfig) -> NetConfig:
+    """The links of a run: ``cfg``'s bandwidth, latency and faults on every link and direction;
+    with ``cfg.ack_priority`` ACK/NAK/CNP frames do not queue behind data (a NIC arbitrates its
+    TX per packet; the endpoint model hands the link up to rxe's 128 packets at once, so a FIFO
+    would hold an ACK back by up to 128 data packets)."""
+    base = LinkConfig(latency_ns=cfg.latency_ns, gbps=cfg.link_gbps, loss=cfg.loss, dup=cfg.dup,
+                      reorder=cfg.reorder)
+    if not cfg.ack_priority:
+        return NetConfig(base)
+    ack = replace(base, priority=True)
+    return NetConfig(base, overrides={("up", "ack"): ack, ("down", "ack"): ack})
+
+
+def make_inputs(cfg: SimConfig, seed_offset: int = 0) -> list[np.ndarray]:
+    """Seeded per-rank inputs: int32 uniform over the whole range (the sum wraps); float32
+    gradients with per-rank magnitudes spanning 6 decades (as ``netreduce demo``)."""
+    rng = np.random.default_rng([cfg.seed, seed_offset])
+    n = cfg.size // 4
+    if cfg.dtype == "int32":
+        return [rng.integers(-2**31, 2**31, n, dtype=np.int64).astype(np.int32)
+                for _ in range(cfg.workers)]
+    return [(rng.standard_normal(n) * 10.0 ** rng.uniform(-3, 3)).astype(np.float32)
+            for _ in range(cfg.workers)]
+
+
+@dataclass
+class FlowInfo:
+    """One registered flow (rank r of a pass): keys as the engine sees them, for the analysis."""
+
+    pass_id: str  # "g<group>.<tag>": one engine job (tag "sum", or "exp": the float MAX pass)
+    op: str
+    rank: int
+    src_ip: str
+    dqpn: int  # forward key: source IPv4 of r, DestQP of the successor's receive QP
+    rev_ip: str
+    rev_qpn: int  # reverse key: source IPv4 of the successor, DestQP of r's send QP
+    start_psn: int
+    port: int
+    packets: int
+    group: int = 0  # which concurrent all-reduce (--jobs)
+
+
+@dataclass
+class SimRun:
+    cfg: SimConfig
+    ok: bool = False
+    error: str | None = None  # hang / RC error message (one line)
+    error_kind: str | None = None
+    sim_ns: int = 0
+    wall_s: float = 0.0
+    checks: list[dict] = field(default_factory=list)
+    stats: dict = field(default_factory=dict)  # driver stats summed over groups
+    engine_counters: dict = field(default_factory=dict)  # engine-wide counters
+    job_counters: dict = field(default_factory=dict)  # summed per-job counters of every pass
+    slots_left: int = 0
+    link_stats: dict = field(default_factory=dict)
+    flows: list[FlowInfo] = field(default_factory=list)
+    capture: Capture | None = None
+    frames_per_s: float = 0.0
+
+    @property
+    def cycles(self) -> int:
+        return self.sim_ns * CLOCK_HZ // 1_000_000_000
+
+    def config_dict(self) -> dict:
+        return asdict(self.cfg)
+
+
+def _check(cfg: SimConfig, xs: list[np.ndarray], res, group: int) -> dict:
+    if cfg.dtype == "int32":
+        ref = np.sum(np.array(xs, dtype=np.int64), axis=0).astype(np.int32)
+        bad = [r for r, y in enumerate(res.results) if not np.array_equal(y, ref)]
+        nbad = max((int(np.count_nonzero(y != ref)) for y in res.results), default=0)
+        return {"group": group, "kind": "int32 bit-exact vs integer sum (two's complement)",
+                "ok": not bad, "mismatched_ranks": bad, "mismatched_elements": nbad}
+    ref = np.sum(np.array(xs, dtype=np.float64), axis=0)
+    bound = res.error_bound()
+    err = [np.abs(y.astype(np.float64) - ref) for y in res.results]
+    worst = max(float(np.max(e / bound)) for e in err)
+    same = all(np.array_equal(y, res.results[0]) for y in res.results)
+    return {"group": group, "kind": "float32 vs float64 sum, error within the quantisation bound",
+            "ok": bool(worst <= 1.0 and same), "max_abs_error": max(float(np.max(e)) for e in err),
+            "max_bound": float(np.max(bound)), "worst_error_over_bound": worst,
+            "ranks_identical": same}
+
+
+def run_sim(cfg: SimConfig, pcap: str | Path | None = None,
+            progress: Callable[[float], None] | None = None) -> SimRun:
+    """Run one all-reduce per group (``cfg.jobs`` concurrent groups of ``cfg.workers`` ranks,
+    each its own engine job) and check it; see the module docstring."""
+    from netreduce.sw_driver.collective import run as run_ops
+
+    backend = get_backend(cfg.backend)
+    backend.probe()
+    net = net_config(cfg)
+    out = SimRun(cfg)
+    cap = Capture(pcap)
+    out.capture = cap
+    try:
+        fab = backend.make(cfg, net, cap)
+    except BaseException:
+        cap.close()
+        raise
+    ccfg = CollectiveConfig(pmtu=cfg.pmtu, sim_timeout_ns=cfg.timeout_ns)
+    comms, ops, inputs = [], [], []
+    for g in range(cfg.jobs):
+        comm = Communicator(fab, cfg.workers, ccfg, seed=cfg.seed, name=f"g{g}")
+        for r, rn in enumerate(comm.rnics):
+            if hasattr(fab, "rank_of_mac"):
+                fab.rank_of_mac[rn.mac] = r
+        comms.append(comm)
+        inputs.append(make_inputs(cfg, g))
+    t0 = time.perf_counter()
+    try:
+        ops = [c.allreduce_async(x) for c, x in zip(comms, inputs, strict=True)]
+        run_ops(fab, ops, timeout_ns=cfg.timeout_ns, progress=progress)
+    except SimulationHang as e:
+        out.error, out.error_kind = f"watchdog: {e}", "hang"
+    except RCError as e:
+        out.error, out.error_kind = f"RC error: {e}", "rc_error"
+    finally:
+        cap.close()
+    out.wall_s = time.perf_counter() - t0
+    out.sim_ns = fab.now()
+    nframes = len(cap.ins) + len(cap.outs) + cap.other_in + cap.other_out
+    out.frames_per_s = nframes / out.wall_s if out.wall_s > 0 else 0.0
+    out.link_stats = {d: dict(c) for d, c in fab.link_stats().items()}
+    ctrl = EngineControl(fab.bus)
+    out.engine_counters = dict(ctrl.counters())
+    # flows of every pass (also of failed runs: the passes that started)
+    nports = cfg.nports
+    for g, op in enumerate(ops):
+        rn = op.comm.rnics
+        n = cfg.workers
+        for p in op.passes:
+            for r in range(min(n, len(p.sq))):
+                if len(p.rq) < n:
+                    continue
+                out.flows.append(FlowInfo(
+                    pass_id=f"g{g}.{p.tag}", op=p.op.name, rank=r,
+                    src_ip=_ip(rn[r].ip), dqpn=p.rq[(r + 1) % n].qpn,
+                    rev_ip=_ip(rn[(r + 1) % n].ip), rev_qpn=p.sq[r].qpn,
+                    start_psn=p.sq[r].start_psn, port=r % nports, packets=p.total_pkts,
+                    group=g))
+    if out.error is None:
+        stats: dict = {}
+        eng: dict = {}
+        for g, (op, xs) in enumerate(zip(ops, inputs, strict=True)):
+            res = op.result()
+            out.checks.append(_check(cfg, xs, res, g))
+            for k, v in res.stats.items():
+                if isinstance(v, int):
+                    stats[k] = stats.get(k, 0) + v
+            for k, v in res.stats["engine"].items():
+                eng[k] = eng.get(k, 0) + v
+        out.stats, out.job_counters = stats, eng
+        out.slots_left = stats.get("slots_left", 0) + ctrl.slots_in_use()
+    else:
+        for op in ops:
+            op.abort()
+        out.slots_left = ctrl.slots_in_use()
+    out.ok = (out.error is None and out.slots_left == 0 and bool(out.checks)
+              and all(c["ok"] for c in out.checks))
+    return out
+
+
+def _ip(v: int) -> str:
+    return ".".join(str((v >> s) & 0xFF) for s in (24, 16, 8, 0))
