@@ -86,7 +86,8 @@ JOB_COUNTERS: tuple[Counter, ...] = (
     Counter("duplicates", "contributions already in a FILLING/COMPLETE slot, dropped", True),
     Counter("reemits", "retransmissions into a RELEASED slot, answered with the result for that "
             "flow only", True),
-    Counter("behind_window", "data frames of an index already freed, forwarded unchanged", True),
+    Counter("behind_window", "data frames of an index already freed, forwarded as a duplicate "
+            "probe (no payload, D15)", True),
     Counter("drop_ahead", "data frames at or beyond free + W (or a slot still busy), dropped",
             True),
     Counter("drop_icrc", "data frames with a bad ICRC, dropped", True),

@@ -8,7 +8,8 @@ Contract
 * ``Engine.receive(port, frame, time)`` consumes one Ethernet frame (no FCS) that entered on
   ``port`` at ``time`` (cycles of the 322.265625 MHz datapath clock) and returns the frames the
   engine sends because of it, as :class:`Emit` records, in a deterministic order: (1) the frame
-  itself when forwarded, or the re-emitted result; (2) result frames released by it, index by
+  itself when forwarded (a behind-window data frame as its duplicate probe, D15), or the
+  re-emitted result; (2) result frames released by it, index by
   index, ranks 0..N-1 within an index; (3) a CNP answering it. Every ``Emit.time`` equals the input
   time: the model is untimed; the gateware adds pipeline latency, so scoreboards compare order per
   port, not time.
@@ -35,7 +36,8 @@ Processing of one frame
    payload <= the job's PMTU (``drop_pmtu``), payload a multiple of 4 (``drop_align``). Failure:
    drop, count, no state change.
 4. *Window*. k = (p - S_r) mod 2^24, d = k - free_j as a signed 24-bit number. d < 0 -> forward
-   unchanged, ``behind_window``. d >= W -> drop, ``drop_ahead``. Else slot s = base_j + (k mod W).
+   its duplicate probe (D15), ``behind_window``. d >= W -> drop, ``drop_ahead``. Else slot
+   s = base_j + (k mod W).
 5. *Slot*. EMPTY -> first contribution: the slot takes index k, opcode and payload length, the
    payload overwrites the accumulator. Otherwise opcode or length different from the first
    contribution -> drop, ``drop_mismatch``, ``JOB.STATUS.mismatch``. Bit r clear -> accumulate,
@@ -105,6 +107,22 @@ D13. A flow's frames may arrive on any port; each index remembers, per rank, the
     port). Forwarded frames leave on the port they came in on (the switch steers them).
 D14. A frame dropped for any reason leaves bitmap, accumulator, stored headers, pointers and
     acked_f as they were, so a later valid copy of the same packet is accepted normally.
+D15. (Changes DESIGN 4's "behind the window -> forward unchanged"; issue 9.) A behind-window data
+    frame is forwarded as a *duplicate probe*: the same Ethernet header (VLAN tag kept), IPv4
+    header (TOS with any CE mark, TTL, id kept; total length 44 and checksum recomputed), UDP
+    ports, and BTH (P_Key, FECN/BECN, DestQP, AckReq, PSN, SE/M kept) with opcode RDMA WRITE
+    MIDDLE, PadCnt 0, no extension header, no payload, ICRC recomputed; padded to 60 bytes. Why:
+    freeing trusts data-plane ACKs, which anyone on the path can forge. A forged ACK can free
+    index k while f's receiver never got its result; forwarding f's retransmission unchanged
+    then made the receiver accept the sender's raw contribution as the all-reduced result
+    (silent corruption, tests/sim/test_spoof_forged_ack.py). The engine cannot tell a genuine
+    ACK from a forged one, but the receiver knows whether it has k: a responder checks the PSN
+    first, so a probe behind its expected PSN is a duplicate and is re-ACKed (IBA C9-105, rxe
+    ``duplicate_request``), which is all a genuine late retransmission needs (its ACK was lost);
+    a probe at the expected PSN is a WRITE MIDDLE without 256..4096 payload bytes, which no RC
+    responder accepts (NAK invalid request, QP to error): a forged ACK can stall or fail the
+    job, never corrupt it. The probe carries no contribution data, so even a responder that
+    re-executes duplicate WRITEs writes nothing.
 """
 
 from __future__ import annotations
@@ -133,6 +151,7 @@ PSN_MASK = (1 << 24) - 1
 _HALF = 1 << 23
 _I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
 _OP_ACK, _OP_CNP = 0x11, 0x81
+_OP_WRITE_MIDDLE = 0x07
 
 
 def ns_to_cycles(ns: int) -> int:
@@ -503,7 +522,7 @@ class Engine:
         d = (k - job.free) & PSN_MASK
         if d >= _HALF:
             self._count(job, "behind_window")
-            return [Emit(port, buf, time)]
+            return [Emit(port, _probe(buf, l2), time)]
         out: list[Emit] = []
         if d >= job.w:
             self._count(job, "drop_ahead")
@@ -663,6 +682,22 @@ def _cnp_frame(buf: bytes, l2: int, dqpn: int) -> bytes:
     l3 = bytes(ip) + udp + bth + bytes(16)
     frame = bytes(h) + l3 + icrc_bytes(l3)
     return frame + bytes(max(0, 60 - len(frame)))
+
+
+def _probe(buf: bytes, l2: int) -> bytes:
+    """The duplicate probe for the behind-window data frame ``buf`` (D15): BTH-only WRITE MIDDLE,
+    PadCnt 0, lengths, IPv4 checksum and ICRC recomputed, every other header field kept."""
+    b = l2 + 28
+    h = bytearray(buf[:b + 12])
+    h[l2 + 2:l2 + 4] = (20 + 8 + 12 + 4).to_bytes(2, "big")
+    h[l2 + 10:l2 + 12] = ipv4_checksum(h[l2:l2 + 20]).to_bytes(2, "big")
+    h[l2 + 24:l2 + 26] = (8 + 12 + 4).to_bytes(2, "big")
+    h[b] = _OP_WRITE_MIDDLE
+    h[b + 1] &= 0xCF  # PadCnt 0 (SE, M and TVer kept)
+    h += icrc_bytes(memoryview(h)[l2:])
+    if len(h) < 60:
+        h += bytes(60 - len(h))
+    return bytes(h)
 
 
 def _result(hdr: bytes, l2: int, payload: bytes) -> bytes:

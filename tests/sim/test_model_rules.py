@@ -107,9 +107,13 @@ def test_rule_window_behind_forwarded_unchanged():
     assert before["free"] == 2
     late = j.data_bytes(1, 0, x[1] + 5)
     out = eng.receive(0, late, 9)
-    assert [(e.port, e.frame, e.time) for e in out] == [(0, late, 9)]
+    # D15 (issue 9): forwarded as a duplicate probe, never with its raw payload
+    assert [(e.port, e.time) for e in out] == [(0, 9)]
+    pr, lt = parse(out[0].frame), parse(late)
+    assert (pr.opcode, pr.payload, pr.psn, pr.dqpn, pr.src_ip) == \
+        (Opcode.WRITE_MIDDLE, b"", lt.psn, lt.dqpn, lt.src_ip)
     far = j.data_bytes(0, 2 - (1 << 23), x[0])  # the most negative distance is still behind
-    assert eng.receive(0, far, 9)[0].frame == far
+    assert parse(eng.receive(0, far, 9)[0].frame).psn == parse(far).psn
     assert eng.counters(0)["behind_window"] == 2
     assert eng.job_state(0) == before
 
