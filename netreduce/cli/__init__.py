@@ -14,9 +14,15 @@ from netreduce import __version__
 
 # name -> (module, attribute, one-line help). Keep in the order --help should show.
 COMMANDS: dict[str, tuple[str, str, str]] = {
-    "decode": ("netreduce.cli.decode", "decode", "Decode the RoCEv2 frames of a pcap file."),
     "demo": ("netreduce.cli.demo", "demo", "All-reduce through the engine model on a lossy net."),
-    "regmap": ("netreduce.cli.regmap", "regmap", "Register map as Markdown, Python, C or JSON."),
+    "sim": ("netreduce.cli.sim", "sim", "All-reduce of N RC endpoints through the engine; report."),
+    "switch": ("netreduce.cli.switch", "switch", "Switch service: the engine on a loopback L2 "
+               "switch."),
+    "vmlab": ("netreduce.cli.vmlab", "vmlab", "Soft-RoCE QEMU VMs all-reducing via the engine."),
+    "decode": ("netreduce.cli.decode", "decode", "Decode the RoCEv2 frames of a pcap file."),
+    "regs": ("netreduce.cli.regs", "regs", "Register reference (docs/registers.md) from the map."),
+    "build": ("netreduce.cli.build", "build", "Vivado project tree for a board (VCU118/VCU108)."),
+    "estimate": ("netreduce.cli.estimate", "estimate", "Yosys resource and logic-depth estimate."),
 }
 
 

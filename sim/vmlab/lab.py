@@ -1,0 +1,450 @@
+"""VM lab orchestration: N QEMU guests running Linux soft-RoCE, all-reducing through the engine.
+
+:func:`run_lab` (``netreduce vmlab run``):
+
+1. ensures the guest image (:mod:`.image`; built and cached on first use);
+2. prepares a run folder: the 9p share (guest scripts, the project's pure-Python sources, the
+   job config, per-rank network settings) and the captures;
+3. starts the switch service in-process (:class:`~netreduce.sim.switch.SwitchThread`) with the
+   reference engine (``backend="model"``), the seeded loss ``loss`` in both directions (towards
+   and from the engine), a capture of everything entering and leaving the engine, and rank 0's
+   guest address on the management allow-list;
+4. boots N VMs under TCG (``-m 512``, one vCPU, root on a ``snapshot=on`` drive), each NIC a
+   ``-netdev socket`` connection to the service. Each guest brings up eth0 (MTU 1500 for PMTU
+   1024, 4200 for 4096), rdma_rxe on it, and runs :file:`guest/job.py`: the all-reduce of
+   seeded random int32 vectors with the verbs backend (:mod:`netreduce.sw_driver.verbs`); rank 0
+   registers the jobs over the management protocol;
+5. waits for every VM to power off, under a watchdog (``timeout_s`` overall: the VMs are killed
+   and the run fails with the consoles' tails when it fires). A VM that dies before its init
+   script runs (a TCG boot failure on a loaded host) is booted again, up to
+   :data:`BOOT_RETRIES` times; a VM that exits later without a result stops the run at once;
+6. checks every guest's result bit-exactly against the host's own integer sum (SUM_WRAP), checks
+   every captured RoCEv2 frame's ICRC, counts NAKs and retransmissions in the captures, and
+   writes ``report.json`` into the run folder. :attr:`LabResult.ok` is False on any mismatch,
+   guest error, hang or invalid ICRC (other than the control experiment's one frame).
+
+Control experiment (``icrc_control``): the first result packet the engine emits with a payload
+gets one payload byte flipped and keeps its now stale ICRC. A live ICRC check in the receiving
+guest drops it silently; the sender's go-back-N then delivers the right result, so the run must
+still be bit-exact, with exactly one invalid-ICRC frame in the capture (the tampered one) and a
+retransmission of that PSN. A receiver that did not check the ICRC would write the flipped byte
+and the result check would fail.
+
+This measures correctness against a real RC stack, not speed: TCG runs a guest at tens of
+Mbit/s. Figures are in the report (boot to rxe ACTIVE, all-reduce time, frames, NAKs, ...).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .image import Image, ensure_image, host_problems
+
+__all__ = ["LabConfig", "LabResult", "run_lab", "analyze_captures", "lab_problems"]
+
+GUEST_DIR = Path(__file__).parent / "guest"
+MAC_PREFIX = "52:54:00:4e:52"
+NAK_SEQ = 0x60
+BOOT_RETRIES = 2  # per VM, only for VMs that die before their init script runs
+
+
+@dataclass(frozen=True)
+class LabConfig:
+    """One lab run. ``elems`` int32 per rank; ``seed`` of the data and the faults;
+    ``loss`` per frame, each direction; ``pcap`` PREFIX to keep the captures (always taken, in
+    the run folder otherwise); ``timeout_s`` watchdog over the whole run; ``run_dir`` (default
+    a fresh temporary folder, kept); ``icrc_control`` (module doc); ``qp_timeout`` of the guests'
+    QPs (14: 67 ms; rxe 6.1 retransmits spuriously about one timeout after arming)."""
+
+    workers: int = 2
+    backend: str = "model"
+    loss: float = 0.0
+    pmtu: int = 1024
+    pcap: str | None = None
+    elems: int = 64 * 1024
+    seed: int = 1
+    msg_packets: int = 16
+    window: int = 256
+    margin: int = 64
+    qp_timeout: int = 14
+    retry_cnt: int = 7
+    memory_mb: int = 512
+    timeout_s: float = 900.0
+    op_timeout_s: float = 400.0
+    icrc_control: bool = False
+    qp_error_check: bool = False
+    run_dir: str | None = None
+    cache: str | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.workers, int) or not 2 <= self.workers <= 16:
+            raise ValueError(f"workers must be 2..16, got {self.workers!r}")
+        if self.backend not in ("model", "verilator"):
+            raise ValueError(f"backend must be 'model' or 'verilator', got {self.backend!r}")
+        if self.pmtu not in (1024, 4096):
+            raise ValueError(f"pmtu must be 1024 or 4096, got {self.pmtu!r}")
+        if not 0.0 <= self.loss < 0.5:
+            raise ValueError(f"loss must be in [0, 0.5), got {self.loss!r}")
+        if not isinstance(self.elems, int) or self.elems < 1:
+            raise ValueError(f"elems must be a positive int, got {self.elems!r}")
+
+
+@dataclass
+class LabResult:
+    ok: bool
+    problems: list[str]
+    report: dict
+    run_dir: Path
+
+    def __str__(self) -> str:
+        return f"vmlab {'OK' if self.ok else 'FAILED'} ({self.run_dir}): " + (
+            "; ".join(self.problems) if self.problems else "all results bit-exact")
+
+
+def lab_problems() -> list[str]:
+    """Why the lab cannot run on this host (empty: it can). Tests skip with this reason."""
+    probs = host_problems(build=True)
+    return probs
+
+
+# ============================================================================ the engine hook
+class _IcrcTamper:
+    """Wraps ``engine.receive``: flips one payload byte of the first result packet with a payload
+    (opcode RDMA WRITE *) the engine emits, leaving its ICRC stale. Records what it did."""
+
+    def __init__(self, engine):
+        self.orig = engine.receive
+        self.done: dict | None = None
+        engine.receive = self
+
+    def __call__(self, port, frame, time):
+        emits = self.orig(port, frame, time)
+        if self.done is None:
+            from netreduce.wire import parse
+
+            for i, e in enumerate(emits):
+                f = e.frame
+                if len(f) < 80 or f[12:14] != b"\x08\x00" or f[23] != 17 or \
+                        f[36:38] != b"\x12\xb7" or f[42] not in (0x06, 0x07, 0x08, 0x09, 0x0A,
+                                                                0x0B):
+                    continue
+                try:
+                    rf = parse(f, check=False)
+                except Exception:
+                    continue
+                if len(rf.payload) < 8:
+                    continue
+                off = len(f) - 4 - len(rf.payload) - (rf.padcnt or 0)
+                b = bytearray(f)
+                b[off + 3] ^= 0x5A
+                emits[i] = type(e)(port=e.port, frame=bytes(b), time=e.time)
+                self.done = {"dqpn": rf.dqpn, "psn": rf.psn, "opcode": rf.opcode,
+                             "dst_ip": rf.dst_ip, "byte_offset": off + 3}
+                break
+        return emits
+
+
+# ============================================================================ captures
+def analyze_captures(prefix: str) -> dict:
+    """Counts over PREFIX.in.pcap (into the engine) and PREFIX.out.pcap (out of it): RoCEv2
+    frames, ICRC-valid ones (the invalid ones listed), ACKs, NAKs by syndrome, and
+    retransmissions (data packets whose (dst IP, QPN, PSN) was already seen in that capture)."""
+    from netreduce.wire import WireError, parse
+    from netreduce.wire.pcap import iter_pcap
+
+    out = {}
+    for side in ("in", "out"):
+        path = f"{prefix}.{side}.pcap"
+        c = Counter()
+        bad = []
+        seen = set()
+        if not os.path.exists(path):
+            out[side] = {"missing": True}
+            continue
+        for rec in iter_pcap(path):
+            f = rec.data
+            c["frames"] += 1
+            if not (len(f) >= 42 and f[12:14] == b"\x08\x00" and f[23] == 17
+                    and f[36:38] == b"\x12\xb7"):
+                continue
+            c["roce"] += 1
+            try:
+                rf = parse(f, check=True)
+            except WireError as e:
+                if e.reason == "icrc":
+                    c["icrc_bad"] += 1
+                    rf = parse(f, check=False)
+                    bad.append({"dqpn": rf.dqpn, "psn": rf.psn, "opcode": rf.opcode})
+                else:
+                    c["malformed"] += 1
+                continue
+            c["icrc_ok"] += 1
+            if rf.opcode == 0x11:
+                synd = rf.syndrome
+                if synd >> 5 == 0b11:
+                    c["naks"] += 1
+                    c[f"nak_0x{synd:02x}"] += 1
+                elif synd >> 5 == 0:
+                    c["acks"] += 1
+            elif rf.opcode <= 0x0B:
+                c["data"] += 1
+                key = (rf.dst_ip, rf.dqpn, rf.psn)
+                if key in seen:
+                    c["retransmitted"] += 1
+                seen.add(key)
+            elif rf.opcode == 0x81:
+                c["cnps"] += 1
+        out[side] = dict(c)
+        out[side]["icrc_bad_frames"] = bad[:20]
+    return out
+
+
+# ============================================================================ run
+def _project_sources(dst: Path) -> None:
+    """The pure-Python part of the project the guests import, as an importable tree."""
+    import netreduce.sw_driver as swd
+
+    import netreduce
+
+    root = Path(netreduce.__file__).parent
+    ign = shutil.ignore_patterns("__pycache__", "*.pyc")
+    pkg = dst / "netreduce"
+    pkg.mkdir(parents=True)
+    shutil.copy(root / "__init__.py", pkg / "__init__.py")
+    for sub in ("wire", "regmap"):
+        shutil.copytree(root / sub, pkg / sub, ignore=ign)
+    shutil.copytree(Path(swd.__file__).parent, pkg / "sw_driver", ignore=ign)
+
+
+def _qemu_cmd(img: Image, cfg: LabConfig, rank: int, port: int, share: Path,
+              console: Path) -> list[str]:
+    mac = f"{MAC_PREFIX}:{rank + 1:02x}"
+    return [
+        shutil.which("qemu-system-x86_64") or "qemu-system-x86_64",
+        "-accel", "tcg", "-m", str(cfg.memory_mb), "-smp", "1", "-no-reboot",
+        "-display", "none", "-monitor", "none", "-serial", f"file:{console}",
+        "-kernel", str(img.kernel), "-initrd", str(img.initrd),
+        # no_timer_check: under TCG on a loaded host the IO-APIC timer check can fail and panic
+        "-append", f"console=ttyS0 root=/dev/vda rw init=/sbin/netreduce-init panic=-1 "
+                   f"no_timer_check loglevel=4 netreduce.rank={rank}",
+        "-drive", f"file={img.rootfs},format=raw,if=virtio,snapshot=on",
+        "-netdev", f"socket,id=n0,connect=127.0.0.1:{port}",
+        "-device", f"virtio-net-pci,netdev=n0,mac={mac}",
+        "-virtfs", f"local,path={share},mount_tag=share,security_model=none,id=share",
+    ]
+
+
+def _guest_ip(rank: int) -> int:
+    return (10 << 24) | (rank + 1)
+
+
+def expected_sum(cfg: LabConfig) -> np.ndarray:
+    acc = np.zeros(cfg.elems, np.int64)
+    for r in range(cfg.workers):
+        rng = np.random.default_rng([cfg.seed, r])
+        acc += rng.integers(-2**31, 2**31, cfg.elems, dtype=np.int64).astype(np.int32)
+    return acc.astype(np.int32)  # wraps: SUM_WRAP is two's complement
+
+
+def _tail(p: Path, n: int = 15) -> str:
+    try:
+        return "\n".join(p.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return "(none)"
+
+
+def run_lab(cfg: LabConfig, log=print) -> LabResult:
+    """Run one lab scenario (module doc); never raises for guest-side failures (they are in the
+    result), raises ImageError/RuntimeError when the host cannot run the lab at all."""
+    if cfg.backend != "model":
+        raise RuntimeError("--backend verilator: the RTL switch backend comes with a later "
+                           "issue; use --backend model")
+    probs = host_problems(build=False)
+    if probs:
+        raise RuntimeError("the VM lab cannot run here: " + "; ".join(probs))
+    from netreduce.sim.model import Engine
+    from netreduce.sim.switch import FaultConfig, SwitchConfig, SwitchThread
+    from netreduce.sw_driver.tunnel import DEFAULT_MGMT_IP, ENGINE_MAC
+
+    t_start = time.monotonic()
+    img = ensure_image(Path(cfg.cache) if cfg.cache else None, log=log)
+    t_image = time.monotonic() - t_start
+    run = Path(cfg.run_dir) if cfg.run_dir else Path(tempfile.mkdtemp(prefix="netreduce-vmlab-"))
+    run.mkdir(parents=True, exist_ok=True)
+    share = run / "share"
+    if share.exists():
+        shutil.rmtree(share)
+    (share / "out").mkdir(parents=True)
+    (share / "xchg").mkdir()
+    shutil.copytree(GUEST_DIR, share / "guest",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    _project_sources(share / "py")
+    mtu = 1500 if cfg.pmtu == 1024 else 4200
+    for r in range(cfg.workers):
+        ip = ".".join(str(b) for b in _guest_ip(r).to_bytes(4, "big"))
+        (share / "guest" / f"rank{r}.env").write_text(f"IP={ip}\nMTU={mtu}\n")
+    (share / "config.json").write_text(json.dumps({
+        "workers": cfg.workers, "pmtu": cfg.pmtu, "elems": cfg.elems, "seed": cfg.seed,
+        "msg_packets": cfg.msg_packets, "window": cfg.window, "margin": cfg.margin,
+        "qp_timeout": cfg.qp_timeout, "retry_cnt": cfg.retry_cnt,
+        "op_timeout_s": cfg.op_timeout_s, "qp_error_check": cfg.qp_error_check,
+        "mgmt_ip": DEFAULT_MGMT_IP,
+        "mgmt_mac": ENGINE_MAC.hex()}, indent=1))
+    prefix = cfg.pcap or str(run / "capture")
+    fault = FaultConfig(loss=cfg.loss)
+    scfg = SwitchConfig(up=fault, down=fault, seed=cfg.seed, pcap=prefix,
+                        mgmt_sources=(_guest_ip(0),))
+    engine = Engine(jobs=8)
+    tamper = _IcrcTamper(engine) if cfg.icrc_control else None
+    problems: list[str] = []
+    report: dict = {"config": asdict(cfg), "image": {"dir": str(img.dir),
+                                                     **{k: v for k, v in img.manifest.items()
+                                                        if k != "packages"}},
+                    "image_s": round(t_image, 1), "run_dir": str(run)}
+    procs: list[subprocess.Popen] = []
+    hung = False
+    sw = SwitchThread(engine, scfg).start()
+    try:
+        port = sw.address[1]
+        t_boot = time.monotonic()
+        def launch(r: int, attempt: int) -> subprocess.Popen:
+            sfx = "" if attempt == 0 else f".retry{attempt}"
+            cmd = _qemu_cmd(img, cfg, r, port, share, run / f"vm{r}{sfx}.console")
+            with open(run / f"vm{r}{sfx}.qemu.log", "w") as qlog:
+                return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=qlog,
+                                        stderr=subprocess.STDOUT)
+
+        for r in range(cfg.workers):
+            procs.append(launch(r, 0))
+        log(f"vmlab: {cfg.workers} VMs booting (switch on port {port}, run folder {run})")
+        deadline = t_boot + cfg.timeout_s
+        retries = [0] * cfg.workers
+        out = share / "out"
+        stopping = False
+        while True:
+            if time.monotonic() > deadline:
+                hung = any(p.poll() is None for p in procs)
+                break
+            relaunched = False
+            for r, p in enumerate(procs):
+                if stopping or p.poll() is None or (out / f"rank{r}.json").exists():
+                    continue
+                if not (out / f"rank{r}.init.log").exists() and retries[r] < BOOT_RETRIES:
+                    # died before its init ran (a TCG boot failure on a loaded host, e.g. the
+                    # IO-APIC timer check): nothing of the job started, so boot it again
+                    retries[r] += 1
+                    relaunched = True
+                    log(f"vmlab: VM {r} died while booting (exit {p.returncode}); retrying")
+                    procs[r] = launch(r, retries[r])
+                elif any(q.poll() is None for q in procs):
+                    # a VM is gone without a result: the others would only wait for it
+                    problems.append(f"rank {r}: VM exited (status {p.returncode}) without a "
+                                    f"result; the other VMs were stopped")
+                    stopping = True
+                    for q in procs:
+                        if q.poll() is None:
+                            q.kill()
+            if not relaunched and all(p.poll() is not None for p in procs):
+                break
+            time.sleep(0.5)
+        report["boot_retries"] = retries
+        report["vms_s"] = round(time.monotonic() - t_boot, 1)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+        counters = sw.stop()
+    report["switch"] = {k: v for k, v in counters.items() if v}
+    report["qemu_exit"] = [p.returncode for p in procs]
+    if hung:
+        problems.append(f"watchdog: VMs still running after {cfg.timeout_s:.0f} s (killed)")
+    # ---- guests
+    want = expected_sum(cfg)
+    ranks = []
+    for r in range(cfg.workers):
+        jf = share / "out" / f"rank{r}.json"
+        try:
+            rep = json.loads(jf.read_text())
+        except (OSError, ValueError):
+            rep = {"rank": r, "ok": False, "error": "no report (guest did not finish); init "
+                   f"log:\n{_tail(share / 'out' / f'rank{r}.init.log')}\nconsole:\n"
+                   f"{_tail(run / f'vm{r}.console')}"}
+        try:
+            rep["t_active"] = float((share / "out" / f"rank{r}.active").read_text())
+        except (OSError, ValueError):
+            pass
+        if rep.get("ok"):
+            try:
+                got = np.load(share / "out" / f"rank{r}.npy")
+            except (OSError, ValueError) as e:
+                got = None
+                rep["ok"] = False
+                rep["error"] = f"no result file: {e}"
+            if got is not None:
+                if got.dtype != np.int32 or got.shape != want.shape:
+                    rep["mismatch"] = f"result is {got.dtype}{list(got.shape)}"
+                else:
+                    diff = np.flatnonzero(got != want)
+                    rep["mismatches"] = int(diff.size)
+                    if diff.size:
+                        i = int(diff[0])
+                        rep["mismatch"] = (f"{diff.size} of {want.size} elements differ, first "
+                                           f"at {i}: got {int(got[i])}, want {int(want[i])}")
+        if not rep.get("ok"):
+            problems.append(f"rank {r}: {rep.get('error', 'failed')}")
+        elif rep.get("mismatch"):
+            problems.append(f"rank {r}: result not bit-exact: {rep['mismatch']}")
+        ranks.append(rep)
+    report["ranks"] = ranks
+    # ---- captures
+    cap = analyze_captures(prefix)
+    report["capture"] = cap
+    bad_in = cap.get("in", {}).get("icrc_bad", 0)
+    bad_out = cap.get("out", {}).get("icrc_bad", 0)
+    allowed = 1 if (tamper is not None and tamper.done is not None) else 0
+    if bad_in:
+        problems.append(f"{bad_in} frame(s) into the engine with an invalid ICRC")
+    if bad_out != allowed:
+        problems.append(f"{bad_out} frame(s) out of the engine with an invalid ICRC, expected "
+                        f"{allowed}")
+    if tamper is not None:
+        report["icrc_control"] = tamper.done
+        if tamper.done is None:
+            problems.append("ICRC control: no result packet was tampered with")
+    if cfg.qp_error_check:
+        chk = [x.get("qp_error_check") or {} for x in ranks]
+        report["qp_error_check"] = chk
+        if not all(c.get("raised") for c in chk):
+            problems.append(f"QP error check: not every rank raised a VerbsError: {chk}")
+    ok_ranks = [x for x in ranks if x.get("ok")]
+    report["figures"] = {
+        "workers": cfg.workers, "pmtu": cfg.pmtu, "loss": cfg.loss, "bytes": 4 * cfg.elems,
+        # seconds since each guest's boot: rxe0 ACTIVE, then the job's Python started
+        "rxe_active_s_max": max((x.get("t_active", 0) for x in ranks), default=None),
+        "job_start_s_max": max((x.get("t_ready", 0) for x in ok_ranks), default=None),
+        "setup_s_max": max((x.get("t_setup", 0) - x.get("t_ready", 0) for x in ok_ranks),
+                           default=None),
+        "allreduce_s_max": max((x.get("allreduce_s", 0) for x in ok_ranks), default=None),
+        "vms_s": report.get("vms_s"),
+        "frames_checked": cap.get("in", {}).get("roce", 0) + cap.get("out", {}).get("roce", 0),
+        "icrc_bad_in": bad_in, "icrc_bad_out": bad_out,
+        "naks": cap.get("in", {}).get("naks", 0),
+        "retransmitted_in": cap.get("in", {}).get("retransmitted", 0),
+        "lost_up": counters.get("up_lost", 0), "lost_down": counters.get("down_lost", 0),
+        "engine_drop_ahead": counters.get("engine.drop_ahead", 0),
+    }
+    report["ok"] = not problems
+    report["problems"] = problems
+    (run / "report.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
+    return LabResult(not problems, problems, report, run)
