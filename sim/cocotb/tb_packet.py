@@ -54,7 +54,7 @@ from .packets import (
     random_frame,
     raw_frame,
 )
-from .tb_parser import check_records, expect
+from .tb_parser import check_records, expect, mixed_frames
 
 NOT_ROCE = NOT_ROCE_REASONS
 
@@ -153,14 +153,8 @@ class Bench:
 
 
 def _mix(rng: random.Random, n: int, max_payload: int):
-    out = []
-    for i in range(n):
-        r = rng.random()
-        if r < 0.8:
-            out.append((f"roce{i}", random_frame(rng, max_payload=max_payload).pack()))
-        else:
-            out.append((f"raw{i}", raw_frame(rng, rng.randint(60, 300))))
-    return out
+    # the packet path's wrapper needs raw frames of at least 60 bytes (a MAC's minimum)
+    return mixed_frames(rng, n, max_payload, raw_len=(60, 300))
 
 
 @cocotb.test()

@@ -168,14 +168,16 @@ class ParserBench:
         return compared
 
 
-def _mix(rng: random.Random, n: int, max_payload: int) -> list[tuple[str, bytes]]:
+def mixed_frames(rng: random.Random, n: int, max_payload: int,
+                 raw_len: tuple[int, int] = (14, 200)) -> list[tuple[str, bytes]]:
+    """n named frames: 80% random valid RoCEv2, 20% raw non-RoCE frames of raw_len bytes."""
     out = []
     for i in range(n):
         r = rng.random()
         if r < 0.8:
             out.append((f"roce{i}", random_frame(rng, max_payload=max_payload).pack()))
         else:
-            out.append((f"raw{i}", raw_frame(rng, rng.randint(14, 200))))
+            out.append((f"raw{i}", raw_frame(rng, rng.randint(*raw_len))))
     return out
 
 
@@ -185,7 +187,7 @@ async def test_parse_valid_frames(dut):
     b = ParserBench(dut)
     await reset(dut)
     rng = random.Random(b.args.get("seed", 1))
-    for name, f in _mix(rng, b.args.get("frames", 40), b.args.get("max_payload", 600)):
+    for name, f in mixed_frames(rng, b.args.get("frames", 40), b.args.get("max_payload", 600)):
         b.send(name, f)
     report(valid={"header_fields_compared": await b.check()})
 
@@ -210,7 +212,7 @@ async def test_parse_backpressure(dut):
                           "hdr": "", "verdict": ""})
     await reset(dut)
     rng = random.Random(b.args.get("seed", 1) + 2)
-    for name, f in _mix(rng, b.args.get("frames", 40) // 2, b.args.get("max_payload", 600)):
+    for name, f in mixed_frames(rng, b.args.get("frames", 40) // 2, b.args.get("max_payload", 600)):
         b.send(name, f)
     await b.check()
 
