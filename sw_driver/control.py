@@ -92,6 +92,9 @@ class JobStatus:
 class EngineControl:
     """High-level control of one engine through its register bus."""
 
+    #: JOB.STATUS reads after an enable before giving up on the engine finishing it
+    ENABLE_POLLS = 20_000
+
     def __init__(self, bus: RegisterBus):
         self.bus = bus
         self._info: EngineInfo | None = None
@@ -288,7 +291,12 @@ class EngineControl:
         self._wr("JOB.CNP_INTERVAL", cfg.cnp_interval, j)
         self._wr("JOB.STATUS", rm.reg("JOB.STATUS").w1c_mask, j)  # clear sticky flags
         self._wr("JOB.CTRL", 1, j)
-        st = self.job_status(j)
+        # the gateware checks the job, scans its flows and clears its W slots before it reports
+        # enabled (a few thousand cycles at most); the model answers at once
+        for _ in range(self.ENABLE_POLLS):
+            st = self.job_status(j)
+            if st.enabled or st.error != JobError.NONE:
+                break
         if not st.enabled:
             self._release_entries(j)
             raise ConfigError(f"job {j}: the engine refused to enable it: {st.error.name}")

@@ -136,6 +136,7 @@ __all__ = ["AggControl", "ParserAdapter", "HdrClass", "FrameError", "Action", "D
            "OP_ACK", "OP_CNP"]
 
 PSN_BITS = 24
+SEQ_BITS = 16  # decision sequence numbers (modulo): orders release commands among decisions
 OP_ACK, OP_CNP = 0x11, 0x81
 
 
@@ -157,11 +158,12 @@ class FrameError(enum.Enum, shape=3):
     ICRC = 4  # -> drop_icrc
 
 
-class Action(enum.Enum, shape=2):
+class Action(enum.Enum, shape=3):
     FORWARD = 0  # send the frame unchanged, on its arrival port
     DROP = 1
     CONTRIBUTE = 2  # add the payload into ``slot`` (``overwrite``: the first contribution)
     REEMIT = 3  # send the frame's own header with the slot's aggregate (retransmission)
+    PROBE = 4  # behind the window: send the frame's payload-free duplicate probe (model D15)
 
 
 Disp = IntEnum("Disp", {name.upper(): i for i, name in enumerate(DISPOSITIONS)})
@@ -312,7 +314,7 @@ class AggControl(wiring.Component):
         slot_fields = {"valid": 1, "index": PSN_BITS, "bitmap": self.max_world, "opcode": 4,
                        "plen": self.plen_bits}
         rel_fields = {"job": self.job_bits, "slot": self.slot_bits, "index": PSN_BITS,
-                      "n": self.n_bits, "plen": self.plen_bits}
+                      "n": self.n_bits, "plen": self.plen_bits, "seq": SEQ_BITS}
         if self.ports > 1:
             ports_layout = data.ArrayLayout(unsigned(self.port_bits), self.max_world)
             slot_fields["ports"] = ports_layout
@@ -547,7 +549,7 @@ class AggControl(wiring.Component):
             with m.Elif(h4.plen[:2] != 0):
                 m.d.comb += disp.eq(Disp.DROP_ALIGN)
             with m.Elif(d_win[PSN_BITS - 1]):
-                m.d.comb += [disp.eq(Disp.BEHIND_WINDOW), action.eq(Action.FORWARD)]
+                m.d.comb += [disp.eq(Disp.BEHIND_WINDOW), action.eq(Action.PROBE)]
             with m.Else():
                 m.d.comb += is_data_ok.eq(1)
                 with m.If(d_win >= w_cur):
@@ -647,6 +649,12 @@ class AggControl(wiring.Component):
         dec_cmd = Signal(self.rel_layout)
         m.d.comb += [dec_cmd.job.eq(j4), dec_cmd.slot.eq(slot4), dec_cmd.index.eq(k4),
                      dec_cmd.n.eq(n_cur), dec_cmd.plen.eq(h4.plen)]
+        # seq = decisions output up to and including the one that caused the release (a chained
+        # release counts every decision committed so far): the emitter sends a release only after
+        # the payload of every decision before seq is written, and after their own frames
+        n_commit = Signal(SEQ_BITS)
+        m.d.sync += n_commit.eq(n_commit + commit)
+        m.d.comb += [dec_cmd.seq.eq(n_commit + 1), sch_cmd.seq.eq(n_commit + commit)]
         if self.ports > 1:
             m.d.comb += [sch_cmd.ports.eq(sch_data.ports), dec_cmd.ports.eq(slot_new.ports)]
         m.d.comb += [relq.w_en.eq(dec_push | sch_push),
@@ -802,6 +810,8 @@ class AggControl(wiring.Component):
                     m.d.comb += [clr_en.eq(1 << sq), seq_set_err.eq(1), seq_err.eq(job_err)]
                     m.next = "IDLE"
                 with m.Else():
+                    # a new attempt: an error of an earlier refused one no longer applies
+                    m.d.sync += error[sq].eq(JobError.NONE)
                     m.d.sync += [j_n[sq].eq(c_n), j_w[sq].eq(c_w), j_base[sq].eq(c_base),
                                  j_pmtu[sq].eq(c_pmtu), j_op[sq].eq(c_op),
                                  j_cnp[sq].eq(qcfg.cnp_interval.cycles),

@@ -31,7 +31,7 @@ _ERR = {"icrc": FrameError.ICRC, "ip_checksum": FrameError.IP_CHECKSUM,
         "ip_length": FrameError.LENGTH, "udp_length": FrameError.LENGTH,
         "padcnt": FrameError.LENGTH}
 _ACTION_OF = {"contributions": Action.CONTRIBUTE, "reemits": Action.REEMIT,
-              "behind_window": Action.FORWARD}
+              "behind_window": Action.PROBE}
 
 
 def expected_action(disp: str) -> Action:
@@ -239,7 +239,10 @@ class Gateware:
                 if ctx.get(dut.dec.valid) and ctx.get(dut.dec.ready):
                     self.decisions.append(unpack(dec_lay, ctx.get(Value.cast(dut.dec.payload))))
                 if ctx.get(dut.rel.valid):
-                    self.releases.append(unpack(rel_lay, ctx.get(Value.cast(dut.rel.payload))))
+                    r = unpack(rel_lay, ctx.get(Value.cast(dut.rel.payload)))
+                    # decisions output so far (one may wait in the output register)
+                    r["_seen"] = len(self.decisions) + ctx.get(dut.dec.valid)
+                    self.releases.append(r)
                 for j in range(jobs):
                     self.mismatch[j] |= ctx.get(dut.job_set[j].status.mismatch)
                     v = ctx.get(inc_vals[j])
@@ -324,6 +327,7 @@ def check(sc: Scenario, cls=AggControl, **run_kw) -> Gateware:
     frames = [op for op in sc.ops if op[0] == "frame"]
     disp_names = list(DISPOSITIONS)
     want_rel: dict[int, list] = {}
+    released_by: dict[tuple[int, int], list] = {}  # (job, index) -> frames that released it
     for i, ((_, h, e), d) in enumerate(zip(frames, gw.decisions, strict=True)):
         got = disp_names[d["disp"]]
         ctx = f"frame {i}: header {h}"
@@ -337,11 +341,16 @@ def check(sc: Scenario, cls=AggControl, **run_kw) -> Gateware:
         assert d["release"] == bool(e.released), f"{ctx}: release {d['release']} {e.released}"
         for (j, k), ports in zip(e.released, e.result_ports, strict=True):
             want_rel.setdefault(j, []).append((k, ports))
+            released_by.setdefault((j, k), []).append(i)
     got_rel: dict[int, list] = {}
     pb = max(1, (sc.params["ports"] - 1).bit_length())
     for r in gw.releases:
         ports = [(r.get("ports", 0) >> (pb * i)) & ((1 << pb) - 1) for i in range(r["n"])]
         got_rel.setdefault(r["job"], []).append((r["index"], ports))
+        # seq orders the release among the decisions: after the one that released it, and no
+        # later than the decisions output when the command appeared
+        i = released_by[r["job"], r["index"]].pop(0)
+        assert i + 1 <= r["seq"] <= r["_seen"], (r, i)
     assert got_rel == want_rel
     # counters
     for j in range(sc.params["jobs"]):
