@@ -46,7 +46,7 @@ MAX_JOBS = 64  # JOB_CNT (0x2000 + 64 * 0x100) must end below MGMT (0x7000)
 MGMT_SOURCES = 8  # entries of the management allow-list (MGMT_SRC)
 MGMT_PORT_RESET = 0x4E52  # 20050: reset value of MGMT.PORT (= netreduce.wire.mgmt default)
 
-DEFAULT_PARAMS = dict(ports=1, jobs=8, flows=256, slots=4096, pmtu_max=4096, data_width=512,
+DEFAULT_PARAMS = dict(ports=1, jobs=8, flows=256, slots=1024, pmtu_max=4096, data_width=512,
                       max_world=64, clock_hz=CLOCK_HZ)
 
 

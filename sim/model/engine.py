@@ -233,7 +233,7 @@ class Engine:
     Build parameters as the gateware's; they appear in the identity registers.
     """
 
-    def __init__(self, ports: int = 1, jobs: int = 8, flows: int = 256, slots: int = 4096,
+    def __init__(self, ports: int = 1, jobs: int = 8, flows: int = 256, slots: int = 1024,
                  pmtu_max: int = 4096, *, data_width: int = 512, max_world: int = 64):
         self.regmap = build_regmap(ports=ports, jobs=jobs, flows=flows, slots=slots,
                                    pmtu_max=pmtu_max, data_width=data_width, max_world=max_world)
