@@ -17,7 +17,7 @@ from netreduce.sim.model.engine import Engine
 from netreduce.sim.model.kit import RingJob
 from netreduce.sw_driver.control import EngineControl
 
-from netreduce.regmap import Op, build_regmap
+from netreduce.regmap import ALL_GLOBAL_COUNTERS, JOB_COUNTERS, Op, build_regmap
 from netreduce.wire import ECN_CE
 
 W = 64
@@ -77,6 +77,7 @@ def run_rtl(sc: Scenario, *, gap=0.0, stall=0.0, seed=0, max_cycles=200_000):
     dut = NetReduceEngine(rm, max_frame=512)
     P = sc.params["ports"]
     got: list = []
+    regs: dict = {}
     done = {"in": False}
     rng = random.Random(seed)
     axil = AxiLiteSimMaster(dut.s_axil, timeout=256)
@@ -112,6 +113,18 @@ def run_rtl(sc: Scenario, *, gap=0.0, stall=0.0, seed=0, max_cycles=200_000):
                     await ctx.tick().until(src.ready)
                 ctx.set(src.valid, 0)
         done["in"] = True
+        # end state: counters and slot occupancy through the bus, once the outputs are quiet
+        while not done.get("quiet"):
+            await ctx.tick()
+        base = rm.table("CNT").base
+        regs["global"] = {c.name: (await axil.read(ctx, base + 4 * i))[0]
+                          for i, c in enumerate(ALL_GLOBAL_COUNTERS)}
+        t = rm.table("JOB_CNT")
+        for j in range(sc.params["jobs"]):
+            regs[j] = {c.name: (await axil.read(ctx, t.base + j * t.stride + 4 * i))[0]
+                       for i, c in enumerate(JOB_COUNTERS)}
+            regs[j]["slots_busy"] = (await axil.read(ctx, st_addr("JOB.SLOTS_BUSY", j)))[0]
+        done["regs"] = True
 
     async def monitor(ctx):
         bufs = [bytearray() for _ in range(P)]
@@ -135,6 +148,8 @@ def run_rtl(sc: Scenario, *, gap=0.0, stall=0.0, seed=0, max_cycles=200_000):
             await ctx.tick()
             idle = 0 if any_v or not done["in"] else idle + 1
             if idle > 400:
+                done["quiet"] = True
+            if done.get("regs"):
                 return
         raise AssertionError(f"no quiet end within {max_cycles} cycles")
 
@@ -143,11 +158,27 @@ def run_rtl(sc: Scenario, *, gap=0.0, stall=0.0, seed=0, max_cycles=200_000):
     sim.add_testbench(driver)
     sim.add_testbench(monitor)
     sim.run()
-    return got, dut
+    return got, regs
+
+
+def check_end_state(sc: Scenario, regs: dict):
+    """Every counter equals the model's (modulo 2^32); slot occupancy as in the model."""
+    m32 = (1 << 32) - 1
+    want = sc.eng.counters()
+    for name, v in regs["global"].items():
+        assert v == want[name] & m32, f"counter {name}: rtl {v}, model {want[name]}"
+    for j in range(sc.params["jobs"]):
+        want = sc.eng.counters(j)
+        for name, v in regs[j].items():
+            if name == "slots_busy":
+                assert v == sc.eng.slots_in_use(j), f"job {j} slots busy: rtl {v}"
+            else:
+                assert v == want[name] & m32, f"job {j} {name}: rtl {v}, model {want[name]}"
 
 
 def check(sc: Scenario, **kw):
-    got, dut = run_rtl(sc, **kw)
+    got, regs = run_rtl(sc, **kw)
+    check_end_state(sc, regs)
     want, have = by_flow(sc.expected), by_flow(got)
     for key in sorted(set(want) | set(have), key=repr):
         w, h = want.get(key, []), have.get(key, [])
@@ -201,3 +232,30 @@ def test_mixed_rules(seed):
     sc.frame(bytes(range(60)))                                   # not RoCE: forwarded
     check(sc, gap=0.2, stall=0.3, seed=seed)
     assert sc.eng.counters()["saturations"] > 0
+
+
+def test_two_ports_psn_wrap_max_and_free():
+    """Two ports (each rank's frames on its own port, results back there), PSN wrap, MAX, sizes
+    that are not multiples of the beat, reordered arrivals; at the end every slot is free."""
+    rng = random.Random(7)
+    sc = Scenario(ports=2)
+    wrap = [(1 << 24) - 2, (1 << 24) - 1, 5]
+    a = sc.add(RingJob(job=0, world=3, window=8, slot_base=0, pmtu=256, op=Op.MAX,
+                       start_psns=wrap))
+    b = sc.add(RingJob(job=1, world=2, window=2, slot_base=8, pmtu=256))
+    frames = []
+    for k in range(5):
+        frames += [(r % 2, a.data_bytes(r, k, payload(rng, 1 + 3 * k))) for r in range(3)]
+        if k < 2:
+            frames += [(r % 2, b.data_bytes(r, k, payload(rng, 5))) for r in range(2)]
+    tail = frames[3:]
+    rng.shuffle(tail)   # out-of-order completions: released in order by the scheduler
+    for port, f in frames[:3] + tail:
+        sc.frame(f, port)
+    for r in range(3):
+        sc.frame(a.ack(r, 4), r % 2)
+    for r in range(2):
+        sc.frame(b.ack(r, 1), r % 2)
+    check(sc, gap=0.1, stall=0.2, seed=3)
+    assert sc.eng.slots_in_use(0) == 0 and sc.eng.slots_in_use(1) == 0
+    assert sc.eng.counters(0)["results_sent"] == 15
