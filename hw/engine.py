@@ -64,7 +64,7 @@ from .packet.parser import Parser
 from .stream import beat_layout, beat_signature
 from .verilog import AxisTop, generate
 
-__all__ = ["NetReduceEngine", "engine_verilog", "DEFAULT_MAX_FRAME"]
+__all__ = ["NetReduceEngine", "engine_for", "engine_verilog", "DEFAULT_MAX_FRAME"]
 
 DEFAULT_MAX_FRAME = 9216  # jumbo frames; the CMAC's maximum packet length is set to match
 _OP_CNP, _OP_WRITE_MIDDLE = 0x81, 0x07
@@ -165,6 +165,15 @@ class NetReduceEngine(wiring.Component):
             members[f"o_p{k}"] = Out(beat_signature(self.width))
         members["s_axil"] = In(AXI4LiteSignature(self.bank.addr_width))
         super().__init__(members)
+
+    @property
+    def axis_names(self) -> dict[str, str]:
+        """AXI-Stream prefixes of the Verilog top (used by :func:`netreduce.hw.verilog.generate`):
+        ``s_axis_p<k>`` / ``m_axis_p<k>`` for every port count."""
+        names = {}
+        for k in range(self.ports):
+            names[f"i_p{k}"], names[f"o_p{k}"] = f"s_axis_p{k}", f"m_axis_p{k}"
+        return names
 
     @property
     def frame_beats(self) -> int:
@@ -600,16 +609,20 @@ class NetReduceEngine(wiring.Component):
         return m
 
 
+def engine_for(*, max_frame: int = DEFAULT_MAX_FRAME, read_latency: int = 2,
+               **params) -> NetReduceEngine:
+    """:class:`NetReduceEngine` for build parameters given as keywords (``ports=2, slots=64``...;
+    the rest from :data:`netreduce.regmap.DEFAULT_PARAMS`): a factory with plain arguments, for
+    build caches keyed by them."""
+    return NetReduceEngine(build_regmap(**params), max_frame=max_frame,
+                           read_latency=read_latency)
+
+
 def engine_verilog(regmap: RegMap | None = None, path=None, *, name: str = "netreduce_engine",
                    **kwargs) -> AxisTop:
     """Verilog of :class:`NetReduceEngine` behind AXI names (``s_axis_p<k>``, ``m_axis_p<k>``,
     ``s_axil_*``); written to ``path`` when given."""
-    eng = NetReduceEngine(regmap, **kwargs)
-    names = {}
-    for k in range(eng.ports):
-        names[f"i_p{k}"] = f"s_axis_p{k}"
-        names[f"o_p{k}"] = f"m_axis_p{k}"
-    top = generate(eng, name, stream_names=names)
+    top = generate(NetReduceEngine(regmap, **kwargs), name)
     if path is not None:
         from pathlib import Path
 

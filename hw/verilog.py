@@ -172,11 +172,14 @@ def generate(component: wiring.Component, name: str = "top", *,
              fields: dict[str, str] | None = None) -> AxisTop:
     """Convert ``component`` to Verilog behind an AXI-Stream top module called ``name``.
 
-    ``stream_names`` overrides the prefix of a stream member (``{"i": "s_axis_rx"}``); ``fields``
+    ``stream_names`` overrides the prefix of a stream member (``{"i": "s_axis_rx"}``; default: the
+    component's ``axis_names`` attribute, if it has one); ``fields``
     overrides :data:`FIELD_NAMES` (role -> payload field name). Raises ``ValueError`` naming the
     member when a stream payload cannot be mapped (e.g. ``first`` without ``last``) or two ports
     would get the same name.
     """
+    if stream_names is None:  # a component may name its own AXI ports (the engine top does)
+        stream_names = getattr(component, "axis_names", None)
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
         raise ValueError(f"top name {name!r} is not a plain Verilog identifier")
     roles = dict(FIELD_NAMES, **(fields or {}))
