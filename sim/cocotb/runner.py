@@ -40,7 +40,7 @@ from pathlib import Path
 from netreduce.hw.verilog import AxisTop
 
 __all__ = ["SimBuild", "RunResult", "CocotbFailure", "build", "run", "simulator_missing",
-           "generate_cached", "build_root", "TIMESCALE", "SIMULATORS"]
+           "generate_cached", "build_root", "gen_cache_root", "TIMESCALE", "SIMULATORS"]
 
 TIMESCALE = ("1ns", "1ps")
 SIMULATORS = ("verilator", "icarus")
@@ -89,6 +89,18 @@ def build_root() -> Path:
     """``$NETREDUCE_BUILD`` or ``build/`` at the top of the work tree."""
     env = os.environ.get("NETREDUCE_BUILD")
     return Path(env) if env else repo_root() / "build"
+
+
+def gen_cache_root() -> Path:
+    """Where :func:`generate_cached` keeps converted Verilog: ``$NETREDUCE_GEN_CACHE``, else
+    ``$XDG_CACHE_HOME/netreduce/gen`` (default ``~/.cache/netreduce/gen``). Outside the work tree
+    on purpose: the key is the source text, so every clone of the same sources shares an entry
+    (converting the 512-bit engine takes minutes)."""
+    env = os.environ.get("NETREDUCE_GEN_CACHE")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "netreduce" / "gen"
 
 
 def _verilator() -> str | None:
@@ -221,7 +233,7 @@ def generate_cached(factory, *args, name: str,
     key = hashlib.sha256(json.dumps([factory.__module__, factory.__qualname__, repr(args),
                                      repr(sorted(kwargs.items())), name,
                                      _sources_digest(mods)]).encode()).hexdigest()[:16]
-    path = build_root() / "cocotb" / "gen" / f"{name}-{key}.json"
+    path = gen_cache_root() / f"{name}-{key}.json"
     if path.exists():
         d = json.loads(path.read_text())
         streams = [AxisPort(**{k: tuple(tuple(x) for x in v) if k.endswith("_fields") else v
