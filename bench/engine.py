@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -92,8 +94,11 @@ def main(argv=None) -> int:
     for n in worlds:
         for p in pmtus:
             sc = scenario(n, p, a.indices)
-            r = run(b, "netreduce.sim.cocotb.tb_engine_perf", testcase="test_perf", args=sc,
-                    tag=f"perf-{n}-{p}", timeout_s=3600)
+            with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+                json.dump(sc, f)
+            r = run(b, "netreduce.sim.cocotb.tb_engine_perf", testcase="test_perf",
+                    args={"file": f.name}, tag=f"perf-{n}-{p}", timeout_s=3600)
+            os.unlink(f.name)
             m = r.metrics
             lat = m["latency"]
             rows.append({"world": n, "pmtu": p, "frames": len(sc["frames"]),

@@ -1,8 +1,9 @@
 """Engine top throughput and latency under cocotb (bench/engine.py runs it).
 
-tb args: ``ops`` (register writes ``[addr, value]`` and ``["sync", job]`` waits, recorded from the
-driver's EngineControl on the model), ``frames`` (hex strings, all into port 0, back to back),
-``expect_out`` (frames the model emits). Reports:
+tb args (or a JSON file named by ``file``): ``ops`` (register writes ``[addr, value]`` and
+``["sync", job, status address]`` waits, recorded from the driver's EngineControl on the
+model), ``frames`` (hex strings, all into port 0, back to back), ``expect_out`` (frames the model
+emits), ``world``, ``completing`` and ``result_keys`` (for the latency). Reports:
 
 * ``in_beats``, ``in_cycles`` (first input beat to last input beat accepted), ``stall_cycles``
   (``tvalid`` high, ``tready`` low: backpressure) and ``beats_per_cycle``;
@@ -75,6 +76,11 @@ def _psn_key(f: bytes):
 @cocotb.test()
 async def test_perf(dut):
     args = tb_args()
+    if "file" in args:  # large scenarios travel in a file (environment strings are limited)
+        import json
+
+        with open(args["file"]) as f:
+            args = json.load(f)
     clk = start_clock(dut)
     quiet(dut, "s_axis_p0", "m_axis_p0")
     for n in ("awvalid", "wvalid", "arvalid", "bready", "rready", "awaddr", "araddr", "wdata",
