@@ -58,6 +58,7 @@ from netreduce.wire import fields as wf
 from .agg.control import Action, AggControl, ParserAdapter
 from .agg.slotmem import SlotMemory
 from .csr import AXI4LiteSignature, RegisterBank
+from .mgmt_path import PATH_COUNTERS, attach_mgmt
 from .packet.deparser import Deparser
 from .packet.layout import HDR_CAP, L2_TAGGED, L2_UNTAGGED, Kind
 from .packet.parser import Parser
@@ -136,6 +137,12 @@ class NetReduceEngine(wiring.Component):
         ``pmtu_max``, ``data_width``, ``max_world``) size the engine. Default ``build_regmap()``.
     max_frame : int
         Largest frame (bytes, without FCS) kept whole; longer ones are cut and flagged.
+    mgmt : bool
+        In-band management (docs/management.md; :func:`~netreduce.hw.mgmt_path.attach_mgmt`):
+        per port a splitter in front of the parser steers frames to ``MGMT.IP`` / ``MGMT.PORT``
+        (while ``MGMT.CTRL.enable``) to the management agent, whose responses leave on the
+        request's port; the agent and ``s_axil`` share the register bank through an AXI4-Lite
+        arbiter. False: none of it (the engine as without management).
     read_latency : int
         Slot memory read latency (see :class:`~netreduce.hw.agg.slotmem.SlotMemory`).
 
@@ -144,7 +151,7 @@ class NetReduceEngine(wiring.Component):
     """
 
     def __init__(self, regmap: RegMap | None = None, *, max_frame: int = DEFAULT_MAX_FRAME,
-                 read_latency: int = 2):
+                 read_latency: int = 2, mgmt: bool = True):
         rm = regmap if regmap is not None else build_regmap()
         p = rm.params
         self.map = rm
@@ -156,6 +163,7 @@ class NetReduceEngine(wiring.Component):
             raise ValueError(f"max_frame = {max_frame!r}: must hold a PMTU-sized RoCE frame "
                              f"({p['pmtu_max'] + HDR_CAP + 8} bytes)")
         self.max_frame, self.read_latency = max_frame, read_latency
+        self.mgmt = bool(mgmt)
         self.ctl = AggControl(rm)
         self.bank = RegisterBank(rm, inc_width=self.ctl.cnt_width)
         members = {}
@@ -187,7 +195,10 @@ class NetReduceEngine(wiring.Component):
         ctl, bank = self.ctl, self.bank
         m.submodules.ctl = ctl
         m.submodules.bank = bank
-        wiring.connect(m, wiring.flipped(self.s_axil), bank.s_axil)
+        # in-band management: takes i_p<k>, o_p<k> and s_axil, hands back rx/tx streams (mg)
+        mg = attach_mgmt(m, self, bank) if self.mgmt else None
+        if mg is None:
+            wiring.connect(m, wiring.flipped(self.s_axil), bank.s_axil)
         rl = self.read_latency
         pb = _bits(P)
         rank_bits = _bits(self.max_world)
@@ -210,7 +221,9 @@ class NetReduceEngine(wiring.Component):
             m.d.comb += [bank.job_set[j].status.mismatch.eq(ctl.job_set[j].status.mismatch),
                          bank.job_set[j].status.saturated.eq(sat_inc[j])]
         for f, _ in ctl.cnt_inc_layout:
-            m.d.comb += bank.cnt_inc[f].eq(ctl.cnt_inc[f])
+            m.d.comb += bank.cnt_inc[f].eq(
+                ctl.cnt_inc[f] + mg.inc[f] if mg is not None and f in PATH_COUNTERS
+                else ctl.cnt_inc[f])
         now = Signal(ctl.time_bits)
         m.d.sync += now.eq(now + 1)
 
@@ -221,7 +234,7 @@ class NetReduceEngine(wiring.Component):
         beat_l = beat_layout(w)
         fq, pq, dq, dq_w, adapters, recs = [], [], [], [], [], []
         for k in range(P):
-            src = getattr(self, f"i_p{k}")
+            src = getattr(self, f"i_p{k}") if mg is None else mg.rx[k]
             # guard: cut frames longer than the buffers (flagged as a MAC error)
             cnt = Signal(range(FB + 1), name=f"guard_cnt{k}")
             skip = Signal(name=f"guard_skip{k}")
@@ -573,7 +586,7 @@ class NetReduceEngine(wiring.Component):
         head = portq.r_data
         tx_last, dep_ready = [], []
         for k in range(P):
-            o = getattr(self, f"o_p{k}")
+            o = getattr(self, f"o_p{k}") if mg is None else mg.tx[k]
             fq_k = fwd[k][0]
             f_bt = data.View(beat_l, fq_k.r_data)
             d_valid = dep.o.valid & portq.r_rdy & (head == k)
@@ -601,21 +614,27 @@ class NetReduceEngine(wiring.Component):
                     m.d.sync += [lock.eq(0), prefer_dep.eq(~use_dep)]
                 with m.Else():
                     m.d.sync += lock.eq(Mux(use_dep, 2, 1))
+            with m.Elif(o.valid):
+                # a beat on offer stays on offer (AXI-Stream): keep its source until taken
+                m.d.sync += lock.eq(Mux(use_dep, 2, 1))
             tx_last.append(hs & o.payload.last)
             dep_ready.append(use_dep & o.ready)
         m.d.comb += dep.o.ready.eq(Array(dep_ready)[head] & portq.r_rdy)
         m.d.comb += portq.r_en.eq(dep.o.valid & dep.o.ready & dep.o.payload.last)
-        m.d.comb += bank.cnt_inc.tx_frames.eq(sum(tx_last))
+        tx_count = sum(tx_last)
+        if mg is not None:
+            tx_count = tx_count + mg.inc.tx_frames
+        m.d.comb += bank.cnt_inc.tx_frames.eq(tx_count)
         return m
 
 
 def engine_for(*, max_frame: int = DEFAULT_MAX_FRAME, read_latency: int = 2,
-               **params) -> NetReduceEngine:
+               mgmt: bool = True, **params) -> NetReduceEngine:
     """:class:`NetReduceEngine` for build parameters given as keywords (``ports=2, slots=64``...;
     the rest from :data:`netreduce.regmap.DEFAULT_PARAMS`): a factory with plain arguments, for
     build caches keyed by them."""
     return NetReduceEngine(build_regmap(**params), max_frame=max_frame,
-                           read_latency=read_latency)
+                           read_latency=read_latency, mgmt=mgmt)
 
 
 def engine_verilog(regmap: RegMap | None = None, path=None, *, name: str = "netreduce_engine",

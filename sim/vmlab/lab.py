@@ -15,8 +15,9 @@
    seeded random int32 vectors with the verbs backend (:mod:`netreduce.sw_driver.verbs`); rank 0
    registers the jobs over the management protocol;
 5. waits for every VM to power off, under a watchdog (``timeout_s`` overall: the VMs are killed
-   and the run fails with the consoles' tails when it fires). A VM that dies before its init
-   script runs (a TCG boot failure on a loaded host) is booted again, up to
+   and the run fails naming where each VM was, from its init log or console). A VM that dies
+   before its init script runs (a TCG boot failure on a loaded host), or has not reached it
+   within ``boot_timeout_s`` (a hung boot; it is killed), is booted again, up to
    :data:`BOOT_RETRIES` times; a VM that exits later without a result stops the run at once;
 6. checks every guest's result bit-exactly against the host's own integer sum (SUM_WRAP), checks
    every captured RoCEv2 frame's ICRC, counts NAKs and retransmissions in the captures, and
@@ -36,8 +37,10 @@ Mbit/s. Figures are in the report (boot to rxe ACTIVE, all-reduce time, frames, 
 
 from __future__ import annotations
 
+import compileall
 import json
 import os
+import py_compile
 import shutil
 import subprocess
 import tempfile
@@ -48,23 +51,28 @@ from pathlib import Path
 
 import numpy as np
 
-from .image import Image, ensure_image, host_problems
+from .image import Image, cached_image, ensure_image, host_problems, mirror_problem
 
 __all__ = ["LabConfig", "LabResult", "run_lab", "analyze_captures", "lab_problems"]
 
 GUEST_DIR = Path(__file__).parent / "guest"
 MAC_PREFIX = "52:54:00:4e:52"
 NAK_SEQ = 0x60
-BOOT_RETRIES = 2  # per VM, only for VMs that die before their init script runs
+BOOT_RETRIES = 2  # per VM, only for VMs that die or hang before their init script runs
 
 
 @dataclass(frozen=True)
 class LabConfig:
     """One lab run. ``elems`` int32 per rank; ``seed`` of the data and the faults;
     ``loss`` per frame, each direction; ``pcap`` PREFIX to keep the captures (always taken, in
-    the run folder otherwise); ``timeout_s`` watchdog over the whole run; ``run_dir`` (default
-    a fresh temporary folder, kept); ``icrc_control`` (module doc); ``qp_timeout`` of the guests'
-    QPs (14: 67 ms; rxe 6.1 retransmits spuriously about one timeout after arming)."""
+    the run folder otherwise); ``timeout_s`` watchdog over the whole run; ``boot_timeout_s``
+    from a VM's start until its init script runs (a hung boot is killed and booted again);
+    ``op_timeout_s`` in the guests without progress (rendezvous, completions: it must cover a
+    slow peer's boot); ``run_dir`` (default a fresh temporary folder, kept); ``icrc_control``
+    (module doc); ``qp_timeout`` of the guests' QPs: 16 (268 ms), so the 7 retries ride out
+    about 2 s without an ACK when TCG guests on a loaded host stall (14, 67 ms, would give up
+    with "retry exceeded" after half a second); rxe 6.1 also retransmits spuriously about one
+    timeout after arming (SOFTROCE.md)."""
 
     workers: int = 2
     backend: str = "model"
@@ -76,10 +84,11 @@ class LabConfig:
     msg_packets: int = 16
     window: int = 256
     margin: int = 64
-    qp_timeout: int = 14
+    qp_timeout: int = 16
     retry_cnt: int = 7
     memory_mb: int = 512
     timeout_s: float = 900.0
+    boot_timeout_s: float = 240.0
     op_timeout_s: float = 400.0
     icrc_control: bool = False
     qp_error_check: bool = False
@@ -97,6 +106,9 @@ class LabConfig:
             raise ValueError(f"loss must be in [0, 0.5), got {self.loss!r}")
         if not isinstance(self.elems, int) or self.elems < 1:
             raise ValueError(f"elems must be a positive int, got {self.elems!r}")
+        if not 0 < self.boot_timeout_s <= self.timeout_s:
+            raise ValueError(f"boot_timeout_s must be in (0, timeout_s={self.timeout_s}], got "
+                             f"{self.boot_timeout_s!r}")
 
 
 @dataclass
@@ -111,9 +123,18 @@ class LabResult:
             "; ".join(self.problems) if self.problems else "all results bit-exact")
 
 
-def lab_problems() -> list[str]:
-    """Why the lab cannot run on this host (empty: it can). Tests skip with this reason."""
+def lab_problems(cache: str | Path | None = None) -> list[str]:
+    """Why the lab cannot run on this host (empty: it can). Tests skip with this reason.
+
+    With the image cached only QEMU is needed; otherwise also the build's tools, root and a
+    reachable Debian mirror (probed once, 15 s at most)."""
+    if cached_image(Path(cache) if cache else None) is not None:
+        return host_problems(build=False)
     probs = host_problems(build=True)
+    if not probs:
+        m = mirror_problem()
+        if m:
+            probs.append(m)
     return probs
 
 
@@ -224,6 +245,12 @@ def _project_sources(dst: Path) -> None:
     for sub in ("wire", "regmap"):
         shutil.copytree(root / sub, pkg / sub, ignore=ign)
     shutil.copytree(Path(swd.__file__).parent, pkg / "sw_driver", ignore=ign)
+    # Compiling these sources costs the guest's Python several seconds under TCG. Bookworm's
+    # python3 is 3.11: when the host's is too, its bytecode is valid there (unchecked-hash pycs
+    # do not depend on the share's timestamps); another host version writes pycs the guest
+    # ignores (other cache tag), which is only slower.
+    compileall.compile_dir(str(pkg), quiet=2, workers=1,
+                           invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
 
 
 def _qemu_cmd(img: Image, cfg: LabConfig, rank: int, port: int, share: Path,
@@ -233,10 +260,16 @@ def _qemu_cmd(img: Image, cfg: LabConfig, rank: int, port: int, share: Path,
         shutil.which("qemu-system-x86_64") or "qemu-system-x86_64",
         "-accel", "tcg", "-m", str(cfg.memory_mb), "-smp", "1", "-no-reboot",
         "-display", "none", "-monitor", "none", "-serial", f"file:{console}",
-        "-kernel", str(img.kernel), "-initrd", str(img.initrd),
-        # no_timer_check: under TCG on a loaded host the IO-APIC timer check can fail and panic
+        # the uncompressed vmlinux boots through PVH: no xz decompression under TCG
+        "-kernel", str(img.boot_kernel), "-initrd", str(img.initrd),
+        # no_timer_check: under TCG on a loaded host the IO-APIC timer check can fail and panic.
+        # clocksource=hpet: the TSC's boot calibration can be far off on a loaded host (guest
+        # clocks were seen running 2-5x fast, which cut every guest timeout, rxe's too, by as
+        # much); QEMU's HPET counts the host's real time and needs no calibration.
+        # mitigations=off: speculation workarounds only cost time in an emulated test guest.
         "-append", f"console=ttyS0 root=/dev/vda rw init=/sbin/netreduce-init panic=-1 "
-                   f"no_timer_check loglevel=4 netreduce.rank={rank}",
+                   f"no_timer_check clocksource=hpet mitigations=off loglevel=4 "
+                   f"netreduce.rank={rank}",
         "-drive", f"file={img.rootfs},format=raw,if=virtio,snapshot=on",
         "-netdev", f"socket,id=n0,connect=127.0.0.1:{port}",
         "-device", f"virtio-net-pci,netdev=n0,mac={mac}",
@@ -261,6 +294,22 @@ def _tail(p: Path, n: int = 15) -> str:
         return "\n".join(p.read_text(errors="replace").splitlines()[-n:])
     except OSError:
         return "(none)"
+
+
+def _stage(run: Path, share: Path, rank: int, attempt: int) -> str:
+    """Where a VM was (for watchdog messages): its last init-log line, or its boot state."""
+    out = share / "out"
+    if (out / f"rank{rank}.json").exists():
+        return "finished"
+    try:
+        lines = [x for x in (out / f"rank{rank}.init.log").read_text(
+            errors="replace").splitlines() if x.strip()]
+    except OSError:
+        sfx = "" if attempt == 0 else f".retry{attempt}"
+        con = [x for x in _tail(run / f"vm{rank}{sfx}.console", 3).splitlines() if x.strip()]
+        return "still booting (init not started), console: " + (con[-1][:120] if con else
+                                                                  "(empty)")
+    return "at: " + (lines[-1][:160] if lines else "(init log empty)")
 
 
 def run_lab(cfg: LabConfig, log=print) -> LabResult:
@@ -317,48 +366,75 @@ def run_lab(cfg: LabConfig, log=print) -> LabResult:
     try:
         port = sw.address[1]
         t_boot = time.monotonic()
+        out = share / "out"
+        launched = [0.0] * cfg.workers
+
         def launch(r: int, attempt: int) -> subprocess.Popen:
             sfx = "" if attempt == 0 else f".retry{attempt}"
             cmd = _qemu_cmd(img, cfg, r, port, share, run / f"vm{r}{sfx}.console")
+            launched[r] = time.monotonic()
             with open(run / f"vm{r}{sfx}.qemu.log", "w") as qlog:
                 return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=qlog,
                                         stderr=subprocess.STDOUT)
+
+        def stop_all() -> None:
+            for q in procs:
+                if q.poll() is None:
+                    q.kill()
 
         for r in range(cfg.workers):
             procs.append(launch(r, 0))
         log(f"vmlab: {cfg.workers} VMs booting (switch on port {port}, run folder {run})")
         deadline = t_boot + cfg.timeout_s
         retries = [0] * cfg.workers
-        out = share / "out"
         stopping = False
         while True:
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now > deadline:
                 hung = any(p.poll() is None for p in procs)
                 break
             relaunched = False
             for r, p in enumerate(procs):
-                if stopping or p.poll() is None or (out / f"rank{r}.json").exists():
+                if stopping or (out / f"rank{r}.json").exists():
                     continue
-                if not (out / f"rank{r}.init.log").exists() and retries[r] < BOOT_RETRIES:
+                started = (out / f"rank{r}.init.log").exists()
+                if p.poll() is None:
+                    if started or now - launched[r] <= cfg.boot_timeout_s:
+                        continue
+                    # running but its init never started: a hung TCG boot
+                    p.kill()
+                    p.wait(10)
+                    why = f"did not reach its init script within {cfg.boot_timeout_s:.0f} s"
+                elif not started:
                     # died before its init ran (a TCG boot failure on a loaded host, e.g. the
                     # IO-APIC timer check): nothing of the job started, so boot it again
+                    why = f"died while booting (exit {p.returncode})"
+                else:
+                    why = None
+                if why is not None and retries[r] < BOOT_RETRIES:
                     retries[r] += 1
                     relaunched = True
-                    log(f"vmlab: VM {r} died while booting (exit {p.returncode}); retrying")
+                    log(f"vmlab: VM {r} {why}; booting it again ({retries[r]}/{BOOT_RETRIES})")
                     procs[r] = launch(r, retries[r])
+                elif why is not None:
+                    problems.append(f"rank {r}: VM {why}, {BOOT_RETRIES + 1} boots failed; "
+                                    f"the other VMs were stopped")
+                    stopping = True
+                    stop_all()
                 elif any(q.poll() is None for q in procs):
                     # a VM is gone without a result: the others would only wait for it
                     problems.append(f"rank {r}: VM exited (status {p.returncode}) without a "
                                     f"result; the other VMs were stopped")
                     stopping = True
-                    for q in procs:
-                        if q.poll() is None:
-                            q.kill()
+                    stop_all()
             if not relaunched and all(p.poll() is not None for p in procs):
                 break
             time.sleep(0.5)
         report["boot_retries"] = retries
         report["vms_s"] = round(time.monotonic() - t_boot, 1)
+        if hung:
+            report["stages_at_watchdog"] = [_stage(run, share, r, retries[r])
+                                            for r in range(cfg.workers)]
     finally:
         for p in procs:
             if p.poll() is None:
@@ -368,7 +444,9 @@ def run_lab(cfg: LabConfig, log=print) -> LabResult:
     report["switch"] = {k: v for k, v in counters.items() if v}
     report["qemu_exit"] = [p.returncode for p in procs]
     if hung:
-        problems.append(f"watchdog: VMs still running after {cfg.timeout_s:.0f} s (killed)")
+        problems.append(f"watchdog: VMs still running after {cfg.timeout_s:.0f} s (killed); "
+                        + "; ".join(f"rank {r}: {st}" for r, st in
+                                    enumerate(report["stages_at_watchdog"])))
     # ---- guests
     want = expected_sum(cfg)
     ranks = []
@@ -383,6 +461,11 @@ def run_lab(cfg: LabConfig, log=print) -> LabResult:
         try:
             rep["t_active"] = float((share / "out" / f"rank{r}.active").read_text())
         except (OSError, ValueError):
+            pass
+        try:  # first init-log line: "rank R: kernel K, init at T s" (guest uptime)
+            first = (share / "out" / f"rank{r}.init.log").read_text().split("\n", 1)[0]
+            rep["t_init"] = float(first.rsplit(" at ", 1)[1].split()[0])
+        except (OSError, ValueError, IndexError):
             pass
         if rep.get("ok"):
             try:
@@ -430,7 +513,9 @@ def run_lab(cfg: LabConfig, log=print) -> LabResult:
     ok_ranks = [x for x in ranks if x.get("ok")]
     report["figures"] = {
         "workers": cfg.workers, "pmtu": cfg.pmtu, "loss": cfg.loss, "bytes": 4 * cfg.elems,
-        # seconds since each guest's boot: rxe0 ACTIVE, then the job's Python started
+        # seconds since each guest's kernel started: init script, rxe0 ACTIVE, the job's Python
+        # imports done (the job starts while rxe0 comes up)
+        "init_s_max": max((x.get("t_init", 0) for x in ranks), default=None),
         "rxe_active_s_max": max((x.get("t_active", 0) for x in ranks), default=None),
         "job_start_s_max": max((x.get("t_ready", 0) for x in ok_ranks), default=None),
         "setup_s_max": max((x.get("t_setup", 0) - x.get("t_ready", 0) for x in ok_ranks),

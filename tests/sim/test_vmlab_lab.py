@@ -1,22 +1,26 @@
 """The VM lab end to end: Linux soft-RoCE guests all-reduce through the reference engine.
 
-Needs root on Debian with qemu-system-x86, qemu-utils, debootstrap, e2fsprogs (``.ci/run``
-installs them); elsewhere every test here skips with the reason. The guest image is built on first
-use (about 2-3 min from Debian mirrors) and cached in ~/.cache/netreduce/vmlab. Each scenario
-boots its VMs once (module fixtures) and the tests assert invariants on the report: results
-bit-exact, every ICRC valid, NAKs under loss, never packet counts (TCG timing varies). All
-tests share one xdist group so the VMs of two scenarios never compete for the two cores.
+Runs whenever the host can run it: QEMU present and the guest image cached, or (to build the
+image on first use) root, debootstrap, mkfs.ext4 and a reachable Debian mirror. ``.ci/run``
+installs the Debian packages; elsewhere every test here skips with a one-line reason. The image
+is built on demand (about 1.5-3 min, cached in ~/.cache/netreduce/vmlab or
+$NETREDUCE_VMLAB_CACHE, outside the tree) by the ``image`` fixture.
+
+Four scenarios boot their VMs once each (module fixtures): 2 VMs; 2 VMs with 1 % loss each
+way; 2 VMs with the ICRC control experiment and a QP failure; 4 VMs. The tests assert
+invariants on the reports (results bit-exact, every ICRC valid, NAKs under loss, duplicates
+never counted twice), never packet counts: TCG timing varies. Everything here is one xdist
+group, so two scenarios' VMs never compete for the two cores, and each run is bounded by
+watchdogs (boot, guest progress, whole run) whose messages say where each VM stopped.
+Measured on 2 cores shared with other builds (load 8-15): 5.5-7.5 min with the image cached,
+10.5 min when the tests built it first (README, VM lab).
 """
 
-import os
-
 import pytest
+from netreduce.sim.vmlab.image import ImageError, ensure_image
 from netreduce.sim.vmlab.lab import LabConfig, lab_problems, run_lab
 
-# Opt-in until the lab has had a clean full run on an idle CI machine (one TCG boot panic and one
-# ARP loss were fixed in the last runs, not yet re-proven together): NETREDUCE_VMLAB=1 runs it.
-PROBLEMS = (lab_problems() if os.environ.get("NETREDUCE_VMLAB") == "1"
-            else ["opt-in: set NETREDUCE_VMLAB=1 (boots QEMU VMs, several minutes)"])
+PROBLEMS = lab_problems()
 pytestmark = [
     pytest.mark.skipif(bool(PROBLEMS), reason="VM lab unavailable: " + "; ".join(PROBLEMS)),
     pytest.mark.xdist_group("vmlab"),
@@ -24,35 +28,50 @@ pytestmark = [
 
 # small vectors: boot dominates; 16 Ki int32 = 64 KiB = 64 packets per rank at PMTU 1024
 ELEMS = 16 * 1024
+# Watchdogs, generous for TCG on 2 loaded cores (2 VMs take 35 s idle, up to 110 s loaded; 4 VMs
+# up to 180 s) yet bounded: a VM not at its init script after BOOT_S is booted again (at most
+# twice), a guest without progress for OP_S reports its error, and a run is killed after RUN_S.
+BOOT_S = 240
+OP_S = 300
+RUN_S = {2: 540, 4: 780}
 
 
-def _run(tmp_path_factory, name, **kw):
+@pytest.fixture(scope="module")
+def image():
+    try:
+        return ensure_image()
+    except ImageError as e:
+        pytest.fail(f"the VM lab image could not be built: {e}")
+
+
+def _run(tmp_path_factory, image, name, workers, **kw):
     kw.setdefault("elems", ELEMS)
-    cfg = LabConfig(timeout_s=1200, run_dir=str(tmp_path_factory.mktemp(name)), **kw)
+    cfg = LabConfig(workers=workers, timeout_s=RUN_S[workers], boot_timeout_s=BOOT_S,
+                    op_timeout_s=OP_S, run_dir=str(tmp_path_factory.mktemp(name)), **kw)
     return run_lab(cfg)
 
 
 @pytest.fixture(scope="module")
-def two(tmp_path_factory):
-    return _run(tmp_path_factory, "two", workers=2)
+def two(tmp_path_factory, image):
+    return _run(tmp_path_factory, image, "two", 2)
 
 
 @pytest.fixture(scope="module")
-def lossy(tmp_path_factory):
+def lossy(tmp_path_factory, image):
     # 4x the data: enough losses that some are followed by more packets (a NAK, not a timeout)
-    return _run(tmp_path_factory, "lossy", workers=2, loss=0.01, seed=3, elems=4 * ELEMS)
+    return _run(tmp_path_factory, image, "lossy", 2, loss=0.01, seed=3, elems=4 * ELEMS)
 
 
 @pytest.fixture(scope="module")
-def control(tmp_path_factory):
+def control(tmp_path_factory, image):
     # also: a second all-reduce with a corrupted remote key must fail with a clear QP error
-    return _run(tmp_path_factory, "control", workers=2, icrc_control=True, qp_error_check=True,
+    return _run(tmp_path_factory, image, "control", 2, icrc_control=True, qp_error_check=True,
                 seed=4)
 
 
 @pytest.fixture(scope="module")
-def four(tmp_path_factory):
-    return _run(tmp_path_factory, "four", workers=4, seed=5)
+def four(tmp_path_factory, image):
+    return _run(tmp_path_factory, image, "four", 4, seed=5)
 
 
 def _bit_exact(res, workers):
@@ -73,26 +92,39 @@ def _all_icrc_valid(res):
         assert cap[side]["icrc_ok"] == cap[side]["roce"]
 
 
+def _idempotent(res, workers):
+    # every index released once, with exactly one contribution per rank: duplicates (spurious
+    # or loss-driven retransmissions) were dropped or answered, never summed again
+    eng = res.report["ranks"][0]["engine"]["int"]
+    assert eng["released"] > 0
+    assert eng["contributions"] == workers * eng["released"], eng
+    assert eng["results_sent"] == workers * eng["released"], eng
+
+
 def test_two_vms_bit_exact(two):
     _bit_exact(two, 2)
     _all_icrc_valid(two)
-    # the int ring's job saw every rank's data and released every index
-    eng = two.report["ranks"][0]["engine"]["int"]
-    assert eng["released"] > 0 and eng["results_sent"] == 2 * eng["released"]
-    assert eng["drop_ahead"] == 0
+    _idempotent(two, 2)
+    assert two.report["ranks"][0]["engine"]["int"]["drop_ahead"] == 0
 
 
-def test_spurious_retransmissions_never_change_a_result(two):
+def test_spurious_retransmissions_never_change_a_result(two, four):
     # rxe 6.1 resends in-flight packets about one timeout after arming, even without loss: the
-    # engine must answer duplicates idempotently (drop while filling, re-emit once released)
-    _bit_exact(two, 2)
-    eng = two.report["ranks"][0]["engine"]["int"]
-    assert eng["contributions"] == 2 * eng["released"]  # duplicates never count twice
+    # engine must answer duplicates idempotently (drop while filling, re-emit once released).
+    # Whether they happen in a given run depends on TCG timing, so the invariant is checked on
+    # every loss-free run and the duplicates are accounted for where they did happen.
+    for res, n in ((two, 2), (four, 4)):
+        _bit_exact(res, n)
+        _idempotent(res, n)
+        eng = res.report["ranks"][0]["engine"]["int"]
+        if res.report["capture"]["in"].get("retransmitted", 0):
+            assert eng["duplicates"] + eng["reemits"] + eng["behind_window"] > 0, eng
 
 
 def test_loss_still_bit_exact_with_naks(lossy):
     _bit_exact(lossy, 2)
     _all_icrc_valid(lossy)
+    _idempotent(lossy, 2)
     f = lossy.report["figures"]
     assert f["lost_up"] + f["lost_down"] > 0
     assert f["naks"] > 0  # NAK-seq from the receivers, seen on their way into the engine
@@ -104,6 +136,7 @@ def test_icrc_checking_is_live(control):
     # result is bit-exact, exactly one frame left the engine with a bad ICRC, and the same
     # (QP, PSN) left the engine again later with a valid one
     _bit_exact(control, 2)
+    _idempotent(control, 2)
     t = control.report["icrc_control"]
     assert t is not None
     out = control.report["capture"]["out"]
@@ -115,11 +148,6 @@ def test_icrc_checking_is_live(control):
     assert control.report["capture"]["in"].get("nak_0x60", 0) >= 1
 
 
-def test_four_vms_bit_exact(four):
-    _bit_exact(four, 4)
-    _all_icrc_valid(four)
-
-
 def test_qp_failure_names_the_qp_and_the_work_request(control):
     chk = control.report["qp_error_check"]
     assert all(c["raised"] for c in chk), chk
@@ -128,28 +156,7 @@ def test_qp_failure_names_the_qp_and_the_work_request(control):
     assert "send QP" in err and "RDMA WRITE WITH_IMM WR of message 0" in err
 
 
-def test_watchdog_retries_dead_boots_and_fails_fast(tmp_path, monkeypatch):
-    # fake VMs (no QEMU): rank 0 "crashes" after its init started, rank 1 would wait forever;
-    # the run must stop rank 1 at once instead of waiting for the watchdog
-    import time
-
-    from netreduce.sim.vmlab import lab
-
-    def fake(img, cfg, rank, port, share, console):
-        if rank == 0:
-            return ["sh", "-c", f"echo started > {share}/out/rank0.init.log; exit 3"]
-        return ["sleep", "600"]
-
-    monkeypatch.setattr(lab, "_qemu_cmd", fake)
-    t0 = time.monotonic()
-    res = run_lab(LabConfig(workers=2, elems=64, timeout_s=300, run_dir=str(tmp_path / "a")))
-    assert time.monotonic() - t0 < 60
-    assert not res.ok
-    assert any("rank 0: VM exited (status 3) without a result" in p for p in res.problems)
-
-    # VMs that die before their init runs are booted again, BOOT_RETRIES times each
-    monkeypatch.setattr(lab, "_qemu_cmd", lambda *a: ["sh", "-c", "exit 1"])
-    res = run_lab(LabConfig(workers=2, elems=64, timeout_s=300, run_dir=str(tmp_path / "b")))
-    assert not res.ok
-    assert res.report["boot_retries"] == [lab.BOOT_RETRIES] * 2
-    assert all("no report" in p for p in res.problems[:2])
+def test_four_vms_bit_exact(four):
+    _bit_exact(four, 4)
+    _all_icrc_valid(four)
+    _idempotent(four, 4)

@@ -79,7 +79,8 @@ def test_expected_sum_wraps_like_int32():
 
 
 @pytest.mark.parametrize("kw", [{"workers": 1}, {"backend": "fpga"}, {"pmtu": 2048},
-                                {"loss": 0.7}, {"elems": 0}])
+                                {"loss": 0.7}, {"elems": 0}, {"boot_timeout_s": 0},
+                                {"timeout_s": 100, "boot_timeout_s": 101}])
 def test_lab_config_rejects(kw):
     with pytest.raises(ValueError):
         LabConfig(**kw)
@@ -146,3 +147,154 @@ def test_cli_refuses_verilator_backend():
 def test_cli_help_lists_vmlab():
     r = CliRunner().invoke(main, ["--help"])
     assert r.exit_code == 0 and "vmlab" in r.output
+
+
+# ============================================================ orchestration with fake VMs
+@pytest.fixture
+def fake_lab(tmp_path, monkeypatch):
+    """run_lab with no QEMU and no image: each test sets lab._qemu_cmd to a shell command."""
+    from netreduce.sim.vmlab import image as image_mod
+    from netreduce.sim.vmlab import lab
+
+    d = tmp_path / "img"
+    d.mkdir()
+    for f in ("vmlinuz", "initrd.img", "rootfs.img"):
+        (d / f).write_bytes(b"")
+    img = image_mod.Image(d, {"recipe": image_mod.RECIPE_VERSION, "kernel_version": "fake"})
+    monkeypatch.setattr(lab, "ensure_image", lambda *a, **k: img)
+    monkeypatch.setattr(lab, "host_problems", lambda build=True: [])
+    return lab
+
+
+def test_watchdog_fails_fast_when_a_vm_dies_after_its_init(fake_lab, tmp_path, monkeypatch):
+    # rank 0 "crashes" after its init started, rank 1 would wait forever: the run must stop rank
+    # 1 at once instead of waiting for the watchdog
+    import time
+
+    def fake(img, cfg, rank, port, share, console):
+        if rank == 0:
+            return ["sh", "-c", f"echo started > {share}/out/rank0.init.log; exit 3"]
+        return ["sleep", "600"]
+
+    monkeypatch.setattr(fake_lab, "_qemu_cmd", fake)
+    t0 = time.monotonic()
+    res = fake_lab.run_lab(LabConfig(workers=2, elems=64, timeout_s=300,
+                                     run_dir=str(tmp_path / "a")), log=lambda *a: None)
+    assert time.monotonic() - t0 < 60
+    assert not res.ok
+    assert any("rank 0: VM exited (status 3) without a result" in p for p in res.problems)
+
+
+def test_watchdog_boots_dead_vms_again(fake_lab, tmp_path, monkeypatch):
+    # VMs that die before their init runs are booted again, BOOT_RETRIES times; the first VM
+    # out of retries stops the run (which one depends on timing)
+    monkeypatch.setattr(fake_lab, "_qemu_cmd", lambda *a: ["sh", "-c", "exit 1"])
+    res = fake_lab.run_lab(LabConfig(workers=2, elems=64, timeout_s=300,
+                                     run_dir=str(tmp_path / "b")), log=lambda *a: None)
+    assert not res.ok
+    assert max(res.report["boot_retries"]) == fake_lab.BOOT_RETRIES
+    assert any(f"VM died while booting (exit 1), {fake_lab.BOOT_RETRIES + 1} boots failed" in p
+               for p in res.problems), res.problems
+
+
+def test_watchdog_kills_hung_boots_and_boots_them_again(fake_lab, tmp_path, monkeypatch):
+    # rank 1 hangs before its init script (no init log) on its first boot only; rank 0 hangs on
+    # every boot and fails the run once its retries are used up, naming the boot timeout
+    import time
+
+    def fake(img, cfg, rank, port, share, console):
+        first = not (share / f"boot{rank}").exists()
+        mark = f"touch {share}/boot{rank}; "
+        if rank == 1 and not first:
+            return ["sh", "-c", mark + f"echo started > {share}/out/rank1.init.log; sleep 600"]
+        return ["sh", "-c", mark + "exec sleep 600"]
+
+    monkeypatch.setattr(fake_lab, "_qemu_cmd", fake)
+    t0 = time.monotonic()
+    res = fake_lab.run_lab(LabConfig(workers=2, elems=64, timeout_s=120, boot_timeout_s=3,
+                                     run_dir=str(tmp_path / "c")), log=lambda *a: None)
+    assert time.monotonic() - t0 < 60  # not the 120 s watchdog
+    assert not res.ok
+    assert res.report["boot_retries"] == [fake_lab.BOOT_RETRIES, 1]
+    assert any(f"rank 0: VM did not reach its init script within 3 s, "
+               f"{fake_lab.BOOT_RETRIES + 1} boots failed" in p for p in res.problems), \
+        res.problems
+
+
+def test_watchdog_message_says_where_each_vm_stopped(fake_lab, tmp_path, monkeypatch):
+    def fake(img, cfg, rank, port, share, console):
+        if rank == 0:
+            return ["sh", "-c", f"printf 'rank 0: init\\njob: all-reduce started at 9 s\\n' > "
+                                f"{share}/out/rank0.init.log; sleep 600"]
+        return ["sh", "-c", f"echo 'Loading, please wait...' > {console}; sleep 600"]
+
+    monkeypatch.setattr(fake_lab, "_qemu_cmd", fake)
+    # boot timeout = run timeout: the run's watchdog always fires first, nothing is rebooted
+    res = fake_lab.run_lab(LabConfig(workers=2, elems=64, timeout_s=3, boot_timeout_s=3,
+                                     run_dir=str(tmp_path / "d")), log=lambda *a: None)
+    assert res.report["boot_retries"] == [0, 0]
+    assert not res.ok
+    msg = [p for p in res.problems if p.startswith("watchdog:")]
+    assert msg, res.problems
+    assert "rank 0: at: job: all-reduce started at 9 s" in msg[0]
+    assert "rank 1: still booting (init not started), console: Loading, please wait" in msg[0]
+    assert res.report["qemu_exit"][0] is not None  # killed
+
+
+def test_lab_problems_name_the_missing_tools(monkeypatch, tmp_path):
+    from netreduce.sim.vmlab import image as image_mod
+    from netreduce.sim.vmlab import lab
+
+    monkeypatch.setattr(image_mod.shutil, "which", lambda tool: None)
+    probs = lab.lab_problems(tmp_path)  # empty cache: the build's tools are needed too
+    assert any("qemu-system-x86_64 not found (Debian package qemu-system-x86)" in p
+               for p in probs)
+    assert any("debootstrap not found" in p for p in probs)
+    # with a cached image only QEMU matters
+    d = tmp_path / f"image-v{image_mod.RECIPE_VERSION}-{image_mod.SUITE}"
+    d.mkdir()
+    for f in ("vmlinuz", "initrd.img", "rootfs.img"):
+        (d / f).write_bytes(b"x")
+    (d / "manifest.json").write_text(f'{{"recipe": {image_mod.RECIPE_VERSION}}}')
+    probs = lab.lab_problems(tmp_path)
+    assert probs == ["qemu-system-x86_64 not found (Debian package qemu-system-x86)"]
+
+
+def test_lab_problems_without_a_mirror(monkeypatch, tmp_path):
+    from netreduce.sim.vmlab import image as image_mod
+    from netreduce.sim.vmlab import lab
+
+    monkeypatch.setattr(lab, "host_problems", lambda build=True: [])
+    monkeypatch.setattr(image_mod, "MIRROR", "http://127.0.0.1:9/debian")
+    probs = lab.lab_problems(tmp_path)
+    assert len(probs) == 1 and "Debian mirror unreachable" in probs[0]
+
+
+def _fake_bzimage(elf: bytes) -> bytes:
+    import lzma
+
+    return b"MZ" + bytes(500) + lzma.compress(elf, format=lzma.FORMAT_XZ) + b"\0" * 64
+
+
+def test_extract_vmlinux_keeps_only_pvh_elf_kernels(tmp_path):
+    from netreduce.sim.vmlab.image import Image, extract_vmlinux
+
+    elf = b"\x7fELF" + bytes(100) + b"\x04\0\0\0\x04\0\0\0\x12\0\0\0Xen\0" + bytes(100)
+    (tmp_path / "vmlinuz").write_bytes(_fake_bzimage(elf))
+    assert extract_vmlinux(tmp_path / "vmlinuz", tmp_path / "vmlinux", log=lambda *a: None)
+    assert (tmp_path / "vmlinux").read_bytes() == elf
+    assert Image(tmp_path, {}).boot_kernel == tmp_path / "vmlinux"
+    (tmp_path / "vmlinux").unlink()
+    assert Image(tmp_path, {}).boot_kernel == tmp_path / "vmlinuz"  # fallback
+    msgs = []
+    # no PVH note, no xz stream, a corrupt stream: no file, the bzImage is booted
+    (tmp_path / "a").write_bytes(_fake_bzimage(b"\x7fELF" + bytes(100)))
+    (tmp_path / "b").write_bytes(b"MZ" + bytes(1000))
+    (tmp_path / "c").write_bytes(_fake_bzimage(elf)[:300] + b"\xfd7zXZ\0" + bytes(50))
+    whole = _fake_bzimage(elf)
+    (tmp_path / "d").write_bytes(whole[:502 + (len(whole) - 566) // 2])  # truncated stream
+    for f in ("a", "b", "c", "d"):
+        assert not extract_vmlinux(tmp_path / f, tmp_path / "out", log=msgs.append)
+        assert not (tmp_path / "out").exists()
+    assert len(msgs) == 4 and all("booting the bzImage" in m for m in msgs), msgs
+    assert "truncated" in msgs[3]
