@@ -202,6 +202,12 @@ def _patched_env(extra: dict[str, str], drop: tuple[str, ...] = ()):
 _BUILDS: dict[tuple[str, str], SimBuild] = {}
 
 
+def _not_gateware(package: str, rel: Path) -> bool:
+    """Files of netreduce.hw that no core elaborated from it can depend on (board shells and the
+    Yosys wrapper): editing them must not invalidate the converted-Verilog caches."""
+    return package == "netreduce.hw" and (rel.parts[0] == "boards" or str(rel) == "estimate.py")
+
+
 def _sources_digest(modules: tuple[str, ...]) -> str:
     """Hash of every .py file of the given packages/modules, plus the Amaranth version."""
     import importlib
@@ -211,7 +217,8 @@ def _sources_digest(modules: tuple[str, ...]) -> str:
     for name in modules:
         mod = importlib.import_module(name)
         paths = ([Path(mod.__file__)] if not hasattr(mod, "__path__") else
-                 sorted(p for d in mod.__path__ for p in Path(d).rglob("*.py")))
+                 sorted(p for d in mod.__path__ for p in Path(d).rglob("*.py")
+                        if not _not_gateware(name, p.relative_to(d))))
         for p in paths:
             h.update(str(p.name).encode())
             h.update(p.read_bytes())
@@ -219,7 +226,8 @@ def _sources_digest(modules: tuple[str, ...]) -> str:
 
 
 def generate_cached(factory, *args, name: str,
-                    sources: tuple[str, ...] = ("netreduce.hw", "netreduce.wire"),
+                    sources: tuple[str, ...] = ("netreduce.hw", "netreduce.wire",
+                                                "netreduce.regmap"),
                     **kwargs) -> AxisTop:
     """``netreduce.hw.verilog.generate(factory(*args, **kwargs), name)``, cached on disk.
 
