@@ -19,8 +19,12 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "switch": ("netreduce.cli.switch", "switch", "Switch service: the engine on a loopback L2 "
                "switch."),
     "vmlab": ("netreduce.cli.vmlab", "vmlab", "Soft-RoCE QEMU VMs all-reducing via the engine."),
+    "replay": ("netreduce.cli.replay", "replay", "Replay a pcap through the engine after "
+               "programming a job file."),
     "decode": ("netreduce.cli.decode", "decode", "Decode the RoCEv2 frames of a pcap file."),
     "regs": ("netreduce.cli.regs", "regs", "Register reference (docs/registers.md) from the map."),
+    "verilog": ("netreduce.cli.verilog", "verilog", "Engine top (board-agnostic core) as "
+                "Verilog."),
     "build": ("netreduce.cli.build", "build", "Vivado project tree for a board (VCU118/VCU108)."),
     "estimate": ("netreduce.cli.estimate", "estimate", "Yosys resource and logic-depth estimate."),
 }
