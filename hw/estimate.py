@@ -22,6 +22,7 @@ maps memories differently). 512-bit designs take minutes: keep tests small.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -34,8 +35,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 __all__ = ["FAMILIES", "DESIGNS", "make_design", "write_json", "find_yosys", "parse_stat",
-           "parse_ltp", "categorise", "Estimate",
-           "estimate", "estimate_verilog", "YosysError"]
+           "parse_ltp", "categorise", "Estimate", "estimate", "estimate_verilog",
+           "estimate_rtlil", "estimate_blocks", "engine_blocks", "engine_rtlil", "split_rtlil",
+           "block_rtlil", "cache_dir", "design_digest", "source_digest", "sum_estimates",
+           "estimate_design", "DEFAULT_PARAMS", "BLOCK_TOP", "ENGINE_BLOCKS",
+           "YosysError", "SCRIPT_VERSION"]
 
 FAMILIES = ("xcup", "xcu")
 
@@ -196,6 +200,52 @@ def _utilisation(resources: dict, capacity) -> dict:
     return out
 
 
+SCRIPT_VERSION = 2  # part of the result cache key: bump when the Yosys script changes
+
+
+def _script(read: str, top: str, family: str) -> str:
+    uram = " -uram" if family == "xcup" else ""
+    return (f"{read}\n"
+            f"synth_xilinx -family {family} -top {top} -flatten -noiopad -noclkbuf{uram}\n"
+            f"tee -q -o stat.txt stat\n"
+            f"tee -q -o ltp.txt ltp w:* t:LUT* t:CARRY* t:MUXF* t:INV\n")
+
+
+def _run_yosys(text: str, filename: str, read: str, top: str, *, family: str, design: str,
+               capacity, workdir, timeout: float, params: dict | None,
+               blackboxes: tuple[str, ...] = ()) -> Estimate:
+    if family not in FAMILIES:
+        raise ValueError(f"family {family!r}: expected one of {FAMILIES}")
+    cmd, version = find_yosys()
+    with tempfile.TemporaryDirectory(prefix="nr-yosys-", dir=workdir) as d:
+        dp = Path(d)
+        (dp / filename).write_text(text)
+        (dp / "run.ys").write_text(_script(f"{read} {filename}", top, family))
+        t0 = time.monotonic()
+        try:
+            r = subprocess.run(cmd + ["-q", "-l", "yosys.log", "-s", "run.ys"], cwd=d,
+                               capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise YosysError(f"yosys timed out after {timeout} s on {design}") from None
+        seconds = time.monotonic() - t0
+        if r.returncode != 0:
+            log = (dp / "yosys.log").read_text() if (dp / "yosys.log").exists() else r.stderr
+            raise YosysError(f"yosys failed (exit {r.returncode}) on {design}:\n"
+                             + "\n".join(log.splitlines()[-25:]))
+        cells = parse_stat((dp / "stat.txt").read_text())
+        try:
+            depth = parse_ltp((dp / "ltp.txt").read_text())
+        except ValueError:
+            depth = 0  # no logic cell at all (a block of wires and flops)
+    # instances of separately estimated blocks are not resources of this one
+    cells = {c: n for c, n in cells.items() if c.lstrip("\\") not in blackboxes}
+    res = categorise(cells)
+    return Estimate(design=design, family=family, resources=res, logic_depth=depth,
+                    cells=cells, yosys=version, seconds=round(seconds, 2),
+                    device=capacity.as_dict() if capacity is not None else None,
+                    utilisation=_utilisation(res, capacity), params=dict(params or {}))
+
+
 def estimate_verilog(verilog: str, top: str, *, family: str = "xcup", design: str | None = None,
                      capacity=None, workdir=None, timeout: float = 3600,
                      params: dict | None = None) -> Estimate:
@@ -204,46 +254,91 @@ def estimate_verilog(verilog: str, top: str, *, family: str = "xcup", design: st
     Raises ``ValueError`` for an unknown family and :class:`YosysError` (with the end of the log)
     if Yosys fails or times out.
     """
-    if family not in FAMILIES:
-        raise ValueError(f"family {family!r}: expected one of {FAMILIES}")
-    cmd, version = find_yosys()
-    with tempfile.TemporaryDirectory(prefix="nr-yosys-", dir=workdir) as d:
-        dp = Path(d)
-        (dp / "design.v").write_text(verilog)
-        uram = " -uram" if family == "xcup" else ""
-        script = (f"read_verilog design.v\n"
-                  f"synth_xilinx -family {family} -top {top} -flatten -noiopad -noclkbuf{uram}\n"
-                  f"tee -q -o stat.txt stat\n"
-                  f"tee -q -o ltp.txt ltp w:* t:LUT* t:CARRY* t:MUXF* t:INV\n")
-        (dp / "run.ys").write_text(script)
-        t0 = time.monotonic()
-        try:
-            r = subprocess.run(cmd + ["-q", "-l", "yosys.log", "-s", "run.ys"], cwd=d,
-                               capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise YosysError(f"yosys timed out after {timeout} s on {design or top}") from None
-        seconds = time.monotonic() - t0
-        if r.returncode != 0:
-            log = (dp / "yosys.log").read_text() if (dp / "yosys.log").exists() else r.stderr
-            raise YosysError(f"yosys failed (exit {r.returncode}) on {design or top}:\n"
-                             + "\n".join(log.splitlines()[-25:]))
-        cells = parse_stat((dp / "stat.txt").read_text())
-        depth = parse_ltp((dp / "ltp.txt").read_text())
-    res = categorise(cells)
-    return Estimate(design=design or top, family=family, resources=res, logic_depth=depth,
-                    cells=cells, yosys=version, seconds=round(seconds, 2),
-                    device=capacity.as_dict() if capacity is not None else None,
-                    utilisation=_utilisation(res, capacity), params=dict(params or {}))
+    return _run_yosys(verilog, "design.v", "read_verilog", top, family=family,
+                      design=design or top, capacity=capacity, workdir=workdir,
+                      timeout=timeout, params=params)
+
+
+def estimate_rtlil(rtlil: str, top: str, *, family: str = "xcup", design: str | None = None,
+                   capacity=None, workdir=None, timeout: float = 3600,
+                   params: dict | None = None, blackboxes: tuple[str, ...] = (),
+                   cache: bool = True) -> Estimate:
+    """Like :func:`estimate_verilog` for Amaranth's RTLIL (``amaranth.back.rtlil``), which the
+    native Yosys reads directly: no Verilog conversion (Amaranth's own WebAssembly Yosys takes
+    many minutes on the 512-bit engine).
+
+    With ``cache`` the result is kept in ``cache_dir("estimate")`` keyed by the SHA-256 of the
+    RTLIL text, top, family, Yosys version and :data:`SCRIPT_VERSION`: a rerun of an unchanged
+    block is instant and gives the same figures (the stored :class:`Estimate`, with the
+    ``seconds`` of the run that made it).
+    """
+    _, version = find_yosys()
+    key = hashlib.sha256(json.dumps([rtlil, top, family, version, SCRIPT_VERSION,
+                                     sorted(blackboxes)]).encode()).hexdigest()
+    path = cache_dir("estimate") / f"{key[:32]}.json"
+    if cache and path.exists():
+        d = json.loads(path.read_text())
+        est = Estimate(**d)
+        est.design = design or top
+        est.params = dict(params or {})
+        est.device = capacity.as_dict() if capacity is not None else None
+        est.utilisation = _utilisation(est.resources, capacity)
+        return est
+    est = _run_yosys(rtlil, "design.il", "read_rtlil", _rtlil_id(top), family=family,
+                     design=design or top, capacity=capacity, workdir=workdir,
+                     timeout=timeout, params=params, blackboxes=blackboxes)
+    if cache:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(est.as_dict(), default=str))
+        tmp.replace(path)
+    return est
 
 
 def estimate(component, *, name: str = "top", family: str = "xcup", capacity=None,
              design: str | None = None, params: dict | None = None, **kw) -> Estimate:
-    """Convert the Amaranth ``component`` to Verilog (module ``name``) and estimate it."""
-    from amaranth.back import verilog
+    """Convert the Amaranth ``component`` to RTLIL (module ``name``) and estimate it with
+    :func:`estimate_rtlil` (cached); components whose ports Amaranth's RTLIL back end refuses
+    (constant ``always_ready`` ports) go through Verilog (:func:`estimate_verilog`)."""
+    from amaranth.back import rtlil, verilog
 
-    text = verilog.convert(component, name=name, emit_src=False)
-    return estimate_verilog(text, name, family=family, capacity=capacity,
-                            design=design or type(component).__name__, params=params, **kw)
+    design = design or type(component).__name__
+    try:
+        text = rtlil.convert(component, name=name, emit_src=False)
+    except TypeError:
+        text = verilog.convert(component, name=name, emit_src=False)
+        kw.pop("cache", None)
+        return estimate_verilog(text, name, family=family, capacity=capacity, design=design,
+                                params=params, **kw)
+    return estimate_rtlil(text, name, family=family, capacity=capacity, design=design,
+                          params=params, **kw)
+
+
+def estimate_design(spec: str, *, family: str = "xcup", capacity=None, timeout: float = 7200,
+                    progress=None, **params) -> tuple[Estimate, dict]:
+    """Estimate the design ``spec`` (:func:`make_design`) with build parameters ``params``.
+
+    ``core`` (the engine) goes block by block through :func:`estimate_blocks` and returns
+    ``(total, blocks)``; anything else is one :func:`estimate` run (``blocks`` empty). The
+    total's ``params`` hold the parameters and ``design_digest`` (:func:`design_digest`) of an
+    engine. Raises :class:`YosysError` if a block fails (the message names it).
+    """
+    p = dict(DEFAULT_PARAMS, **params)
+    if spec == "core":
+        kw = _engine_kw(p)
+        rec = dict(kw, design_digest=design_digest(kw))
+        path = engine_rtlil(kw)
+        total, blocks = estimate_blocks(path.read_text(), family=family, capacity=capacity,
+                                        timeout=timeout, params=rec, progress=progress)
+        if total is None:
+            bad = {k: v for k, v in blocks.items() if not isinstance(v, Estimate)}
+            raise YosysError(f"core: blocks {sorted(bad)} failed: "
+                             + "; ".join(f"{k}: {v[-300:]}" for k, v in bad.items()))
+        total.design = "core"
+        return total, blocks
+    comp = make_design(spec, **p)
+    return estimate(comp, family=family, capacity=capacity, design=spec, params=p,
+                    timeout=timeout), {}
 
 
 def write_json(est: Estimate | list[Estimate], path, *, command: str | None = None) -> None:
@@ -255,11 +350,75 @@ def write_json(est: Estimate | list[Estimate], path, *, command: str | None = No
 
 # ---- designs that can be estimated by name ----------------------------------------------------
 
+def _engine_kw(p):
+    from netreduce.regmap import DEFAULT_PARAMS as RM_DEFAULTS
+
+    return {k: v for k, v in p.items() if k in RM_DEFAULTS}
+
+
+def _regmap(p):
+    from netreduce.regmap import build_regmap
+
+    return build_regmap(**_engine_kw(p))
+
+
 def _core(p):
-    # The board-agnostic engine top (DESIGN section 6) is another issue; until it lands, the
-    # bring-up core (RX->TX loopback per port + the register bank) is what sits in the shell.
+    # the board-agnostic engine top that sits in the board shell (estimated block by block, see
+    # estimate_design)
+    from .engine import engine_for
+    return engine_for(**_engine_kw(p))
+
+
+def _loopback(p):
     from netreduce.hw.boards.bringup import LoopbackCore
     return LoopbackCore(p["ports"], p["data_width"])
+
+
+def _control(p):
+    from .agg.control import AggControl
+    return AggControl(_regmap(p))
+
+
+def _flowtable(p):
+    from .agg.flowtable import FlowTable
+    rm = _regmap(p)
+    return FlowTable(rm.params["flows"], jobs=rm.params["jobs"], max_world=rm.params["max_world"])
+
+
+class _HeaderStore:
+    """The engine's header store alone: ``slots x 2**ceil(log2(max_world))`` entries of the
+    stored header bytes + length, one write and one read port (as in the engine top)."""
+
+    def __new__(cls, p):
+        from amaranth.hdl import Module
+        from amaranth.lib import data, wiring
+        from amaranth.lib.memory import Memory
+        from amaranth.lib.wiring import In, Out
+        from amaranth.utils import ceil_log2
+
+        from .packet.layout import HDR_CAP
+
+        rm = _regmap(p)
+        depth = rm.params["slots"] * (1 << max(1, ceil_log2(rm.params["max_world"])))
+        layout = data.StructLayout({"raw": data.ArrayLayout(8, HDR_CAP),
+                                    "hdr_len": range(HDR_CAP + 1)})
+        abits = ceil_log2(depth)
+
+        class HeaderStore(wiring.Component):
+            def __init__(self):
+                super().__init__({"w_en": In(1), "w_addr": In(abits), "w_data": In(layout),
+                                  "r_addr": In(abits), "r_data": Out(layout)})
+
+            def elaborate(self, platform):
+                m = Module()
+                m.submodules.mem = mem = Memory(shape=layout, depth=depth, init=[])
+                wr, rd = mem.write_port(), mem.read_port()
+                m.d.comb += [wr.en.eq(self.w_en), wr.addr.eq(self.w_addr),
+                             wr.data.eq(self.w_data), rd.addr.eq(self.r_addr),
+                             self.r_data.eq(rd.data)]
+                return m
+
+        return HeaderStore()
 
 
 def _parser(p):
@@ -274,7 +433,7 @@ def _deparser(p):
 
 def _bank(p):
     from netreduce.hw.csr import RegisterBank
-    return RegisterBank()
+    return RegisterBank(_regmap(p))
 
 
 def _lanes(p):
@@ -285,6 +444,10 @@ def _lanes(p):
 def _slotmem(p):
     from netreduce.hw.agg.slotmem import SlotMemory
     return SlotMemory(p["data_width"], slots=p["slots"], pmtu_max=p["pmtu_max"])
+
+
+def _hstore(p):
+    return _HeaderStore(p)
 
 
 def _rxfifo(p):
@@ -298,13 +461,18 @@ def _lbus_rx(p):
 
 
 DESIGNS = {
-    "core": (_core, "the core in the board shell (bring-up loopback + register bank until the "
-                    "engine top exists)"),
+    "core": (_core, "the engine top that sits in the board shell (hw/engine.py), estimated "
+                    "block by block from its RTLIL (see estimate_design)"),
+    "control": (_control, "aggregation control path: flow table, job/slot state, decision "
+                          "pipeline, release queue, ACK monitor, CNP limiter (hw/agg/control.py)"),
+    "flowtable": (_flowtable, "registered flow table (hw/agg/flowtable.py)"),
+    "slotmem": (_slotmem, "slot memory with its read-modify-write ALU (hw/agg)"),
+    "hstore": (_hstore, "the engine's header store (slots x max_world stored headers)"),
     "parser": (_parser, "packet parser + ICRC check (hw/packet)"),
     "deparser": (_deparser, "deparser + IPv4 checksum + ICRC insert (hw/packet)"),
-    "bank": (_bank, "AXI4-Lite register bank (hw/csr)"),
+    "bank": (_bank, "AXI4-Lite register bank of the build's register map (hw/csr)"),
     "lanes": (_lanes, "int32 lane ALU, registered (hw/agg)"),
-    "slotmem": (_slotmem, "slot memory with its read-modify-write ALU (hw/agg)"),
+    "loopback": (_loopback, "the bring-up loopback core with the register bank (hw/boards)"),
     "rxfifo": (_rxfifo, "the shell's dropping RX frame FIFO, 128 beats (hw/boards)"),
     "lbus_rx": (_lbus_rx, "UltraScale CMAC LBUS-to-beats converter (hw/boards)"),
 }
@@ -335,3 +503,262 @@ def make_design(spec: str, **params):
         accepted = {}
     kw = {k: v for k, v in p.items() if k in accepted}
     return obj(**kw)
+
+
+# ---- the engine, block by block ---------------------------------------------------------------
+#
+# Yosys 0.23 on the whole 512-bit engine in one flattened run does not finish in an hour on a
+# shared machine: the 512-bit parser and deparser alone take ~25 min each (their realignment
+# shifters and CRC XOR trees go through ABC as one netlist), and Amaranth's own conversion to
+# Verilog takes tens of minutes (the slot memory and header store are written with their
+# 100 Mbit of initial contents). So the engine is estimated from Amaranth's RTLIL, which the
+# native Yosys reads directly, block by block: each heavy sub-block (control, flow table, register
+# bank, parsers, slot memory, deparser) is one run, and the rest of the top (header store,
+# dispatcher, emitter, FIFOs, TX arbiters) another with those blocks as black boxes. The sum is
+# the engine's figure (no optimisation across block boundaries, which only makes it larger);
+# every block is cached by the digest of its RTLIL, so identical blocks (the parsers of a 2-port
+# engine) and unchanged ones are not run again. Logic depth is per block (the maximum for the
+# engine: block boundaries are registered in this design).
+
+ENGINE_TOP = "netreduce_engine"
+# direct children of the engine top estimated on their own (fnmatch patterns), and below them
+ENGINE_BLOCKS = ("ctl", "ctl.ft", "bank", "parser*", "parser*.checker", "slotmem", "deparser")
+
+
+def cache_dir(sub: str = "") -> Path:
+    """Cache root: ``$NETREDUCE_CACHE`` or ``~/.cache/netreduce`` (``sub`` appended)."""
+    root = Path(os.environ.get("NETREDUCE_CACHE") or Path.home() / ".cache" / "netreduce")
+    return root / sub if sub else root
+
+
+def _imported_sources(root: str) -> list[Path]:
+    """Source files of ``root`` and of every netreduce module it imports, transitively (static
+    walk of the import statements; parent packages' ``__init__`` included)."""
+    import ast
+    import importlib.util
+
+    def origin(name):
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            return None
+        return spec.origin if spec is not None and spec.origin not in (None, "built-in") else None
+
+    seen: dict[str, Path] = {}
+    todo = [root]
+    while todo:
+        name = todo.pop()
+        if name in seen or not name.startswith("netreduce"):
+            continue
+        path = origin(name)
+        if path is None or not path.endswith(".py"):
+            continue
+        seen[name] = Path(path)
+        parts = name.split(".")
+        todo += [".".join(parts[:i]) for i in range(2, len(parts))]     # parent packages
+        is_pkg = path.endswith("__init__.py")
+        base = name if is_pkg else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(Path(path).read_text())):
+            if isinstance(node, ast.Import):
+                todo += [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    anchor = base.split(".")
+                    anchor = anchor[:len(anchor) - (node.level - 1)]
+                    mod = ".".join(anchor + ([node.module] if node.module else []))
+                else:
+                    mod = node.module or ""
+                todo.append(mod)
+                todo += [f"{mod}.{a.name}" for a in node.names]     # submodules imported by name
+    return [seen[k] for k in sorted(seen)]
+
+
+def source_digest(root: str = "netreduce.hw.engine") -> str:
+    """SHA-256 of the source the engine is built from: ``root`` and every netreduce module it
+    imports (transitively), so an edit elsewhere (the board shell, the CLI, this module) does
+    not make a recorded figure stale."""
+    h = hashlib.sha256()
+    for f in _imported_sources(root):
+        h.update(f"{f.name}\0".encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def _engine_params(params: dict | None) -> dict:
+    from netreduce.regmap import DEFAULT_PARAMS as RM_DEFAULTS
+
+    return dict(RM_DEFAULTS, **(params or {}))
+
+
+def design_digest(params: dict | None = None) -> str:
+    """Digest of the engine design for build parameters ``params`` (the rest defaults): the
+    source digest and the full parameter set. A recorded figure with another digest is stale."""
+    p = _engine_params(params)
+    return hashlib.sha256(json.dumps([source_digest(), sorted(p.items())],
+                                     default=str).encode()).hexdigest()[:16]
+
+
+def engine_rtlil(params: dict | None = None) -> Path:
+    """RTLIL of the engine (module ``netreduce_engine``) for ``params``, cached in
+    ``cache_dir("rtlil")`` by :func:`design_digest` (the 512-bit default takes ~20 min on a
+    loaded machine, seconds at small widths)."""
+    from amaranth.back import rtlil
+
+    from .engine import engine_for
+
+    path = cache_dir("rtlil") / f"engine-{design_digest(params)}.il"
+    if path.exists():
+        return path
+    text = rtlil.convert(engine_for(**(params or {})), name=ENGINE_TOP, emit_src=False)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+    return path
+
+
+def _rtlil_id(name: str) -> str:
+    return name if name.startswith(("\\", "$")) else "\\" + name
+
+
+def split_rtlil(text: str) -> dict[str, str]:
+    """``{module name: its RTLIL text}`` (with the attribute lines before it); names without
+    the leading backslash, in file order."""
+    mods: dict[str, str] = {}
+    pending: list[str] = []
+    cur: list[str] | None = None
+    name = None
+    for line in text.splitlines(keepends=True):
+        if cur is None:
+            if line.startswith("module "):
+                name = line.split()[1].lstrip("\\")
+                cur = pending + [line]
+                pending = []
+            elif line.startswith("attribute "):
+                pending.append(line)
+            else:
+                pending = []
+            continue
+        cur.append(line)
+        if line.rstrip("\n") == "end":
+            mods[name] = "".join(cur)
+            cur = None
+    if cur is not None:
+        raise ValueError(f"RTLIL module {name!r} has no 'end'")
+    return mods
+
+
+def _stub(name: str, body: str) -> str:
+    ports = [ln for ln in body.splitlines()
+             if ln.startswith("  wire ") and re.search(r" (input|output|inout) \d+ ", ln)]
+    return "attribute \\blackbox 1\nmodule " + _rtlil_id(name) + "\n" + \
+        "".join(p + "\n" for p in ports) + "end\n"
+
+
+def _under(mod: str, block: str) -> bool:
+    return mod == block or mod.startswith(block + ".")
+
+
+BLOCK_TOP = "blk"
+
+
+def block_rtlil(mods: dict[str, str], block: str, separate=()) -> tuple[str, tuple[str, ...]]:
+    """RTLIL of module ``block`` with its sub-modules, except those under a module of
+    ``separate`` (estimated on their own), which become black-box stubs. Returns the text and
+    the black-box module names.
+
+    Module names are made relative: ``block`` becomes :data:`BLOCK_TOP` (``blk``) and its
+    sub-modules ``blk.<path>``, so identical blocks (the parsers of a 2-port engine) have the
+    same text and share one cached result."""
+    if block not in mods:
+        raise ValueError(f"no module {block!r} in the RTLIL (has {sorted(mods)[:8]}...)")
+    cut = [s for s in separate if s != block and _under(s, block)]
+    parts, boxes = [], []
+    for name, body in mods.items():
+        if not _under(name, block):
+            continue
+        inner = [s for s in cut if _under(name, s)]
+        if not inner:
+            parts.append(body)
+        elif name in cut and not any(_under(name, s) and s != name for s in cut):
+            parts.append(_stub(name, body))
+            boxes.append(name)
+    rename = re.compile(r"\\" + re.escape(block) + r"(?=[.\s])")
+    text = rename.sub(lambda _: "\\" + BLOCK_TOP, "".join(parts))
+    # Amaranth numbers some names design-wide (``\port$46820$5``): renumber in order of first
+    # use, so a block's text does not depend on what else the design contains
+    nums: dict[str, str] = {}
+    text = re.sub(r"\$(\d+)\$", lambda m: "$" + nums.setdefault(m.group(1), str(len(nums)))
+                  + "$", text)
+    return text, tuple(BLOCK_TOP + b[len(block):] for b in boxes)
+
+
+def engine_blocks(mods: dict[str, str], top: str = ENGINE_TOP) -> list[tuple[str, str]]:
+    """``(label, module)`` of the engine's partition: ``top`` (what is left of the top), and one
+    entry per module matching :data:`ENGINE_BLOCKS` (labels ``ctl``, ``ctl.ft``, ``bank``,
+    ``parser0``, ``parser0.checker``...: the path below the top)."""
+    import fnmatch
+
+    out = [("top", top)]
+    for name in mods:
+        if not name.startswith(top + "."):
+            continue
+        rel = name[len(top) + 1:]
+        if any(fnmatch.fnmatchcase(rel, pat) and rel.count(".") == pat.count(".")
+               for pat in ENGINE_BLOCKS):
+            out.append((rel, name))
+    return out
+
+
+def sum_estimates(parts: list[Estimate], *, design: str, capacity=None,
+                  params: dict | None = None) -> Estimate:
+    """One :class:`Estimate` for blocks estimated separately: cells and resources added, logic
+    depth the maximum, seconds the total."""
+    cells: dict[str, int] = {}
+    for e in parts:
+        for c, n in e.cells.items():
+            cells[c] = cells.get(c, 0) + n
+    res = categorise(cells)
+    fam = {e.family for e in parts}
+    if len(fam) != 1:
+        raise ValueError(f"blocks of different families {sorted(fam)}")
+    return Estimate(design=design, family=fam.pop(), resources=res,
+                    logic_depth=max((e.logic_depth for e in parts), default=0), cells=cells,
+                    yosys=parts[0].yosys if parts else "", seconds=round(sum(e.seconds
+                                                                              for e in parts), 2),
+                    device=capacity.as_dict() if capacity is not None else None,
+                    utilisation=_utilisation(res, capacity), params=dict(params or {}))
+
+
+def estimate_blocks(rtlil_text: str, *, family: str = "xcup", capacity=None,
+                    timeout: float = 7200, params: dict | None = None, top: str = ENGINE_TOP,
+                    progress=None) -> tuple[Estimate | None, dict]:
+    """Estimate the engine RTLIL block by block (see the section comment above).
+
+    Returns ``(total, blocks)``: ``blocks`` maps each label to its :class:`Estimate` or to the
+    error text of a block that failed or timed out; ``total`` is :func:`sum_estimates` of all
+    blocks, or None if one failed. ``progress(label, result)`` is called after every block.
+    """
+    mods = split_rtlil(rtlil_text)
+    parts = engine_blocks(mods, top)
+    separate = [m for _, m in parts]
+    jobs = []
+    for label, mod in parts:
+        text, boxes = block_rtlil(mods, mod, separate)
+        jobs.append((len(text), label, mod, text, boxes))
+    blocks: dict = {}
+    for _, label, _mod, text, boxes in sorted(jobs, key=lambda j: j[0]):   # quick ones first
+        try:
+            est = estimate_rtlil(text, BLOCK_TOP, family=family, design=label,
+                                 capacity=capacity, timeout=timeout, params=params,
+                                 blackboxes=boxes)
+            blocks[label] = est
+        except YosysError as e:
+            blocks[label] = str(e)[-2000:]
+        if progress is not None:
+            progress(label, blocks[label])
+    ok = [b for b in blocks.values() if isinstance(b, Estimate)]
+    total = None
+    if len(ok) == len(blocks):
+        total = sum_estimates(ok, design="core", capacity=capacity, params=params)
+    return total, blocks

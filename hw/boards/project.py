@@ -3,7 +3,11 @@
 :func:`write_project` elaborates :class:`.shell.BoardShell` around a core for a board and writes
 the Amaranth build plan into a directory:
 
-* ``netreduce_top.v`` (the whole design; the CMACs are black-box instances of ``cmac_port<c>``),
+* ``netreduce_top.v`` (the shell; the CMACs are black-box instances of ``cmac_port<c>``, the
+  engine core an instance of ``netreduce_engine``),
+* ``netreduce_engine.v`` (the engine core, :func:`netreduce.hw.engine.engine_verilog` with the
+  board's build parameters :data:`BOARD_PARAMS`; cached by design digest, because converting
+  the 512-bit engine takes minutes),
 * ``netreduce_top.tcl`` (Vivado batch flow: read sources and XDC, create the IP, synthesise,
   place, route, reports, bitstream), ``build_netreduce_top.sh`` (runs it),
 * ``netreduce_top.xdc`` (pins, I/O standards, the board clock) and ``constraints/*.xdc`` (device
@@ -17,7 +21,8 @@ the Amaranth build plan into a directory:
 :func:`check_project` checks the tree structurally (no Vivado needed) and returns the list of
 problems (empty when the tree is consistent): every ``get_ports`` names a port of the top module,
 every ``get_pins`` a pin of an instance that exists in the netlist, every black-box module of the
-netlist is created by exactly one ``create_ip``, every IP ``CONFIG`` key is one the IP documents
+netlist is created by exactly one ``create_ip`` or defined in a Verilog file the flow reads (with
+every connected pin a port of that module), every IP ``CONFIG`` key is one the IP documents
 (:func:`.cmac.validate_config`), every file the Tcl sources or reads is in the tree.
 """
 
@@ -26,6 +31,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
+import os
 import re
 import shutil
 from dataclasses import dataclass, field
@@ -34,12 +40,26 @@ from pathlib import Path
 from .bringup import LoopbackCore
 from .cmac import validate_config
 from .platforms import NetReducePlatform
-from .shell import TOP_NAME, BoardShell
+from .shell import ENGINE_MODULE, TOP_NAME, BoardShell, EngineCore
 
-__all__ = ["BOARDS", "CORES", "make_core", "platform_for", "write_project", "check_project",
-           "Project", "verilog_ports", "verilog_instances", "xdc_object_refs"]
+__all__ = ["BOARDS", "BOARD_PARAMS", "CORES", "make_core", "platform_for", "write_project",
+           "check_project", "engine_verilog_cached", "Project", "verilog_ports",
+           "verilog_instances", "xdc_object_refs"]
 
 BOARDS = ("vcu118", "vcu108")
+
+# Engine build parameters per board (the rest: netreduce.regmap.DEFAULT_PARAMS). The slot memory
+# (2 copies x slots x pmtu_max bytes) and the header store (slots x 2**ceil(log2(max_world))
+# entries of ~632 bits) dominate the on-chip RAM:
+# * VCU118 (xcvu9p, 960 URAM288 + 2160 RAMB36): the defaults, 1024 slots x 4096 B, max_world 64:
+#   slot memory 64 Mib (228 URAM in Yosys's mapping) + header store 41 Mib (~144 URAM).
+# * VCU108 (xcvu095, no URAM, 1728 RAMB36 = 62 Mib): 1024 slots alone would take 1824 RAMB36;
+#   512 slots x 4096 B (912 RAMB36) + max_world 32 (512 x 32 x 632 b = 10 Mib, 288 RAMB36)
+#   leave ~30% for the FIFOs and margin.
+BOARD_PARAMS = {
+    "vcu118": {},
+    "vcu108": {"slots": 512, "max_world": 32},
+}
 
 
 def platform_for(board: str) -> NetReducePlatform:
@@ -193,7 +213,25 @@ def check_project(files: dict[str, str], ip: str, top: str = TOP_NAME) -> list[s
     primitives = {"IBUFDS", "IBUF", "OBUF", "OBUFT", "IOBUF", "BUFG", "BUFGCE", "BUFGCTRL",
                   "FDPE", "FDCE", "FDRE", "FDSE", "IBUFDS_GTE4", "IBUFDS_GTE3", "STARTUPE3",
                   "IDDRE1", "ODDRE1"}
-    blackboxes = sorted({m for m in insts.values() if m not in mods and m not in primitives})
+    # modules defined in the other Verilog files of the tree (the flow adds every .v file)
+    defined_elsewhere: dict[str, list[str]] = {}
+    for path, text in files.items():
+        if path.endswith(".v") and path != f"{top}.v" and not path.endswith(".debug.v"):
+            for name, (mports, _) in verilog_modules(text).items():
+                defined_elsewhere[name] = mports
+            if not re.search(rf"^\s*add_files [\"{{]?{re.escape(path)}[\"}}]?\s*$",
+                             files.get(f"{top}.tcl", ""), re.M):
+                problems.append(f"{top}.tcl does not add {path}")
+    for path, module in insts.items():
+        if module in defined_elsewhere and module not in mods:
+            parent, _, leaf = path.rpartition("/")
+            pins = {_clean(p) for p in _instance_pins(v, insts[parent] if parent else top, leaf)}
+            missing = sorted(pins - set(defined_elsewhere[module]))
+            if missing:
+                problems.append(f"instance {path!r} of {module!r} connects pins {missing} that "
+                                f"the module does not have")
+    blackboxes = sorted({m for m in insts.values()
+                         if m not in mods and m not in primitives and m not in defined_elsewhere})
     # the Tcl that actually runs: the main script and what it sources, transitively
     reachable, todo = set(), [f"{top}.tcl"]
     while todo:
@@ -240,15 +278,24 @@ def check_project(files: dict[str, str], ip: str, top: str = TOP_NAME) -> list[s
 # ---- writing the tree --------------------------------------------------------------------------
 
 CORES = {
-    "loopback": "bring-up core: RX->TX loopback per port + the register bank (default)",
+    "engine": "the NetReduce engine (default): its own Verilog file, instantiated in the shell",
+    "engine-inline": "the engine elaborated inside the shell (one netlist; slower to convert)",
+    "loopback": "bring-up core: RX->TX loopback per port + the register bank",
     "loopback-lite": "the loopback without the register bank (AXI-Lite answers DECERR): quick "
                      "builds",
 }
 
 
-def make_core(spec: str, ports: int, data_width: int = 512):
+def make_core(spec: str, ports: int, data_width: int = 512, board: str | None = None):
     """The core named ``spec`` (a key of :data:`CORES`, or ``package.module:attr`` called with
-    the keyword arguments ``ports`` / ``data_width`` it accepts): the engine top plugs in here."""
+    the keyword arguments ``ports`` / ``data_width`` it accepts). The engine cores take the build
+    parameters of ``board`` (:data:`BOARD_PARAMS`; the defaults without a board)."""
+    if spec in ("engine", "engine-inline"):
+        if board is not None and board not in BOARD_PARAMS:
+            raise ValueError(f"unknown board {board!r}; expected one of {BOARDS}")
+        params = BOARD_PARAMS.get(board, {})
+        return EngineCore(ports, params, data_width=data_width,
+                          netlist="instance" if spec == "engine" else "inline")
     if spec == "loopback":
         return LoopbackCore(ports, data_width)
     if spec == "loopback-lite":
@@ -272,28 +319,52 @@ def make_core(spec: str, ports: int, data_width: int = 512):
     return obj(**kw)
 
 
+def engine_verilog_cached(core: EngineCore) -> str:
+    """Verilog text of module ``netreduce_engine`` for ``core``'s parameters.
+
+    Cached in ``<cache>/engine-verilog/<digest>.v`` (:func:`netreduce.hw.estimate.cache_dir`),
+    keyed by the engine's source digest and parameters, so only the first build of a design
+    version pays the minutes of conversion."""
+    from ..engine import engine_verilog
+    from ..estimate import cache_dir, design_digest
+
+    path = cache_dir("engine-verilog") / f"{design_digest(core.params)}.v"
+    if path.exists():
+        return path.read_text()
+    text = engine_verilog(core.regmap, name=ENGINE_MODULE).verilog
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+    return text
+
+
 def write_project(board: str, out_dir, *, ports=None, core=None, mgmt=None,
                   rs_fec: bool | None = None, cmac_site: dict[int, str] | None = None,
                   clean: bool = False) -> Project:
     """Write the Vivado project tree of ``board`` to ``out_dir`` (see the module docstring).
 
-    ``core``: a component, or a :func:`make_core` spec (default ``"loopback"``:
-    :class:`.bringup.LoopbackCore` with one port per cage in use). Raises
+    ``core``: a component, or a :func:`make_core` spec (default ``"engine"``: the engine with
+    the board's :data:`BOARD_PARAMS`, one port per cage in use, as its own Verilog file from
+    :func:`engine_verilog_cached`). ``mgmt``: optional AXI4-Lite master driving the core's
+    register bank (without it the bus is idle). Raises
     ``ValueError`` if the written tree fails :func:`check_project` (the tree is still written,
     with the problems in ``manifest.json``, so it can be inspected).
     """
     platform = platform_for(board)
     ports = [c.index for c in platform.qsfp_cages] if ports is None else list(ports)
     if core is None:
-        core = "loopback"
+        core = "engine"
     if isinstance(core, str):
-        core = make_core(core, len(ports))
+        core = make_core(core, len(ports), board=board)
     try:
         shell = BoardShell(platform, core, ports=ports, mgmt=mgmt, rs_fec=rs_fec,
                            cmac_site=cmac_site)
     except (TypeError, ValueError):
         core._MustUse__silence = True  # never elaborated because the shell refused it
         raise
+    if isinstance(core, EngineCore) and core.netlist == "instance":
+        platform.add_file(f"{ENGINE_MODULE}.v", engine_verilog_cached(core))
     plan = platform.build(shell, name=TOP_NAME, do_build=False,
                           script_after_read="source ip/create_ips.tcl")
     files = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in plan.files.items()}
@@ -310,6 +381,7 @@ def write_project(board: str, out_dir, *, ports=None, core=None, mgmt=None,
         "part": platform.part,
         "top": TOP_NAME,
         "core": type(core).__name__,
+        "core_params": dict(getattr(core, "params", {})),
         "ports": ports,
         "cmac_ip": platform.cmac_ip,
         "ip": {f"cmac_port{c}": cfg for c, cfg in shell.ip_configs.items()},

@@ -3,7 +3,8 @@
 The core (DESIGN section 6) is any ``wiring.Component`` with the signature of
 :func:`core_signature`: ``P`` beat-stream port pairs (``rx[i]`` In, ``tx[i]`` Out, 512-bit beats of
 :func:`netreduce.hw.stream.beat_layout`) and one AXI4-Lite slave ``s_axil``, all in its ``sync``
-domain. The engine top plugs in here; until it exists, :class:`.bringup.LoopbackCore` does.
+domain. :class:`EngineCore` puts the engine top (:class:`netreduce.hw.engine.NetReduceEngine`)
+behind that signature; :class:`.bringup.LoopbackCore` is the bring-up alternative.
 
 :class:`BoardShell` is the top-level elaboratable for a :class:`.platforms.NetReducePlatform`:
 
@@ -41,8 +42,10 @@ from pathlib import Path
 
 from amaranth.hdl import (
     ClockDomain,
+    ClockSignal,
     DomainRenamer,
     Elaboratable,
+    Instance,
     Module,
     ResetSignal,
     Signal,
@@ -59,10 +62,11 @@ from .cmac import cmac_config, cmac_for, ip_tcl
 from .framefifo import FrameFifo
 from .platforms import CMAC_DATAPATH_HZ, NetReducePlatform
 
-__all__ = ["core_signature", "check_core", "BoardShell", "CONSTRAINTS_DIR", "TOP_NAME",
-           "SYS_RESET_CYCLES"]
+__all__ = ["core_signature", "check_core", "BoardShell", "EngineCore", "CONSTRAINTS_DIR",
+           "TOP_NAME", "ENGINE_MODULE", "SYS_RESET_CYCLES"]
 
 TOP_NAME = "netreduce_top"
+ENGINE_MODULE = "netreduce_engine"  # module name of the engine's own Verilog (engine_verilog)
 SYS_RESET_CYCLES = 1024
 CONSTRAINTS_DIR = Path(__file__).resolve().parents[2] / "constraints"
 DATA_WIDTH = 512
@@ -99,6 +103,102 @@ def check_core(core, ports: int, data_width: int = DATA_WIDTH) -> None:
         if got != want:
             raise ValueError(f"core member {name!r}: payload {got!r}, the shell carries "
                              f"{want!r} ({data_width}-bit beats)")
+
+
+class EngineCore(wiring.Component):
+    """The engine top (:class:`netreduce.hw.engine.NetReduceEngine`) as a shell core.
+
+    ``ports``: number of Ethernet ports (one per QSFP28 cage in use). ``params``: the other build
+    parameters of :func:`netreduce.regmap.build_regmap` (``jobs``, ``flows``, ``slots``,
+    ``pmtu_max``, ``max_world``; default ``DEFAULT_PARAMS``); ``ports`` and ``data_width`` (512,
+    the shell's beat width) are set here. ``s_axil`` is the engine's register bank (its address
+    width is the register map's). The engine's own in-band management (UDP register frames on
+    its ports, ``NetReduceEngine(mgmt=True)``, the default) reaches the same bank from the
+    network, so on a board ``s_axil`` may stay idle (the shell ties it off without a ``mgmt``
+    master).
+
+    ``netlist``:
+
+    * ``"inline"``: the engine's Amaranth design is elaborated inside the shell (one netlist).
+    * ``"instance"``: the core is an instance of module ``netreduce_engine`` (the Verilog top of
+      :func:`netreduce.hw.engine.engine_verilog` with the same parameters, a file of its own in
+      the project: converting the 512-bit engine takes minutes, the shell seconds). The AXI
+      names are those of that top (``s_axis_p<k>_t*``, ``m_axis_p<k>_t*``, ``s_axil_*``, ``clk``,
+      ``rst``); the ``first`` flag of ``tx`` beats, which the Verilog top does not carry, is
+      rebuilt here (first beat after reset or after a ``last`` beat).
+
+    Both add no latency and no logic besides that one-bit ``first`` register.
+    """
+
+    def __init__(self, ports: int, params: dict | None = None, *, netlist: str = "inline",
+                 data_width: int = DATA_WIDTH):
+        from netreduce.regmap import build_regmap
+
+        from ..csr.bank import min_addr_width
+        from ..engine import NetReduceEngine
+
+        given = {"ports": ports, "data_width": data_width}
+        params = dict(params or {})
+        bad = [k for k in given if k in params and params[k] != given[k]]
+        if netlist not in ("inline", "instance") or bad:
+            self._MustUse__silence = True  # rejected: no "created but never used" warning
+            if bad:
+                raise ValueError(f"params[{bad[0]!r}] = {params[bad[0]]!r} contradicts "
+                                 f"{bad[0]} = {given[bad[0]]!r}")
+            raise ValueError(f"netlist {netlist!r}: expected 'inline' or 'instance'")
+        params.update(given)
+        self.params = params
+        self.regmap = build_regmap(**params)
+        self.netlist = netlist
+        # "instance": the engine's own Verilog is instantiated, the Amaranth engine never built
+        self.engine = NetReduceEngine(self.regmap) if netlist == "inline" else None
+        self.addr_width = (self.engine.bank.addr_width if self.engine is not None
+                           else min_addr_width(self.regmap))   # the register bank's default
+        self.ports = ports
+        super().__init__(core_signature(ports, data_width, self.addr_width))
+
+    def instance_ports(self) -> list[str]:
+        """Port names of the ``netreduce_engine`` instance (``"instance"`` netlist)."""
+        names = ["clk", "rst"]
+        for k in range(self.ports):
+            for pre in ("s_axis", "m_axis"):
+                names += [f"{pre}_p{k}_t{x}" for x in ("data", "keep", "last", "user", "valid",
+                                                       "ready")]
+        names += [f"s_axil_{n}" for n in AXI4LiteSignature(1).members]
+        return names
+
+    def elaborate(self, platform):
+        m = Module()
+        eng = self.engine
+        if self.netlist == "inline":
+            m.submodules.engine = eng
+            for k in range(self.ports):
+                wiring.connect(m, wiring.flipped(self.rx[k]), getattr(eng, f"i_p{k}"))
+                wiring.connect(m, getattr(eng, f"o_p{k}"), wiring.flipped(self.tx[k]))
+            wiring.connect(m, wiring.flipped(self.s_axil), eng.s_axil)
+            return m
+
+        args = {"i_clk": ClockSignal(), "i_rst": ResetSignal()}
+        for k in range(self.ports):
+            rx, tx = self.rx[k], self.tx[k]
+            pre = f"s_axis_p{k}_t"
+            args.update({f"i_{pre}data": rx.payload.data, f"i_{pre}keep": rx.payload.keep,
+                         f"i_{pre}last": rx.payload.last, f"i_{pre}user": rx.payload.error,
+                         f"i_{pre}valid": rx.valid, f"o_{pre}ready": rx.ready})
+            pre = f"m_axis_p{k}_t"
+            args.update({f"o_{pre}data": tx.payload.data, f"o_{pre}keep": tx.payload.keep,
+                         f"o_{pre}last": tx.payload.last, f"o_{pre}user": tx.payload.error,
+                         f"o_{pre}valid": tx.valid, f"i_{pre}ready": tx.ready})
+            in_frame = Signal(name=f"tx_in_frame{k}")
+            with m.If(tx.valid & tx.ready):
+                m.d.sync += in_frame.eq(~tx.payload.last)
+            m.d.comb += tx.payload.first.eq(~in_frame)
+        for name, member in AXI4LiteSignature(self.addr_width).members.items():
+            # the signature is the master's: its outputs are the engine's inputs
+            d = "i" if member.flow == Out else "o"
+            args[f"{d}_s_axil_{name}"] = getattr(self.s_axil, name)
+        m.submodules.engine = Instance(ENGINE_MODULE, **args)
+        return m
 
 
 def _render(template: str, **ctx) -> str:

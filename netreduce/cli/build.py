@@ -3,6 +3,9 @@
 Writes Verilog, the Vivado Tcl flow with the CMAC IP creation, the XDC constraints, the build
 script and a manifest to ``-o DIR`` (see :mod:`netreduce.hw.boards.project`); checks the tree
 structurally; runs Vivado on it if ``vivado`` is on ``PATH`` (``--run`` / ``--no-run`` force it).
+The default core is the engine with the board's build parameters
+(:data:`netreduce.hw.boards.project.BOARD_PARAMS`); its 512-bit Verilog takes minutes to convert
+the first time (then cached).
 """
 
 from __future__ import annotations
@@ -51,9 +54,11 @@ def _sites(items):
               help="RS-FEC in the CMAC (default: on for VCU118, off for VCU108).")
 @click.option("--cmac-site", multiple=True, metavar="CAGE=SITE",
               help="Override the CMAC site of a cage (repeatable).")
-@click.option("--core", default="loopback", show_default=True, metavar="SPEC",
-              help="Core in the shell: loopback, loopback-lite (no register bank) or "
-                   "package.module:attr (called with ports= / data_width= if it takes them).")
+@click.option("--core", default="engine", show_default=True, metavar="SPEC",
+              help="Core in the shell: engine (the NetReduce engine with the board's build "
+                   "parameters, its own Verilog file), engine-inline (one netlist), loopback, "
+                   "loopback-lite (no register bank) or package.module:attr (called with "
+                   "ports= / data_width= if it takes them).")
 @click.option("--run/--no-run", default=None,
               help="Run Vivado on the tree (default: when vivado is on PATH).")
 @click.option("--clean", is_flag=True, help="Delete the output directory first.")
@@ -74,7 +79,10 @@ def build(board, ports, out_dir, rs_fec, cmac_site, core, run, clean):
     for path, text in sorted(proj.files.items()):
         t.add_row(path, str(len(text.encode())))
     con.print(t)
-    con.print(f"core: {proj.manifest['core']}, ports (QSFP28 cages): {proj.ports}, "
+    params = proj.manifest.get("core_params") or {}
+    extra = (" (" + ", ".join(f"{k}={v}" for k, v in sorted(params.items())) + ")") if params \
+        else ""
+    con.print(f"core: {proj.manifest['core']}{extra}, ports (QSFP28 cages): {proj.ports}, "
               f"MAC IP: {proj.manifest['cmac_ip']}")
     for note in proj.manifest["unconfirmed"]:
         con.print(f"[yellow]unconfirmed:[/yellow] {note}")

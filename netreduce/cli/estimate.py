@@ -1,10 +1,12 @@
 """``netreduce estimate``: Yosys ``synth_xilinx`` resource and logic-depth estimates.
 
-Runs :func:`netreduce.hw.estimate.estimate` on one or more designs (default: the core that sits
-in the board shell) and prints LUT / FF / CARRY / DSP / BRAM36 / URAM use against the device of
-the family (``xcup``: the VCU118's xcvu9p; ``xcu``: the VCU108's xcvu095) and the logic depth
-(longest path in LUT / carry / mux cells between registers). Writes the figures as JSON.
-A 512-bit design takes minutes.
+Runs :func:`netreduce.hw.estimate.estimate_design` on one or more designs (default: ``core``,
+the engine that sits in the board shell, estimated block by block and summed) and prints LUT /
+FF / CARRY / DSP / BRAM36 / URAM use against the device of the family (``xcup``: the VCU118's
+xcvu9p; ``xcu``: the VCU108's xcvu095) and the logic depth (longest path in LUT / carry / mux
+cells between registers). Writes the figures as JSON. Results are cached by the digest of each
+block's RTLIL (``~/.cache/netreduce``), so a rerun is instant; the first run of a 512-bit engine
+takes an hour or more of Yosys (``bench/estimate.py`` records the reference figures).
 """
 
 from __future__ import annotations
@@ -21,40 +23,58 @@ FAMILY_BOARD = {"xcup": "vcu118", "xcu": "vcu108"}
 
 @click.command()
 @click.option("--design", "designs", multiple=True, metavar="NAME",
-              help="Design to estimate (repeatable): core, parser, deparser, bank, lanes, "
-                   "slotmem, rxfifo, lbus_rx, or package.module:attr. Default: core.")
+              help="Design to estimate (repeatable): core (the engine), control, flowtable, "
+                   "slotmem, hstore, parser, deparser, bank, lanes, loopback, rxfifo, lbus_rx, "
+                   "or package.module:attr. Default: core.")
 @click.option("--family", type=click.Choice(sorted(FAMILY_BOARD)), default="xcup",
               show_default=True, help="xcup = Virtex UltraScale+ (xcvu9p), xcu = UltraScale "
                                       "(xcvu095).")
 @click.option("--data-width", type=int, default=512, show_default=True, help="Beat width.")
 @click.option("--ports", type=int, default=1, show_default=True, help="Core ports.")
-@click.option("--slots", type=int, default=1024, show_default=True, help="Slots (slotmem).")
-@click.option("--pmtu-max", type=int, default=4096, show_default=True, help="PMTU (slotmem).")
+@click.option("--slots", type=int, default=1024, show_default=True, help="Slots.")
+@click.option("--pmtu-max", type=int, default=4096, show_default=True, help="Largest PMTU.")
+@click.option("--jobs", type=int, default=None, help="Jobs (engine; default: the register "
+                                                      "map's).")
+@click.option("--flows", type=int, default=None, help="Flows (engine; default: the map's).")
+@click.option("--max-world", type=int, default=None, help="Largest world size (engine).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True),
               default="estimate.json", show_default=True, help="Where to write the figures.")
 @click.option("--timeout", type=float, default=3600, show_default=True,
               help="Seconds allowed per Yosys run.")
-def estimate(designs, family, data_width, ports, slots, pmtu_max, json_path, timeout):
+def estimate(designs, family, data_width, ports, slots, pmtu_max, jobs, flows, max_world,
+             json_path, timeout):
     """Estimate FPGA resources and logic depth of NetReduce gateware with Yosys."""
     from netreduce.hw.boards.project import platform_for
-    from netreduce.hw.estimate import YosysError, make_design, write_json
-    from netreduce.hw.estimate import estimate as run
+    from netreduce.hw.estimate import DESIGNS, YosysError, estimate_design, write_json
 
     con = console()
     cap = type(platform_for(FAMILY_BOARD[family])).capacity
     params = {"data_width": data_width, "ports": ports, "slots": slots, "pmtu_max": pmtu_max}
+    for k, v in (("jobs", jobs), ("flows", flows), ("max_world", max_world)):
+        if v is not None:
+            params[k] = v
     results = []
     for name in designs or ("core",):
+        if name not in DESIGNS and ":" not in name:
+            raise click.BadParameter(f"unknown design {name!r}: use one of {sorted(DESIGNS)} "
+                                     f"or 'package.module:attr'", param_hint="--design")
+        con.print(f"synthesising {name} ({data_width}-bit, {family}) ...")
+
+        def progress(label, r, name=name):
+            if isinstance(r, str):
+                con.print(f"  {name}/{label}: [red]failed[/red]")
+            else:
+                con.print(f"  {name}/{label}: LUT {r.resources['LUT']:g}, depth "
+                          f"{r.logic_depth} ({r.seconds:.0f} s)")
         try:
-            comp = make_design(name, **params)
+            total, blocks = estimate_design(name, family=family, capacity=cap,
+                                            timeout=timeout, progress=progress, **params)
         except (ValueError, TypeError) as e:
             raise click.BadParameter(str(e), param_hint="--design") from None
-        con.print(f"synthesising {name} ({type(comp).__name__}, {data_width}-bit, {family}) ...")
-        try:
-            results.append(run(comp, family=family, capacity=cap, design=name, params=params,
-                               timeout=timeout))
         except YosysError as e:
             raise click.ClickException(str(e)) from None
+        results.append(total)
+        results += [b for b in blocks.values() if not isinstance(b, str)]
 
     t = Table(title=f"Yosys synth_xilinx -family {family}: use of {cap.part}")
     t.add_column("design")

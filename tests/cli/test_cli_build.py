@@ -100,3 +100,25 @@ def test_estimate_command_small(tmp_path):
     assert "estimate" in doc["command"]
     r = CliRunner().invoke(main, ["estimate", "--design", "nope", "--json", str(out)])
     assert r.exit_code != 0 and "unknown design" in r.output
+
+
+def test_build_default_core_is_the_engine(tmp_path, monkeypatch):
+    """Without --core the tree holds the engine with the board's parameters (its Verilog is
+    stubbed here: converting the 512-bit engine takes minutes)."""
+    import netreduce.hw.boards.project as project
+
+    def stub(core):
+        ports = core.instance_ports()
+        return (f"module netreduce_engine({', '.join(ports)});\n"
+                + "".join(f"  input {p};\n" for p in ports) + "endmodule\n")
+
+    monkeypatch.setattr(project, "engine_verilog_cached", stub)
+    monkeypatch.setenv("PATH", _env_without_vivado(tmp_path)["PATH"])
+    out = tmp_path / "proj"
+    r = CliRunner().invoke(main, ["build", "--board", "vcu108", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert (out / "netreduce_engine.v").is_file()
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["core"] == "EngineCore" and m["problems"] == []
+    assert m["core_params"]["slots"] == project.BOARD_PARAMS["vcu108"]["slots"]
+    assert "core: EngineCore (" in r.output and "slots=512" in r.output

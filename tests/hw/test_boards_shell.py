@@ -183,3 +183,112 @@ def test_mgmt_drives_the_core_bus(tmp_path):
     bad._MustUse__silence = True
     with pytest.raises(ValueError, match="m_axil"):
         BoardShell(VCU108Platform(), _lite(1), mgmt=bad)
+
+
+# ---- the engine as the shell's core ---------------------------------------------------------
+
+def _stub_engine_verilog(core, drop=()):
+    """A stand-in ``netreduce_engine`` module with the instance's ports (no 512-bit conversion)."""
+    ports = [p for p in core.instance_ports() if p not in drop]
+    decl = "".join(f"  input {p};\n" for p in ports)
+    return f"module netreduce_engine({', '.join(ports)});\n{decl}endmodule\n"
+
+
+@pytest.fixture
+def stub_engine(monkeypatch):
+    import netreduce.hw.boards.project as project
+    drop = []
+    monkeypatch.setattr(project, "engine_verilog_cached",
+                        lambda core: _stub_engine_verilog(core, drop))
+    return drop
+
+
+@pytest.mark.parametrize("board,ports", [("vcu118", [0, 1]), ("vcu108", [0])])
+def test_platform_elaborates_with_shell_and_engine(board, ports):
+    """The real engine (inline) in the shell: elaboration only (converting takes minutes)."""
+    from amaranth.hdl import Fragment
+    from netreduce.hw.boards.project import BOARD_PARAMS, make_core, platform_for
+    from netreduce.hw.engine import NetReduceEngine
+
+    plat = platform_for(board)
+    core = make_core("engine-inline", len(ports), board=board)
+    frag = Fragment.get(BoardShell(plat, core, ports=ports), plat)
+
+    def find(f, path=()):
+        for sub, name, _ in f.subfragments:
+            p = path + ((name,) if name is not None else ())   # DomainRenamer adds a level
+            yield p, sub
+            yield from find(sub, p)
+    names = {"/".join(p) for p, _ in find(frag)}
+    assert "core/engine" in names and "core/engine/ctl" in names
+    assert sum(1 for n in names if re.fullmatch(r"core/engine/parser\d+", n)) == len(ports)
+    assert isinstance(core.engine, NetReduceEngine) and core.engine.ports == len(ports)
+    for k, v in BOARD_PARAMS[board].items():
+        assert core.params[k] == v
+
+
+@pytest.mark.parametrize("board", ["vcu118", "vcu108"])
+def test_board_params_fit_the_device_ram(board):
+    """Slot memory (2 copies) + header store fit in the device's on-chip RAM with 25% to spare."""
+    from netreduce.hw.boards.project import BOARD_PARAMS, platform_for
+    from netreduce.hw.packet.layout import HDR_CAP
+
+    from netreduce.regmap import DEFAULT_PARAMS
+
+    p = dict(DEFAULT_PARAMS, **BOARD_PARAMS[board])
+    mwp = 1 << (p["max_world"] - 1).bit_length()
+    bits = 2 * p["slots"] * p["pmtu_max"] * 8 + p["slots"] * mwp * (8 * HDR_CAP + 8)
+    cap = platform_for(board).capacity
+    ram_bits = cap.bram36 * 36 * 1024 + cap.uram * 288 * 1024
+    assert bits <= 0.75 * ram_bits, (board, bits, ram_bits)
+    if board == "vcu118":
+        assert BOARD_PARAMS[board] == {}  # the default build
+
+
+@pytest.mark.parametrize("board,ports,ip", [("vcu118", [0, 1], "cmac_usplus"),
+                                             ("vcu108", [0], "cmac")])
+def test_engine_tree_is_complete(tmp_path, stub_engine, board, ports, ip):
+    proj = write_project(board, tmp_path, ports=ports)       # default core: the engine
+    assert proj.problems == []
+    v = proj.files[f"{TOP_NAME}.v"]
+    insts = verilog_instances(v)
+    assert insts["core/engine"] == "netreduce_engine"
+    assert "netreduce_engine.v" in proj.files and (proj.out_dir / "netreduce_engine.v").exists()
+    assert re.search(r'^add_files "?netreduce_engine\.v"?$', proj.files[f"{TOP_NAME}.tcl"], re.M)
+    macs = sorted(m for p, m in insts.items() if re.fullmatch(r"mac\d+/cmac", p))
+    assert macs == [f"cmac_port{c}" for c in ports]
+    for c in ports:
+        assert f"create_ip -name {ip} " in proj.files[f"ip/cmac_port{c}.tcl"]
+    m = proj.manifest
+    assert m["core"] == "EngineCore" and m["core_params"]["ports"] == len(ports)
+    assert (m["core_params"].get("slots"), board) != (1024, "vcu108")
+
+
+def test_engine_tree_checker_catches_a_missing_engine_port(tmp_path, stub_engine):
+    stub_engine.append("s_axil_rready")
+    with pytest.raises(ValueError, match="s_axil_rready"):
+        write_project("vcu108", tmp_path)
+
+
+def test_engine_instance_ports_match_the_engine_verilog():
+    """The instance's port names are those of engine_verilog's top (small build, cached)."""
+    from netreduce.hw.boards.shell import EngineCore
+    from netreduce.hw.engine import engine_for
+    from netreduce.sim.cocotb.runner import generate_cached
+
+    params = dict(ports=2, jobs=2, flows=8, slots=8, pmtu_max=256, max_world=4)
+    top = generate_cached(engine_for, name="netreduce_engine", data_width=64, **params)
+    core = EngineCore(2, params, data_width=64, netlist="instance")
+    core._MustUse__silence = True   # only its port list is used
+    assert set(core.instance_ports()) == set(top.ports)
+    assert top.ports["s_axil_awaddr"][1] == core.addr_width == len(core.s_axil.awaddr)
+    for s in top.streams:
+        assert [f[0] for f in s.user_fields] == ["error"], s
+
+
+def test_engine_core_rejects_contradicting_params():
+    from netreduce.hw.boards.shell import EngineCore
+    with pytest.raises(ValueError, match="ports"):
+        EngineCore(2, {"ports": 1})
+    with pytest.raises(ValueError, match="netlist"):
+        EngineCore(1, netlist="bogus")
