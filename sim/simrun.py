@@ -12,8 +12,9 @@ Backends
     and which calls ``capture.frame_in(port, frame, cycle)`` / ``capture.frame_out(...)`` for
     every frame entering / leaving the engine, ``cycle`` counted at :data:`CLOCK_HZ`. ``model`` is
     the bit-exact reference engine (untimed: results leave in the cycle their last contribution
-    arrived). ``verilator`` and ``icarus`` are registered for the RTL engine top and raise
-    :class:`BackendUnavailable` until it exists; :func:`register_backend` replaces an entry.
+    arrived). ``verilator`` and ``icarus`` run the engine's RTL
+    (:mod:`netreduce.sim.rtl.fabric`; their probe raises :class:`BackendUnavailable` when the
+    simulator or the engine top is missing); :func:`register_backend` replaces an entry.
 
 Ports
     The engine gets ``cfg.ports`` Ethernet ports (default: one per rank); rank r's up link enters
@@ -234,19 +235,18 @@ def _make_model(cfg: SimConfig, net: NetConfig, capture: Capture):
     return fab
 
 
-def _rtl_unavailable(sim: str):
-    def probe():
-        raise BackendUnavailable(f"backend {sim!r}: RTL engine top not available yet "
-                                 f"(use --backend model)")
-
-    def make(cfg, net, capture):
-        probe()
-    return make, probe
-
-
 register_backend("model", "bit-exact reference engine model (in-process, untimed)", _make_model)
-for _sim in ("verilator", "icarus"):
-    register_backend(_sim, f"engine RTL under cocotb + {_sim}", *_rtl_unavailable(_sim))
+
+
+def _register_rtl() -> None:
+    # the RTL backends (netreduce.sim.rtl.fabric); probing says why one cannot run here
+    from .rtl.fabric import make_rtl_backend
+
+    for sim in ("verilator", "icarus"):
+        register_backend(sim, *make_rtl_backend(sim))
+
+
+_register_rtl()
 
 
 # ---------------------------------------------------------------------------------- the run

