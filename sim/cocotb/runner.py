@@ -30,6 +30,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -40,7 +41,8 @@ from pathlib import Path
 from netreduce.hw.verilog import AxisTop
 
 __all__ = ["SimBuild", "RunResult", "CocotbFailure", "build", "run", "simulator_missing",
-           "generate_cached", "build_root", "gen_cache_root", "TIMESCALE", "SIMULATORS"]
+           "generate_cached", "build_root", "gen_cache_root", "icarus_settle", "TIMESCALE",
+           "SIMULATORS"]
 
 TIMESCALE = ("1ns", "1ps")
 SIMULATORS = ("verilator", "icarus")
@@ -200,6 +202,19 @@ def _patched_env(extra: dict[str, str], drop: tuple[str, ...] = ()):
 
 
 _BUILDS: dict[tuple[str, str], SimBuild] = {}
+
+
+_DUMP_REG = re.compile(r"reg (\\\$auto\$verilog_backend\.cc:\d+:dump_module\$\d+) += 0;")
+
+
+def icarus_settle(verilog: str) -> str:
+    """``verilog`` with one event at 1 ns on each of Yosys' ``dump_module`` trigger registers.
+
+    Yosys writes some combinational outputs as ``always @*`` blocks made sensitive to a register
+    initialised to 0, counting on an event at time 0 to evaluate them once; Icarus gives none, so
+    an output driven only by state that never changes after reset (an idle AXI4-Lite ``bvalid``,
+    ``arready``, an idle ``m_axis`` ``tvalid``) stays X there. Verilator is unaffected."""
+    return _DUMP_REG.sub(lambda m: f"{m.group(0)}\n  initial #1 {m.group(1)} = 1'b1;", verilog)
 
 
 def _not_gateware(package: str, rel: Path) -> bool:

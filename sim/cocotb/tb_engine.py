@@ -35,7 +35,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 
 import cocotb
 from cocotb.triggers import ClockCycles
@@ -168,18 +167,12 @@ class Bench:
         return fed
 
 
-_DUMP_REG = re.compile(r"reg (\\\$auto\$verilog_backend\.cc:\d+:dump_module\$\d+) += 0;")
-
-
 def icarus_top(top: AxisTop) -> AxisTop:
-    """``top`` with one event at 1 ns on each of Yosys' ``dump_module`` trigger registers.
+    """``top`` with Yosys' ``always @*`` trigger registers kicked once (see
+    :func:`netreduce.sim.cocotb.runner.icarus_settle`)."""
+    from .runner import icarus_settle
 
-    Yosys writes combinational outputs as ``always @*`` blocks made sensitive to a register
-    initialised to 0, counting on an event at time 0 to evaluate them once; Icarus gives none,
-    so an output driven only by state that never changes after reset (an idle AXI4-Lite
-    ``bvalid``, an idle ``m_axis`` ``tvalid``) stays X. Verilator is unaffected."""
-    v = _DUMP_REG.sub(lambda m: f"{m.group(0)}\n  initial #1 {m.group(1)} = 1'b1;", top.verilog)
-    return dataclasses.replace(top, verilog=v)
+    return dataclasses.replace(top, verilog=icarus_settle(top.verilog))
 
 
 @cocotb.test()

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from netreduce.hw.verilog import AxisPort, AxisTop
+from netreduce.sim.cocotb.runner import icarus_settle
 
 from .fastsim import AxilError, BuildError, RxFrame, _locked, fastsim_root
 
@@ -286,7 +287,7 @@ def build_icarus(top: AxisTop) -> Path:
     if reason:
         raise BuildError(reason)
     tb = _testbench(top)
-    digest = hashlib.sha256(json.dumps([top.digest, tb]).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(json.dumps([top.digest, tb, "settle"]).encode()).hexdigest()[:16]
     if digest in _BUILT:
         return _BUILT[digest]
     bdir = fastsim_root().parent / "icarus" / f"{top.name}-{digest}"
@@ -294,7 +295,7 @@ def build_icarus(top: AxisTop) -> Path:
     with _locked(bdir.with_suffix(".lock")):
         if not out.exists():
             bdir.mkdir(parents=True, exist_ok=True)
-            (bdir / "top.v").write_text(top.verilog)
+            (bdir / "top.v").write_text(icarus_settle(top.verilog))
             (bdir / "tb.v").write_text(tb)
             log = bdir / "build.log"
             tmp = bdir / "sim.vvp.tmp"
