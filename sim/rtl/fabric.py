@@ -219,18 +219,19 @@ def _engine_module():
 
 def engine_top(params: dict):
     """The engine's Verilog top (``netreduce.hw.engine.engine_verilog``) for build ``params``,
-    cached under ``build/fastsim/gen/`` by the parameters and the source text of netreduce.hw,
-    .wire and .regmap (elaborating a 512-bit engine takes a while)."""
-    from netreduce.sim.cocotb.runner import _sources_digest
+    cached in :func:`netreduce.sim.cocotb.runner.gen_cache_root` (outside the work tree, shared
+    by clones) by the parameters and the source text of netreduce.hw, .wire and .regmap
+    (elaborating a 512-bit engine takes a while)."""
+    from netreduce.sim.cocotb.runner import _sources_digest, gen_cache_root
 
-    from .fastsim import fastsim_root, load_top, save_top
+    from .fastsim import load_top, save_top
 
     eng = _engine_module()
     if eng is None:
         raise RuntimeError("netreduce.hw.engine is not available")
     key = hashlib.sha256(json.dumps([sorted(params.items()), _sources_digest(
         ("netreduce.hw", "netreduce.wire", "netreduce.regmap"))]).encode()).hexdigest()[:16]
-    path = fastsim_root() / "gen" / f"{ENGINE_TOP_NAME}-{key}.json"
+    path = gen_cache_root() / f"{ENGINE_TOP_NAME}-{key}.json"
     if path.exists():
         return load_top(path)
     path.parent.mkdir(parents=True, exist_ok=True)
