@@ -99,11 +99,18 @@ def test_sim_watchdog_on_hang(tmp_path):
     assert rep["check"]["error_kind"] == "hang" and not rep["ok"]
 
 
-@pytest.mark.parametrize("backend", ["verilator", "icarus"])
-def test_sim_rtl_backend_not_yet(backend):
+@pytest.mark.parametrize("backend, probe", [("verilator", "fastsim.verilator_missing"),
+                                            ("icarus", "icarus.icarus_missing")])
+def test_sim_rtl_backend_without_simulator_is_one_line(backend, probe, monkeypatch):
+    """An RTL backend whose simulator is missing fails in one line (exit 2), before building."""
+    import importlib
+
+    mod, attr = probe.split(".")
+    monkeypatch.setattr(importlib.import_module(f"netreduce.sim.rtl.{mod}"), attr,
+                        lambda: f"{backend} not found on PATH")
     r = _sim("--backend", backend, "-n", "2", "-s", "4KiB")
     assert r.exit_code == 2
-    assert "RTL engine top not available yet" in r.output
+    assert f"{backend} not found on PATH" in r.output
     assert len(r.output.strip().splitlines()) == 1
     assert "Traceback" not in r.output
 
@@ -138,7 +145,14 @@ def test_backend_registry():
     assert {"model", "verilator", "icarus"} <= set(simrun.BACKENDS)
     with pytest.raises(ValueError, match="unknown backend 'x'"):
         simrun.get_backend("x")
-    with pytest.raises(simrun.BackendUnavailable, match="not available yet"):
-        simrun.run_sim(simrun.SimConfig(workers=2, size=64, backend="icarus"))
+    import netreduce.sim.rtl.icarus as icarus
+
+    real = icarus.icarus_missing
+    icarus.icarus_missing = lambda: "iverilog not found"
+    try:
+        with pytest.raises(simrun.BackendUnavailable, match="iverilog not found"):
+            simrun.run_sim(simrun.SimConfig(workers=2, size=64, backend="icarus"))
+    finally:
+        icarus.icarus_missing = real
     with pytest.raises(ValueError, match="workers must be"):
         simrun.SimConfig(workers=1)
