@@ -88,6 +88,42 @@ def _seq_before(a, b):
     return (d != 0) & ~d[_SEQ_BITS - 1]
 
 
+def icrc_delta_columns() -> list[int]:
+    """Column i (i = 0..31) of the linear map from the XOR applied to an ACK's bytes BTH PSN
+    (3 bytes) + AETH syndrome (1 byte), bit i = bit i % 8 of byte i // 8 in wire order, to the
+    XOR of its ICRC bytes (wire order: bit 8j + b = bit b of ICRC byte j).
+
+    The ICRC is a CRC-32 over a fixed-length message (an ACK's IPv4 .. AETH are 44 bytes), so
+    it is affine in the message bits: ``icrc(m ^ x) = icrc(m) ^ L(x)`` with L linear and
+    independent of m. A fast-retransmit rewrite (model D16) therefore needs no CRC engine: the
+    forward path XORs the new PSN / syndrome bits and L(x) into the passing frame.
+    """
+    import zlib
+
+    n = 8 + wf.IPV4.size + wf.UDP.size + wf.BTH.size + 4  # ICRC input of an ACK
+    psn = 8 + wf.IPV4.size + wf.UDP.size + 9  # BTH PSN (the AETH syndrome follows it)
+    zero = zlib.crc32(bytes(n))
+    cols = []
+    for i in range(32):
+        msg = bytearray(n)
+        msg[psn + i // 8] = 1 << (i % 8)
+        cols.append(zlib.crc32(bytes(msg)) ^ zero)  # little-endian int = ICRC wire bytes
+    return cols
+
+
+def _icrc_delta(x) -> list:
+    """The 32 XOR bits of an ACK's ICRC for the rewrite ``x`` (:func:`icrc_delta_columns`)."""
+    cols = icrc_delta_columns()
+    out = []
+    for b in range(32):
+        t = Const(0, 1)
+        for i in range(32):
+            if cols[i] >> b & 1:
+                t = t ^ x[i]
+        out.append(t)
+    return out
+
+
 def _probe_bytes(raw, l2: int) -> list:
     """Header bytes of the duplicate probe of a data frame (model ``_probe``, D15): opcode
     WRITE MIDDLE, PadCnt 0 (the deparser rewrites lengths, checksum, PadCnt and ICRC)."""
@@ -312,7 +348,6 @@ class NetReduceEngine(wiring.Component):
         m.submodules.hstore = hstore = Memory(shape=hs_layout, depth=self.slots * mwp, init=[])
         hs_wr = hstore.write_port()
         hs_rd = hstore.read_port()
-        self._dbg = {"hs_wr": hs_wr, "hs_rd": hs_rd}
 
         # ------------------------------------------------------------ dispatcher
         job_layout = data.StructLayout({
@@ -320,7 +355,6 @@ class NetReduceEngine(wiring.Component):
             "rev_qpn": 24, "slot": slot_bits, "plen": 16, "port": pb, "seq": _SEQ_BITS})
         JOB_NONE, JOB_REEMIT, JOB_PROBE = 0, 1, 2
         m.submodules.jq = jq = fifo.SyncFIFOBuffered(width=job_layout.size, depth=4)
-        self._jq = jq
         jq_w, jq_r = data.View(job_layout, jq.w_data), data.View(job_layout, jq.r_data)
         fwd = []
         for k in range(P):
@@ -350,10 +384,33 @@ class NetReduceEngine(wiring.Component):
             f_take.eq(active & ~f_done & f_valid & (fwd_rdy | ~is_fwd)),
             p_take.eq(active & ~p_done & p_valid),
         ]
+        # fast retransmit (model D16): the forwarded ACK of a ``nak`` decision leaves with its
+        # BTH PSN and AETH syndrome bytes XORed with cur.nak_x and its ICRC bytes with the
+        # matching ICRC delta (:func:`icrc_delta_columns`); every other byte as it came
+        fb_max = HDR_CAP // nb + 1
+        fbeat = Signal(range(fb_max + 1))   # beat of the frame being taken (saturates)
+        cur_vlan = Signal()
+        with m.If(f_take & (fbeat != fb_max)):
+            m.d.sync += fbeat.eq(fbeat + 1)
+        x_bytes = [cur.nak_x[8 * i:8 * i + 8] for i in range(4)]
+        d_bits = _icrc_delta(cur.nak_x)
+        x_bytes += [Cat(*d_bits[8 * i:8 * i + 8]) for i in range(4)]
+        patch = Signal(w)
+        for l2, vl in ((L2_UNTAGGED, 0), (L2_TAGGED, 1)):
+            at = {l2 + wf.IPV4.size + wf.UDP.size + 9 + i: x_bytes[i] for i in range(4)}
+            at.update({l2 + wf.IPV4.size + wf.UDP.size + wf.BTH.size + 4 + i: x_bytes[4 + i]
+                       for i in range(4)})
+            for b in sorted({o // nb for o in at}):
+                with m.If((cur_vlan == vl) & (fbeat == b)):
+                    m.d.comb += [patch[8 * i:8 * i + 8].eq(at[b * nb + i])
+                                 for i in range(nb) if b * nb + i in at]
+        f_out = Signal(beat_l)
+        m.d.comb += [f_out.eq(f_beat),
+                     f_out.data.eq(f_beat.data ^ Mux(cur.nak, patch, 0))]
         for k in range(P):
             sel = cport == k
             m.d.comb += [fq[k][0].r_en.eq(f_take & sel), pq[k][0].r_en.eq(p_take & sel),
-                         fwd[k][0].w_en.eq(f_take & sel & is_fwd), fwd[k][1].eq(f_beat)]
+                         fwd[k][0].w_en.eq(f_take & sel & is_fwd), fwd[k][1].eq(f_out)]
         con = slotmem.contrib.payload
         m.d.comb += [
             slotmem.contrib.valid.eq(p_take & is_con),
@@ -399,7 +456,8 @@ class NetReduceEngine(wiring.Component):
         ]
         with m.If(start):
             m.d.sync += [cur.eq(dec), active.eq(1), f_done.eq(0), p_done.eq(~d_head.has_pay),
-                         cbeat.eq(0), n_start.eq(n_start + 1)]
+                         cbeat.eq(0), n_start.eq(n_start + 1), fbeat.eq(0),
+                         cur_vlan.eq((d_head.raw[12] == 0x81) & (d_head.raw[13] == 0x00))]
         with m.Elif(finishing):
             m.d.sync += active.eq(0)
         # a decision counts as done once its last payload write is visible to the result port

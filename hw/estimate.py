@@ -22,6 +22,7 @@ maps memories differently). 512-bit designs take minutes: keep tests small.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -200,6 +201,7 @@ def _utilisation(resources: dict, capacity) -> dict:
     return out
 
 
+RTLIL_VERSION = 2  # part of the engine RTLIL cache name: bump when the conversion changes
 SCRIPT_VERSION = 2  # part of the result cache key: bump when the Yosys script changes
 
 
@@ -304,7 +306,8 @@ def estimate(component, *, name: str = "top", family: str = "xcup", capacity=Non
 
     design = design or type(component).__name__
     try:
-        text = rtlil.convert(component, name=name, emit_src=False)
+        with no_zero_meminit():
+            text = rtlil.convert(component, name=name, emit_src=False)
     except TypeError:
         text = verilog.convert(component, name=name, emit_src=False)
         kw.pop("cache", None)
@@ -598,18 +601,46 @@ def design_digest(params: dict | None = None) -> str:
                                      default=str).encode()).hexdigest()[:16]
 
 
+@contextlib.contextmanager
+def no_zero_meminit():
+    """While active, Amaranth's RTLIL back end emits no ``$meminit_v2`` cell for a memory whose
+    initial contents are all zero.
+
+    Why: the back end writes every memory's contents bit by bit even when they are all zero, so
+    the default engine's slot memory and header store (megabytes) make a >100 MB RTLIL file that
+    takes tens of minutes to write and parse; and a memory with an ``init`` cannot map to UltraRAM
+    (which has no initialisation), although an FPGA's block RAM comes out of configuration zeroed
+    anyway. Only for synthesis estimates: simulation keeps the explicit zeros (Icarus would
+    otherwise start memories at X)."""
+    from amaranth.back import rtlil
+
+    emitter = rtlil.ModuleEmitter
+    orig = emitter.emit_memory
+
+    def emit_memory(self, cell_idx, cell):
+        if any(cell.init):
+            orig(self, cell_idx, cell)
+
+    emitter.emit_memory = emit_memory
+    try:
+        yield
+    finally:
+        emitter.emit_memory = orig
+
+
 def engine_rtlil(params: dict | None = None) -> Path:
     """RTLIL of the engine (module ``netreduce_engine``) for ``params``, cached in
-    ``cache_dir("rtlil")`` by :func:`design_digest` (the 512-bit default takes ~20 min on a
-    loaded machine, seconds at small widths)."""
+    ``cache_dir("rtlil")`` by :func:`design_digest`; all-zero memory contents are left out
+    (:func:`no_zero_meminit`)."""
     from amaranth.back import rtlil
 
     from .engine import engine_for
 
-    path = cache_dir("rtlil") / f"engine-{design_digest(params)}.il"
+    path = cache_dir("rtlil") / f"engine-{RTLIL_VERSION}-{design_digest(params)}.il"
     if path.exists():
         return path
-    text = rtlil.convert(engine_for(**(params or {})), name=ENGINE_TOP, emit_src=False)
+    with no_zero_meminit():
+        text = rtlil.convert(engine_for(**(params or {})), name=ENGINE_TOP, emit_src=False)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(text)

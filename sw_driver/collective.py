@@ -64,6 +64,26 @@ STAT_KEYS = ("sent", "retransmitted", "acks_sent", "naks_sent", "acks_received",
              "duplicates", "out_of_seq_dropped", "cnps", "ce_received")
 
 
+def check_ring_knobs(cfg, *, pmtus: tuple[int, ...] = PMTUS, min_window: int = 2) -> None:
+    """Validate the ring knobs every transport shares (``pmtu``, ``window``, ``exp_window``,
+    ``margin``, ``msg_packets``, ``timeout``, ``retry_cnt`` attributes of ``cfg``); raises
+    ValueError naming the knob and its value. The engine's window is a power of two and the
+    credit scheme needs ``msg_packets <= window - margin`` (sw_driver.ring)."""
+    if cfg.pmtu not in pmtus:
+        raise ValueError(f"pmtu must be one of {pmtus}, got {cfg.pmtu!r}")
+    for name in ("window", "exp_window"):
+        w = getattr(cfg, name)
+        if not isinstance(w, int) or w < min_window or w & (w - 1):
+            raise ValueError(f"{name} must be a power of two >= {min_window}, got {w!r}")
+    if not isinstance(cfg.margin, int) or not 0 <= cfg.margin < cfg.window:
+        raise ValueError(f"margin must be 0..window-1 ({cfg.window - 1}), got {cfg.margin!r}")
+    room = cfg.window - cfg.margin
+    if not isinstance(cfg.msg_packets, int) or not 1 <= cfg.msg_packets <= room:
+        raise ValueError(f"msg_packets must be 1..window-margin ({room}), got "
+                         f"{cfg.msg_packets!r}")
+    QPConfig(pmtu=cfg.pmtu, timeout=cfg.timeout, retry_cnt=cfg.retry_cnt)  # validates both
+
+
 @dataclass(frozen=True)
 class CollectiveConfig:
     """Knobs of the collective. Defaults: PMTU 1024, 64-packet messages, W = 256 (2 x rxe's 128)
@@ -82,19 +102,7 @@ class CollectiveConfig:
     start_psns: tuple[int, ...] | None = None  # send-QP start PSNs per rank (tests: PSN wrap)
 
     def __post_init__(self):
-        if self.pmtu not in PMTUS:
-            raise ValueError(f"pmtu must be one of {PMTUS}, got {self.pmtu!r}")
-        for name, w in (("window", self.window), ("exp_window", self.exp_window)):
-            if not isinstance(w, int) or w < 2 or w & (w - 1):
-                raise ValueError(f"{name} must be a power of two >= 2, got {w!r}")
-        if not isinstance(self.margin, int) or not 0 <= self.margin < self.window:
-            raise ValueError(f"margin must be 0..window-1 ({self.window - 1}), got "
-                             f"{self.margin!r}")
-        if not isinstance(self.msg_packets, int) or not 1 <= self.msg_packets <= (
-                self.window - self.margin):
-            raise ValueError(f"msg_packets must be 1..window-margin ({self.window - self.margin})"
-                             f", got {self.msg_packets!r}")
-        QPConfig(pmtu=self.pmtu, timeout=self.timeout, retry_cnt=self.retry_cnt)  # validates
+        check_ring_knobs(self)
 
     @property
     def msg_bytes(self) -> int:

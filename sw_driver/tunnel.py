@@ -56,10 +56,11 @@ import numpy as np
 from netreduce.regmap import Access, BusError
 
 from . import quant
+from .collective import check_ring_knobs
 from .control import EngineControl, FlowConfig, JobConfig, Op
 from .fabric import SimulationHang, Timer, mac_str
 from .mgmt import MgmtClient, MgmtOp
-from .rnic import PMTUS, RNIC, QPConfig, QueuePair, RCError
+from .rnic import RNIC, QPConfig, QueuePair, RCError
 
 __all__ = [
     "ENGINE_MAC", "DEFAULT_MGMT_IP", "DEFAULT_MGMT_CLIENT_IP", "MAX_FRAME", "MIN_FRAME",
@@ -486,20 +487,10 @@ class RankCommConfig:
     op_timeout_s: float = 120.0
 
     def __post_init__(self):
-        if self.pmtu not in PMTUS:
-            raise ValueError(f"pmtu must be one of {PMTUS}, got {self.pmtu!r}")
-        for name, w in (("window", self.window), ("exp_window", self.exp_window)):
-            if not isinstance(w, int) or w < 4 or w & (w - 1):
-                raise ValueError(f"{name} must be a power of two >= 4, got {w!r}")
-        if not 0 <= self.margin < self.window:
-            raise ValueError(f"margin must be 0..window-1, got {self.margin!r}")
-        if not 1 <= self.msg_packets <= self.window - self.margin:
-            raise ValueError(f"msg_packets must be 1..window-margin "
-                             f"({self.window - self.margin}), got {self.msg_packets!r}")
+        check_ring_knobs(self, min_window=4)
         if self.max_bytes < self.msg_bytes or self.max_bytes % 4:
             raise ValueError(f"max_bytes must be a multiple of 4 and >= one message "
                              f"({self.msg_bytes} B), got {self.max_bytes!r}")
-        QPConfig(pmtu=self.pmtu, timeout=self.timeout, retry_cnt=self.retry_cnt)
 
     @property
     def msg_bytes(self) -> int:

@@ -50,6 +50,7 @@ from pathlib import Path
 import numpy as np
 
 from . import quant
+from .collective import check_ring_knobs
 from .control import EngineControl, FlowConfig, JobConfig, Op
 
 __all__ = ["VerbsError", "VerbsUnavailable", "VerbsConfig", "VerbsDevice", "VerbsComm",
@@ -127,19 +128,7 @@ class VerbsConfig:
     gid_index: int = 1
 
     def __post_init__(self):
-        if self.pmtu not in PMTUS:
-            raise ValueError(f"pmtu must be one of {PMTUS}, got {self.pmtu!r}")
-        for name, w in (("window", self.window), ("exp_window", self.exp_window)):
-            if not isinstance(w, int) or w < 2 or w & (w - 1):
-                raise ValueError(f"{name} must be a power of two >= 2, got {w!r}")
-        if not 0 <= self.margin < self.window:
-            raise ValueError(f"margin must be 0..{self.window - 1}, got {self.margin!r}")
-        if not 1 <= self.msg_packets <= self.window - self.margin:
-            raise ValueError(f"msg_packets must be 1..{self.window - self.margin}, got "
-                             f"{self.msg_packets!r}")
-        if not 0 <= self.timeout <= 31 or not 0 <= self.retry_cnt <= 7:
-            raise ValueError(f"timeout must be 0..31 and retry_cnt 0..7, got {self.timeout!r}, "
-                             f"{self.retry_cnt!r}")
+        check_ring_knobs(self, pmtus=PMTUS)
         if not (self.int32 or self.float32):
             raise ValueError("at least one of int32 and float32 must be enabled")
         if self.max_bytes <= 0 or self.max_bytes % 4:
