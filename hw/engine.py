@@ -124,13 +124,17 @@ def _icrc_delta(x) -> list:
     return out
 
 
-def _probe_bytes(raw, l2: int) -> list:
+def _probe_bytes(raw, l2: int, ov=None, psn=None) -> list:
     """Header bytes of the duplicate probe of a data frame (model ``_probe``, D15): opcode
-    WRITE MIDDLE, PadCnt 0 (the deparser rewrites lengths, checksum, PadCnt and ICRC)."""
+    WRITE MIDDLE, PadCnt 0 (the deparser rewrites lengths, checksum, PadCnt and ICRC); with
+    ``ov`` set, BTH PSN ``psn`` (D16's ACK request)."""
     b = l2 + wf.IPV4.size + wf.UDP.size
     out = [raw[i] for i in range(HDR_CAP)]
     out[b] = Const(_OP_WRITE_MIDDLE, 8)
     out[b + 1] = raw[b + 1] & 0xCF
+    if ov is not None:
+        for i in range(3):
+            out[b + 9 + i] = Mux(ov, psn[8 * (2 - i):8 * (3 - i)], raw[b + 9 + i])
     return out
 
 
@@ -352,7 +356,8 @@ class NetReduceEngine(wiring.Component):
         # ------------------------------------------------------------ dispatcher
         job_layout = data.StructLayout({
             "kind": 2, "cnp": 1, "raw": raw_layout, "hdr_len": range(HDR_CAP + 1),
-            "rev_qpn": 24, "slot": slot_bits, "plen": 16, "port": pb, "seq": _SEQ_BITS})
+            "rev_qpn": 24, "slot": slot_bits, "plen": 16, "port": pb, "seq": _SEQ_BITS,
+            "ov": 1, "psn": 24})
         JOB_NONE, JOB_REEMIT, JOB_PROBE = 0, 1, 2
         m.submodules.jq = jq = fifo.SyncFIFOBuffered(width=job_layout.size, depth=4)
         jq_w, jq_r = data.View(job_layout, jq.w_data), data.View(job_layout, jq.r_data)
@@ -437,6 +442,9 @@ class NetReduceEngine(wiring.Component):
                 m.d.comb += kind.eq(JOB_REEMIT)
             with m.Case(Action.PROBE):
                 m.d.comb += kind.eq(JOB_PROBE)
+            with m.Case(Action.CONTRIBUTE):
+                # D16: a contribution past a hole also sends f's receiver an ACK request
+                m.d.comb += kind.eq(Mux(dec.solicit, JOB_PROBE, JOB_NONE))
         needs_job = (kind != JOB_NONE) | dec.cnp
         start = Signal()
         m.d.comb += start.eq(ctl.dec.valid & (~active | finishing) & d_rdy
@@ -449,7 +457,7 @@ class NetReduceEngine(wiring.Component):
             jq_w.kind.eq(kind), jq_w.cnp.eq(dec.cnp), jq_w.raw.eq(d_head.raw),
             jq_w.hdr_len.eq(d_head.hdr_len), jq_w.rev_qpn.eq(dec.rev_qpn),
             jq_w.slot.eq(dec.slot), jq_w.plen.eq(dec.plen), jq_w.port.eq(dport),
-            jq_w.seq.eq(n_start),
+            jq_w.seq.eq(n_start), jq_w.ov.eq(dec.solicit), jq_w.psn.eq(dec.sol_psn),
             hs_wr.en.eq(start & (dec.action == Action.CONTRIBUTE)),
             hs_wr.addr.eq(Cat(dec.rank[:rank_bits], dec.slot[:slot_bits])),
             hs_wr.data.raw.eq(d_head.raw), hs_wr.data.hdr_len.eq(d_head.hdr_len),
@@ -525,7 +533,8 @@ class NetReduceEngine(wiring.Component):
                                                    bth_len[L2_UNTAGGED]), ejob.hdr_len)),
                     pc_w.from_slot.eq(~probe), pc_w.plen.eq(Mux(probe, 0, ejob.plen)),
                 ]
-                pu, pt = _probe_bytes(ejob.raw, L2_UNTAGGED), _probe_bytes(ejob.raw, L2_TAGGED)
+                pu = _probe_bytes(ejob.raw, L2_UNTAGGED, ejob.ov, ejob.psn)
+                pt = _probe_bytes(ejob.raw, L2_TAGGED, ejob.ov, ejob.psn)
                 with m.If(probe):
                     m.d.comb += put_raw(hq_w.raw, pu, pt, vl)
                 with m.Else():

@@ -1,7 +1,7 @@
 """Aggregation control path: what happens to each frame, given its parsed header.
 
 :class:`AggControl` implements steps 1-6 of the reference model (:mod:`netreduce.sim.model.engine`,
-whose docstring and decisions D1-D14 are the specification) for everything except payload
+whose docstring and decisions D1-D16 are the specification) for everything except payload
 arithmetic and frame bytes: flow lookup, job state and the enable sequencer (D9), slot state, the
 per-frame decision, in-order release, ACK/NAK snooping with freeing, and the CNP rate limiter. It
 is bit-exact with the model: every frame gets the model's disposition, the model's release
@@ -23,7 +23,12 @@ that the decision stage must see up to date every cycle):
   by the decision stage itself; out-of-order completions are counted per job and released by
   the scheduler when the gap closes);
 * ACK monitor: acked_f per flow, free_j = min over the job's flows (a pipelined min tree);
-* CNP limiter: per-flow time of the last CNP (a RAM), interval from the job.
+* CNP limiter: per-flow time of the last CNP (a RAM), interval from the job;
+* fast retransmit (model D16): per-flow in-order prefix nxt_f, top_f and the hole last handled
+  (a RAM read and written like the CNP times), updated by data and ACK decisions; a decision
+  with ``nak`` set tells the forward path to rewrite the ACK (``nak_x``: the XOR of its BTH PSN
+  and AETH syndrome bytes, wire order; the ICRC is patched by the engine top), one with
+  ``solicit`` to also send the contribution's duplicate probe at PSN ``sol_psn``.
 
 :class:`ParserAdapter` builds the header record from the packet parser's header record and
 verdict (:mod:`netreduce.hw.packet.layout`).
@@ -43,8 +48,12 @@ Interfaces
     CONTRIBUTE, REEMIT), the disposition counter ``disp`` (:data:`Disp`, named after
     :data:`netreduce.regmap.DISPOSITIONS`), job / rank / flow entry, slot, index k, ``overwrite``
     (first contribution of the slot's generation), op, ``plen`` / ``beats`` (512-bit beats of
-    payload), ``cnp`` (send a CNP to the flow's sender; ``rev_qpn`` is its DestQP), ``port`` and
-    ``release`` (this frame completed its slot and released at least that index).
+    payload), ``cnp`` (send a CNP to the flow's sender; ``rev_qpn`` is its DestQP), ``port``,
+    ``release`` (this frame completed its slot and released at least that index), ``nak``
+    (FORWARD this ACK as a NAK-sequence at PSN + 1, model D16), ``nak_x`` (the XOR that turns
+    its BTH PSN and AETH syndrome bytes, in wire order, into the NAK's), ``solicit`` (with a
+    CONTRIBUTE: also send this frame's duplicate probe with BTH PSN ``sol_psn``, D16's ACK
+    request).
 ``rel`` (Out, stream of :attr:`rel_layout`)
     Release commands in release order: "emit the result of slot ``slot`` (job, index, payload
     length, N) to ranks 0..N-1", each rank on ``ports[r]`` (arrival port, D13). The command for
@@ -68,9 +77,10 @@ Timing
   clock edge: they are valid in the cycle the decision becomes valid (chained releases and
   free_j results count when they happen).
 * Throughput: one header per cycle (so back-to-back minimum-size frames of one 512-bit beat are
-  decided at line rate), including back-to-back headers to the same slot or flow: the slot and
-  CNP RAM reads (issued one stage before the decision) are forwarded from the write of the
-  decision in front, and per-job state is read from flip-flops by the decision itself.
+  decided at line rate), including back-to-back headers to the same slot or flow: the slot,
+  CNP and fast-retransmit RAM reads (issued one stage before the decision) are forwarded from
+  the write of the decision in front, and per-job state is read from flip-flops by the
+  decision itself.
   The pipeline stalls as a whole (``hdr.ready`` low) only to stay exact:
   - while the header in the decision stage belongs to a job with a chained release in
     progress (2 cycles per released index; only after out-of-order completions, since an
@@ -91,7 +101,8 @@ Timing
   with it (the model latches at the write).
 
 Resources (beyond the RAMs: slot state ``slots`` x (41 + max_world [+ max_world x port bits])
-bits with two read ports, CNP times ``jobs`` x ``max_world`` x ``time_bits``, flow entry data
+bits with two read ports, CNP times ``jobs`` x ``max_world`` x ``time_bits``, fast-retransmit
+state ``jobs`` x ``max_world`` x 74, flow entry data
 ``flows`` x ~60 bits): flip-flops for the flow keys (``flows`` x 112, compared in parallel twice:
 lookup and the sequencer's conflict check), acked_f (``jobs`` x ``max_world`` x 24, read in
 parallel by the min tree) and a per-entry copy of it for ``FLOW.ACKED`` (``flows`` x 24).
@@ -309,8 +320,12 @@ class AggControl(wiring.Component):
             "rank": self.rank_bits, "entry": self.entry_bits, "slot": self.slot_bits,
             "index": PSN_BITS, "overwrite": 1, "op": 2, "plen": self.plen_bits,
             "beats": self.beats_bits, "cnp": 1, "rev_qpn": 24, "port": self.port_bits,
-            "release": 1,
+            "release": 1, "nak": 1, "nak_x": 32, "solicit": 1, "sol_psn": PSN_BITS,
         })
+        # per-flow fast-retransmit state (model D16): in-order prefix, highest index present + 1,
+        # the hole last handled (probed, and NAKed if ``naked``)
+        self.rtx_layout = data.StructLayout({"nxt": PSN_BITS, "top": PSN_BITS, "mark_v": 1,
+                                             "naked": 1, "mark": PSN_BITS})
         slot_fields = {"valid": 1, "index": PSN_BITS, "bitmap": self.max_world, "opcode": 4,
                        "plen": self.plen_bits}
         rel_fields = {"job": self.job_bits, "slot": self.slot_bits, "index": PSN_BITS,
@@ -396,6 +411,7 @@ class AggControl(wiring.Component):
         acked = Array(Array(Signal(PSN_BITS, name=f"acked{j}_{r}") for r in range(WD))
                       for j in range(J))
         cnp_seen = Array(Signal(WD, name=f"cnp_seen{j}") for j in range(J))
+        rtx_seen = Array(Signal(WD, name=f"rtx_seen{j}") for j in range(J))  # rtx word valid
         acked_e = [Signal(PSN_BITS, name=f"acked_e{e}") for e in range(F)]  # FLOW.ACKED copy
 
         def fullmask(n):
@@ -411,6 +427,9 @@ class AggControl(wiring.Component):
         m.submodules.cnpmem = cnpmem = Memory(shape=unsigned(TB), depth=cnp_depth, init=[])
         c_wr = cnpmem.write_port()
         c_rd = cnpmem.read_port()
+        m.submodules.rtxmem = rtxmem = Memory(shape=self.rtx_layout, depth=cnp_depth, init=[])
+        x_wr = rtxmem.write_port()
+        x_rd = rtxmem.read_port()
 
         m.submodules.relq = relq = fifo.SyncFIFOBuffered(width=self.rel_layout.size,
                                                          depth=self.rel_depth)
@@ -450,6 +469,7 @@ class AggControl(wiring.Component):
             slot3.eq(j_base[fd.job] + (k3 & (j_w[fd.job] - 1))),
             s_rd.en.eq(advance), s_rd.addr.eq(slot3),
             c_rd.en.eq(advance), c_rd.addr.eq(Cat(fd.rank, fd.job)),
+            x_rd.en.eq(advance), x_rd.addr.eq(Cat(fd.rank, fd.job)),
         ]
         hit4 = Signal()
         e4 = Signal(self.entry_bits)
@@ -458,9 +478,10 @@ class AggControl(wiring.Component):
         k4 = Signal(PSN_BITS)
         slot4 = Signal(self.slot_bits)
         rq4 = Signal(24)
+        st4 = Signal(PSN_BITS)
         with m.If(advance):
             m.d.sync += [hit4.eq(ft.lk_hit), e4.eq(ft.lk_entry), j4.eq(fd.job), r4.eq(fd.rank),
-                         k4.eq(k3), slot4.eq(slot3), rq4.eq(fd.rev_qpn)]
+                         k4.eq(k3), slot4.eq(slot3), rq4.eq(fd.rev_qpn), st4.eq(fd.start)]
 
         # ------------------------------------------------------------ stage 4: decide
         # last writes of the slot and CNP RAMs (for forwarding into the decision stage)
@@ -474,6 +495,12 @@ class AggControl(wiring.Component):
                                             "slot"))
         cnp_last = self._rmw_read(m, c_rd, Cat(r4, j4), advance, (cw_en, cw_addr, cw_data),
                                   "cnp")
+        xw_en, xw_addr = Signal(), Signal(len(x_wr.addr))
+        xw_data = Signal(self.rtx_layout)
+        m.d.sync += [xw_en.eq(x_wr.en), xw_addr.eq(x_wr.addr), xw_data.eq(x_wr.data)]
+        rtx_raw = self._rmw_read(m, x_rd, Cat(r4, j4), advance, (xw_en, xw_addr, xw_data), "rtx")
+        rtx_cur = data.View(self.rtx_layout,
+                            Mux(rtx_seen[j4].bit_select(r4, 1), rtx_raw, 0))
 
         n_cur, w_cur = j_n[j4], j_w[j4]
         free_cur, rel_cur = free[j4], rel[j4]
@@ -504,6 +531,8 @@ class AggControl(wiring.Component):
         pend_inc = Signal()
         mismatch = Signal()
         cnp_check = Signal()  # CE-marked data frame that passed the checks, not forwarded
+        present = Signal()  # f's contribution of k4 is now in its slot (D16 tracking)
+        ack_cur = Signal()  # a valid ACK (syndrome class ACK) not behind acked_f
         is_data_ok = Signal()
 
         d_win = Signal(PSN_BITS)
@@ -530,6 +559,7 @@ class AggControl(wiring.Component):
                              cand.eq(k4 + (kind == 0))]
                 adv_ = (cand - acked_cur)[:PSN_BITS]
                 lim = (rel_cur - acked_cur)[:PSN_BITS]
+                m.d.comb += ack_cur.eq((kind == 0) & (adv_ <= lim))
                 with m.If((adv_ != 0) & (adv_ <= lim)):
                     m.d.comb += ack_take.eq(1)
                 with m.Else():
@@ -557,7 +587,7 @@ class AggControl(wiring.Component):
                 with m.Elif(~slot_cur.valid | (slot_cur.index != k4)):
                     # EMPTY: the first contribution of this generation overwrites
                     m.d.comb += [disp.eq(Disp.CONTRIBUTIONS), action.eq(Action.CONTRIBUTE),
-                                 first.eq(1), slot_write.eq(1),
+                                 first.eq(1), slot_write.eq(1), present.eq(1),
                                  slot_new.valid.eq(1), slot_new.index.eq(k4),
                                  slot_new.bitmap.eq(onehot_r), slot_new.opcode.eq(h4.opcode),
                                  slot_new.plen.eq(h4.plen)]
@@ -566,13 +596,14 @@ class AggControl(wiring.Component):
                 with m.Elif((slot_cur.opcode != h4.opcode[:4]) | (slot_cur.plen != h4.plen)):
                     m.d.comb += [disp.eq(Disp.DROP_MISMATCH), mismatch.eq(1)]
                 with m.Elif((slot_cur.bitmap & onehot_r).any()):
+                    m.d.comb += present.eq(1)
                     with m.If(d_win < rel_d):  # RELEASED: index in [free, rel)
                         m.d.comb += [disp.eq(Disp.REEMITS), action.eq(Action.REEMIT)]
                     with m.Else():
                         m.d.comb += disp.eq(Disp.DUPLICATES)
                 with m.Else():
                     m.d.comb += [disp.eq(Disp.CONTRIBUTIONS), action.eq(Action.CONTRIBUTE),
-                                 slot_write.eq(1), slot_new.eq(slot_cur),
+                                 slot_write.eq(1), present.eq(1), slot_new.eq(slot_cur),
                                  slot_new.bitmap.eq(slot_cur.bitmap | onehot_r)]
                     if self.ports > 1:
                         m.d.comb += slot_new.ports[r4].eq(h4.port)
@@ -590,6 +621,50 @@ class AggControl(wiring.Component):
         suppressed = cnp_seen_cur & (tdiff[TB - 1] | (tdiff < j_cnp[j4]))
         cnp_send = cnp_check & ~suppressed
         cnp_supp = cnp_check & suppressed
+
+        # fast retransmit (model D16): per-flow tracking on data, the ACK request (a probe to the
+        # receiver) and the ACK rewrite decisions
+        k4p1 = Signal(PSN_BITS)
+        m.d.comb += k4p1.eq(k4 + 1)
+        rtx_new = Signal(self.rtx_layout)
+        m.d.comb += rtx_new.eq(rtx_cur)
+        nxt_d = Signal(PSN_BITS)
+        nxt_eff = Signal(PSN_BITS)  # nxt_f, or rel_j if that is ahead
+        m.d.comb += [nxt_d.eq(rtx_cur.nxt - rel_cur),
+                     nxt_eff.eq(Mux(nxt_d[PSN_BITS - 1], rel_cur, rtx_cur.nxt))]
+        top_d = Signal(PSN_BITS)
+        ahead_d = Signal(PSN_BITS)
+        up = Signal(PSN_BITS)
+        m.d.comb += [top_d.eq(rtx_cur.top - nxt_eff), ahead_d.eq(k4 - nxt_eff),
+                     up.eq(k4p1 - rtx_cur.top)]
+        hole = (top_d != 0) & ~top_d[PSN_BITS - 1]
+        at_mark = rtx_cur.mark_v & (rtx_cur.mark == nxt_eff)
+        fast_en = Cat(*(self.job_cfg[j].ctrl.fast_retx for j in range(J))).bit_select(j4, 1)
+        nak_fire = Signal()
+        solicit = Signal()
+        top_new = Mux((up != 0) & ~up[PSN_BITS - 1], k4p1, rtx_cur.top)
+        with m.If(present):
+            # the contribution at nxt_f moves it to top_f (model _present)
+            m.d.comb += [rtx_new.top.eq(top_new),
+                         rtx_new.nxt.eq(Mux(k4 == nxt_eff, top_new, nxt_eff))]
+            with m.If(fast_en & (action == Action.CONTRIBUTE) & (ahead_d != 0)
+                      & ~ahead_d[PSN_BITS - 1] & ~at_mark):
+                m.d.comb += [solicit.eq(1), rtx_new.mark_v.eq(1), rtx_new.naked.eq(0),
+                             rtx_new.mark.eq(nxt_eff)]
+        with m.Elif(ack_cur):
+            m.d.comb += rtx_new.nxt.eq(nxt_eff)
+            with m.If(fast_en & hole & ~(at_mark & rtx_cur.naked)):
+                m.d.comb += [nak_fire.eq(1), rtx_new.mark_v.eq(1), rtx_new.naked.eq(1),
+                             rtx_new.mark.eq(nxt_eff)]
+        rtx_write = Signal()
+        m.d.comb += rtx_write.eq(present | ack_cur)
+        # the forwarded ACK's rewrite as XOR bytes in wire order: PSN p -> p + 1, syndrome -> 0x60
+        psn_x = Signal(PSN_BITS)
+        m.d.comb += psn_x.eq(h4.psn ^ (h4.psn + 1)[:PSN_BITS])
+        # the ACK request's PSN: one acknowledged by f's receiver (a duplicate for it)
+        sol_psn = Signal(PSN_BITS)
+        m.d.comb += sol_psn.eq(st4 + acked_cur - 1)
+        nak_x = Cat(psn_x[16:24], psn_x[8:16], psn_x[0:8], h4.syndrome ^ 0x60)
 
         # stall conditions of the decision stage
         scrub_turn = Signal()
@@ -616,7 +691,9 @@ class AggControl(wiring.Component):
                          dec.rank.eq(r4), dec.entry.eq(e4), dec.slot.eq(slot4), dec.index.eq(k4),
                          dec.overwrite.eq(first), dec.op.eq(j_op[j4]), dec.plen.eq(h4.plen),
                          dec.beats.eq(beats), dec.cnp.eq(cnp_send), dec.rev_qpn.eq(rq4),
-                         dec.port.eq(h4.port), dec.release.eq(release_now)]
+                         dec.port.eq(h4.port), dec.release.eq(release_now),
+                         dec.nak.eq(registered & nak_fire), dec.nak_x.eq(nak_x),
+                         dec.solicit.eq(registered & solicit), dec.sol_psn.eq(sol_psn)]
         with m.Elif(self.dec.ready):
             m.d.sync += ov.eq(0)
 
@@ -632,6 +709,9 @@ class AggControl(wiring.Component):
             c_wr.en.eq(commit & cnp_send),
             c_wr.addr.eq(Cat(r4, j4)),
             c_wr.data.eq(h4.time),
+            x_wr.en.eq(commit & registered & rtx_write),
+            x_wr.addr.eq(Cat(r4, j4)),
+            x_wr.data.eq(rtx_new),
         ]
 
         # ============================================================ release scheduler
@@ -885,6 +965,8 @@ class AggControl(wiring.Component):
                                          - Mux(applying, step, 0))
             with m.If(dj & cnp_send):
                 m.d.sync += cnp_seen[j].eq(cnp_seen[j] | onehot_r)
+            with m.If(dj & rtx_write):
+                m.d.sync += rtx_seen[j].eq(rtx_seen[j] | onehot_r)
             with m.If((sq == j) & seq_enable):
                 m.d.sync += [enabled[j].eq(1), error[j].eq(JobError.NONE)]
             with m.If((sq == j) & seq_disable):
@@ -893,7 +975,8 @@ class AggControl(wiring.Component):
                 m.d.sync += error[j].eq(seq_err)
             with m.If((sq == j) & seq_reset):
                 m.d.sync += [free[j].eq(0), rel[j].eq(0), npend[j].eq(0), busy_slots[j].eq(0),
-                             chain_busy[j].eq(0), free_busy[j].eq(0), cnp_seen[j].eq(0)]
+                             chain_busy[j].eq(0), free_busy[j].eq(0), cnp_seen[j].eq(0),
+                             rtx_seen[j].eq(0)]
                 m.d.sync += [acked[j][r].eq(0) for r in range(WD)]
         # per-entry copy of acked_f for FLOW.ACKED
         for e in range(F):
@@ -936,6 +1019,8 @@ class AggControl(wiring.Component):
                                     + Mux(sch_rel_job[j], j_n[j], 0)),
                 inc.freed.eq(Mux(a_valid & (a_job == j), step, 0)),
                 inc.saturations.eq(0),
+                inc.fast_retx.eq(dj & nak_fire),
+                inc.fast_retx_probes.eq(dj & solicit),
             ]
         g = self.cnt_inc
         m.d.sync += [

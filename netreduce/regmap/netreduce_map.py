@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 MAGIC = int.from_bytes(b"NRDC", "big")  # 0x4E524443
-VERSION = (1, 0)
+VERSION = (1, 1)  # 1.1: JOB.CTRL.fast_retx, counters fast_retx and fast_retx_probes
 CLOCK_HZ = 322_265_625  # datapath clock (CMAC 100G user clock)
 PMTU_VALUES = (256, 512, 1024, 2048, 4096)
 # 4 us at 322.265625 MHz: the usual RNIC minimum time between CNPs per QP (mlx5 default).
@@ -113,6 +113,10 @@ JOB_COUNTERS: tuple[Counter, ...] = (
     Counter("cnp_sent", "CNPs generated for CE-marked data frames"),
     Counter("cnp_suppressed", "CE-marked data frames not answered (per-flow rate limit)"),
     Counter("saturations", "contributions that clipped at least one lane (SUM_SAT)"),
+    Counter("fast_retx", "ACKs forwarded rewritten as a NAK-sequence at PSN + 1 because the flow "
+            "has a hole (JOB.CTRL.fast_retx, model D16)"),
+    Counter("fast_retx_probes", "duplicate probes sent to a flow's receiver to get an ACK when "
+            "a hole appears in the flow (JOB.CTRL.fast_retx, model D16)"),
 )
 
 # Engine-wide counters that belong to no job.
@@ -210,7 +214,11 @@ def build_regmap(**params) -> RegMap:
     job = Table("JOB", 0x1000, 0x40, p["jobs"], (
         _r("CTRL", 0x00, "Job control; config below is latched on enable",
            _f("enable", 0, 1, "RW", 0, "1: latch config and flows, start with empty slots; "
-              "0: stop, discard in-flight slots")),
+              "0: stop, discard in-flight slots"),
+           _f("fast_retx", 1, 1, "RW", 0, "fast retransmit (model D16, docs/engine.md): a "
+              "flow's ACK leaves as a NAK-sequence at PSN + 1 when the flow has a hole; "
+              "live (not latched); keep 0 unless every requester of the job is go-back-N and "
+              "its packets reach the engine in order")),
         _r("WORLD", 0x04, "World size N", _f("n", 0, 16, "RW")),
         _r("WINDOW", 0x08, "Window W in slots (power of two)", _f("w", 0, 24, "RW")),
         _r("SLOT_BASE", 0x0C, "First slot of the job in the slot pool", _f("base", 0, 24, "RW")),

@@ -8,11 +8,11 @@ Contract
 * ``Engine.receive(port, frame, time)`` consumes one Ethernet frame (no FCS) that entered on
   ``port`` at ``time`` (cycles of the 322.265625 MHz datapath clock) and returns the frames the
   engine sends because of it, as :class:`Emit` records, in a deterministic order: (1) the frame
-  itself when forwarded (a behind-window data frame as its duplicate probe, D15), or the
-  re-emitted result; (2) result frames released by it, index by
-  index, ranks 0..N-1 within an index; (3) a CNP answering it. Every ``Emit.time`` equals the input
-  time: the model is untimed; the gateware adds pipeline latency, so scoreboards compare order per
-  port, not time.
+  itself when forwarded (a behind-window data frame as its duplicate probe, D15; an ACK
+  possibly as a NAK-sequence, D16), or the re-emitted result, or D16's ACK request; (2) result
+  frames released by it, index by index, ranks 0..N-1 within an index; (3) a CNP answering it.
+  Every ``Emit.time`` equals the input time: the model is untimed; the gateware adds pipeline
+  latency, so scoreboards compare order per port, not time.
 * Configuration only through the register map (``Engine.bus``, the AXI4-Lite view; see
   :mod:`netreduce.regmap`). Bad frames never raise: they are forwarded or dropped and counted.
   Only caller errors (port out of range, non-bytes frame) raise ``ValueError``/``TypeError``.
@@ -26,7 +26,8 @@ Processing of one frame
    Opcode ACK (0x11) or CNP (0x81): look up the reverse key (source IPv4, DestQP); no match ->
    forward, ``fwd_unregistered``. Any other opcode: look up the forward key; no match -> forward,
    ``fwd_unregistered``. Only flows of enabled jobs are registered.
-2. *Control frames on a reverse key* are always forwarded unchanged. If the frame passes the
+2. *Control frames on a reverse key* are always forwarded, unchanged except for an ACK rewritten
+   as a NAK-sequence by the fast retransmit (D16, off by default). If the frame passes the
    checks of :func:`netreduce.wire.parse` (lengths, IPv4 checksum, TVer, opcode, ICRC; the model
    has its own faster parser, cross-checked against it in the tests) and the AETH syndrome is an
    ACK, NAK or RNR NAK, it is snooped (step 6); else ``fwd_ctrl_invalid``. CNPs only count.
@@ -123,6 +124,32 @@ D15. (Changes DESIGN 4's "behind the window -> forward unchanged"; issue 9.) A b
     responder accepts (NAK invalid request, QP to error): a forged ACK can stall or fail the
     job, never corrupt it. The probe carries no contribution data, so even a responder that
     re-executes duplicate WRITEs writes nothing.
+D16. (Changes DESIGN 4's "ACK ... forwarded unchanged" when ``JOB.CTRL.fast_retx`` is set; issue
+    9, docs/engine.md "Fast retransmit".) Per flow f the engine keeps nxt_f (f's first missing
+    contribution, as far as it tracks: see below), top_f (one past the highest index of f
+    present) and mark_f (the hole last handled, none at enable) with naked_f (it was NAKed).
+    Wherever nxt_f is used, it is first raised to rel_j if that is ahead (every index below
+    rel_j was released, so f contributed it), and stored back when the per-flow state is
+    written. A data frame of f in the window whose contribution is, or becomes, present in its
+    slot (contribution, duplicate, re-emit) moves top_f past its index if that is ahead, and
+    the one at nxt_f moves nxt_f to top_f (the go-back-N that fills f's first hole resends all
+    after it). f has a *hole* when top_f is ahead of nxt_f (signed 24-bit).
+    With the bit set (read live, not latched):
+    (a) *ACK request*: a contribution of f at an index ahead of nxt_f, when mark_f != nxt_f,
+        also sends f's receiver a duplicate probe (D15's format, from this frame's header) at
+        PSN S_f + acked_f - 1, an index the receiver has acknowledged (S_f - 1 before any ACK):
+        a responder re-ACKs a duplicate at once with its expected PSN - 1. mark_f = nxt_f,
+        naked_f = 0, ``fast_retx_probes`` counts. Emitted before any result of the frame.
+    (b) *ACK rewrite*: an ACK (syndrome class ACK) of f at PSN p that is not behind acked_f
+        (a repeat of the latest one included: the answer to (a) often is) and not beyond rel_j,
+        when f has a hole and not (mark_f == nxt_f and naked_f), leaves as a NAK-sequence at
+        PSN p + 1 (BTH PSN and AETH syndrome 0x60 replaced, MSN and all other bytes kept, ICRC
+        recomputed); mark_f = nxt_f, naked_f = 1, ``fast_retx`` counts. It is still counted
+        ``fwd_ack`` (or ``ack_stale``) and snooped as the ACK: a NAK at p + 1 acknowledges
+        exactly what the ACK at p did. The requester goes back to p + 1 at once instead of
+        after its RC timeout.
+    NAKs, RNR NAKs, ACKs behind acked_f and CNPs are never rewritten; each hole gets at most one
+    request and one NAK.
 """
 
 from __future__ import annotations
@@ -142,7 +169,7 @@ from netreduce.regmap import (
     RegisterFile,
     build_regmap,
 )
-from netreduce.wire import ECN_CE, ECN_ECT0, OPCODES
+from netreduce.wire import ECN_CE, ECN_ECT0, NAK_PSN_SEQ, OPCODES
 from netreduce.wire.icrc import icrc_bytes, ipv4_checksum
 
 __all__ = ["CLOCK_HZ", "Emit", "Engine", "DISPOSITIONS", "ns_to_cycles"]
@@ -182,7 +209,8 @@ _REASON = {  # WireError.reason of a data frame -> drop counter
 
 
 class _Flow:
-    __slots__ = ("entry", "job", "rank", "fwd", "rev", "rev_qpn", "start", "acked", "last_cnp")
+    __slots__ = ("entry", "job", "rank", "fwd", "rev", "rev_qpn", "start", "acked", "last_cnp",
+                 "nxt", "top", "mark", "naked")
 
     def __init__(self, entry, job, rank, fwd, rev, start):
         self.entry, self.job, self.rank = entry, job, rank
@@ -190,6 +218,13 @@ class _Flow:
         self.rev_qpn = rev[1]
         self.acked = 0  # every index below this one is acknowledged by f's receiver
         self.last_cnp: int | None = None
+        # fast retransmit (D16): f's contributions 0..nxt-1 are all present (in order), top is
+        # one past the highest index present, mark the hole last probed for (None: none) and
+        # naked whether that hole was NAKed too
+        self.nxt = 0
+        self.top = 0
+        self.mark: int | None = None
+        self.naked = False
 
 
 def _key(ip: int, qpn: int) -> bytes:
@@ -215,7 +250,7 @@ class _Slot:
 
 class _Job:
     __slots__ = ("id", "n", "w", "wmask", "base", "pmtu", "op", "cnp_interval", "flows", "free",
-                 "rel", "slots", "cnt")
+                 "rel", "slots", "cnt", "fast_retx")
 
     def __init__(self, jid, n, w, base, pmtu, op, cnp_interval, flows, cnt):
         self.id, self.n, self.w, self.wmask, self.base = jid, n, w, w - 1, base
@@ -225,6 +260,7 @@ class _Job:
         self.rel = 0  # next index to release
         self.slots: dict[int, _Slot] = {}  # slot number -> non-EMPTY slot
         self.cnt = cnt  # this job's counter list (outlives the _Job across disable)
+        self.fast_retx = False  # JOB.CTRL.fast_retx, live (D16)
 
 
 class Engine:
@@ -251,6 +287,7 @@ class Engine:
         self._status_addr = [self.regmap.addr("JOB.STATUS", j) for j in range(jobs)]
         self._mismatch_mask = self.regmap.field("JOB.STATUS.mismatch").mask
         self._saturated_mask = self.regmap.field("JOB.STATUS.saturated").mask
+        self._fast_retx_mask = self.regmap.field("JOB.CTRL.fast_retx").mask
         self._wire_regs()
         # In-band management agent (netreduce.sim.mgmt.attach_mgmt): frames it matches are its.
         self.mgmt = None
@@ -293,6 +330,9 @@ class Engine:
             self._enable(j)
         elif not want and self._jobs[j] is not None:
             self._disable(j)
+        job = self._jobs[j]
+        if job is not None:
+            job.fast_retx = bool(value & self._fast_retx_mask)
 
     def _set_status(self, j: int, enabled: int, error: int) -> None:
         rm = self.regmap
@@ -482,7 +522,15 @@ class Engine:
             self._count(job, "fwd_nak")
             cand = k
         adv = (cand - fl.acked) & PSN_MASK
-        if 0 < adv <= ((job.rel - fl.acked) & PSN_MASK):
+        lim = (job.rel - fl.acked) & PSN_MASK
+        if kind == 0b00 and adv <= lim:  # an ACK not behind acked_f (D16)
+            fl.nxt = nxt = _nxt(fl, job)
+            if (job.fast_retx and 0 < (fl.top - nxt) & PSN_MASK < _HALF
+                    and not (fl.mark == nxt and fl.naked)):
+                fl.mark, fl.naked = nxt, True
+                self._count(job, "fast_retx")
+                out[0] = Emit(port, _nak_seq(buf, l3, (p.psn + 1) & PSN_MASK), time)
+        if 0 < adv <= lim:
             fl.acked = cand
             self._advance_free(job)
         else:
@@ -544,6 +592,7 @@ class Engine:
                     out.append(Emit(port, _result(buf[:p.x], l2, slot.acc.tobytes()), time))
                 else:
                     self._count(job, "duplicates")
+                _present(fl, k, _nxt(fl, job))
             else:
                 self._accept(job, slot, r, port, buf, l2, p, time, out, first=False)
         if buf[l2 + 1] & 3 == ECN_CE:
@@ -553,6 +602,15 @@ class Engine:
     def _accept(self, job: _Job, slot: _Slot, r: int, port: int, buf: bytes, l2: int,
                 p: _Parsed, time: int, out: list[Emit], first: bool) -> None:
         self._count(job, "contributions")
+        fl = job.flows[r]
+        k = slot.index
+        nxt = _nxt(fl, job)
+        if job.fast_retx and 0 < (k - nxt) & PSN_MASK < _HALF and fl.mark != nxt:
+            # D16: f's first contribution past a missing one: ask f's receiver for an ACK
+            fl.mark, fl.naked = nxt, False
+            self._count(job, "fast_retx_probes")
+            out.append(Emit(port, _probe(buf, l2, (fl.start + fl.acked - 1) & PSN_MASK), time))
+        _present(fl, k, nxt)
         if not first:
             acc = slot.acc
             x = np.frombuffer(buf, dtype="<i4", count=slot.length >> 2, offset=p.x)
@@ -600,6 +658,24 @@ class Engine:
         fl.last_cnp = time
         out.append(Emit(port, _cnp_frame(buf, l2, fl.rev_qpn), time))
         self._count(job, "cnp_sent")
+
+
+def _nxt(fl: _Flow, job: _Job) -> int:
+    """D16's in-order prefix of f: nxt_f, or rel_j if that is ahead (every index below rel_j was
+    released, so f contributed it; this also catches nxt_f up after a go-back-N)."""
+    n = fl.nxt
+    return n if (n - job.rel) & PSN_MASK < _HALF else job.rel
+
+
+def _present(fl: _Flow, k: int, nxt: int) -> None:
+    """Flow f's contribution of index k is in its slot (accepted, duplicate or re-emit): D16's
+    per-flow tracking of the highest index present (top) and of the in-order prefix (nxt, from
+    :func:`_nxt`). The contribution at nxt moves nxt to top: it fills f's first hole, and the
+    go-back-N that filled it resends everything after it, so later holes of f need no NAK of
+    their own (and the frames of that go-back, duplicates, must not look like new holes)."""
+    if 0 < (k + 1 - fl.top) & PSN_MASK < _HALF:
+        fl.top = (k + 1) & PSN_MASK
+    fl.nxt = fl.top if k == nxt else nxt
 
 
 class _Parsed:
@@ -684,11 +760,14 @@ def _cnp_frame(buf: bytes, l2: int, dqpn: int) -> bytes:
     return frame + bytes(max(0, 60 - len(frame)))
 
 
-def _probe(buf: bytes, l2: int) -> bytes:
+def _probe(buf: bytes, l2: int, psn: int | None = None) -> bytes:
     """The duplicate probe for the behind-window data frame ``buf`` (D15): BTH-only WRITE MIDDLE,
-    PadCnt 0, lengths, IPv4 checksum and ICRC recomputed, every other header field kept."""
+    PadCnt 0, lengths, IPv4 checksum and ICRC recomputed, every other header field kept (the
+    PSN too, unless ``psn`` is given: D16's ACK request)."""
     b = l2 + 28
     h = bytearray(buf[:b + 12])
+    if psn is not None:
+        h[b + 9:b + 12] = psn.to_bytes(3, "big")
     h[l2 + 2:l2 + 4] = (20 + 8 + 12 + 4).to_bytes(2, "big")
     h[l2 + 10:l2 + 12] = ipv4_checksum(h[l2:l2 + 20]).to_bytes(2, "big")
     h[l2 + 24:l2 + 26] = (8 + 12 + 4).to_bytes(2, "big")
@@ -697,6 +776,18 @@ def _probe(buf: bytes, l2: int) -> bytes:
     h += icrc_bytes(memoryview(h)[l2:])
     if len(h) < 60:
         h += bytes(60 - len(h))
+    return bytes(h)
+
+
+def _nak_seq(buf: bytes, l3: int, psn: int) -> bytes:
+    """The ACK ``buf`` rewritten as a NAK-sequence at ``psn`` (D16): BTH PSN and AETH syndrome
+    (0x60) replaced, MSN and every other byte kept, ICRC recomputed (lengths are unchanged)."""
+    b = l3 + 28
+    end = l3 + ((buf[l3 + 2] << 8) | buf[l3 + 3])
+    h = bytearray(buf)
+    h[b + 9:b + 12] = psn.to_bytes(3, "big")
+    h[b + 12] = NAK_PSN_SEQ
+    h[end - 4:end] = icrc_bytes(memoryview(h)[l3:end - 4])
     return bytes(h)
 
 

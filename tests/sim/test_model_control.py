@@ -10,7 +10,7 @@ from netreduce.sim.model import Engine
 from netreduce.sim.model.kit import RingJob, engine_with
 from netreduce.sw_driver.control import ConfigError, EngineControl
 
-from netreduce.regmap import JobError, Op, RegisterFile, build_regmap
+from netreduce.regmap import VERSION, JobError, Op, RegisterFile, build_regmap
 from netreduce.wire import parse
 
 
@@ -18,7 +18,7 @@ def test_identify_reads_build_parameters_and_rejects_other_devices():
     eng = Engine(ports=2, jobs=4, flows=32, slots=512, pmtu_max=2048)
     info = EngineControl(eng.bus).identify()
     assert (info.ports, info.jobs, info.flows, info.slots, info.pmtu_max, info.version) == \
-        (2, 4, 32, 512, 2048, (1, 0))
+        (2, 4, 32, 512, 2048, VERSION)
     rf = RegisterFile(build_regmap())
     rf.poke(0, 0x12345678)
     with pytest.raises(ConfigError, match="0x12345678"):
