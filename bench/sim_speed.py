@@ -3,11 +3,13 @@
 For each backend the all-reduce of ``--workers`` ranks x ``--size`` bytes runs end to end (RC
 endpoint models, network model, engine) and we report:
 
-* ``end_to_end_cycles_per_s``: simulated cycles / wall time of the whole run (everything: the
-  Python endpoint models and network dominate it);
+* ``end_to_end_cycles_per_s``: simulated cycles / wall time of the whole run (everything: RTL,
+  Python endpoint models and network);
 * ``rtl_cycles_per_s`` (RTL backends): simulated cycles / wall time spent inside the simulator
   (the harness calls: stepping the RTL, queuing and collecting frames, AXI4-Lite), i.e. the speed
   of the fast harness itself with this traffic;
+* the same per CPU second (``*_per_cpu_s``: process / thread CPU time), which a shared machine
+  disturbs much less than wall time; the load average at start and end is recorded;
 * the harness ceiling: the pass-through stand-in (2 x 512-bit ports back to back), where nearly
   all time is the harness's own work; with ``--harness`` also the engine with no job registered,
   every port fed back to back (every frame is forwarded), no network model.
@@ -17,12 +19,18 @@ the first run of a parameter set builds the engine (minutes).
 
     .venv/bin/python bench/sim_speed.py                          # the issue's target run
     .venv/bin/python bench/sim_speed.py --workers 8 --size 1MiB --ports 4 --data-width 64
+
+The default engine has one 512-bit port (every rank reaches it through that port, as behind a
+switch; the aggregation pipeline takes one beat per cycle whatever the port count), which is the
+build ``netreduce demo`` makes: 8 ports of 512 bits are ~4x the C++ (58 MB) and hours of
+compiling on a busy 2-core machine.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import time
@@ -68,22 +76,26 @@ def run_backend(name: str, cfg: SimConfig, overrides: dict) -> dict:
     tag = f"{name}-bench"
     register_backend(tag, base.description, make)
     try:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         r = run_sim(SimConfig(**{**cfg.__dict__, "backend": tag}))
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     finally:
         simrun.BACKENDS.pop(tag, None)
     out = {"backend": name, "ok": r.ok, "error": r.error, "cycles": r.cycles,
-           "wall_s": round(wall, 3), "run_wall_s": round(r.wall_s, 3),
+           "wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "run_wall_s": round(r.wall_s, 3),
            "end_to_end_cycles_per_s": round(r.cycles / r.wall_s) if r.wall_s else None,
+           "end_to_end_cycles_per_cpu_s": round(r.cycles / cpu) if cpu else None,
            "frames": len(r.capture.ins) + len(r.capture.outs)}
     fab = kept.get("fab")
     sim = getattr(fab, "sim", None)
     if sim is not None:
         st = sim.stats()
+        rcpu = st.get("run_cpu_seconds")
         out.update(rtl_seconds=round(st["run_seconds"], 3), rtl_cycles=st["cycles"],
                    rtl_cycles_per_s=round(st["cycles"] / st["run_seconds"])
                    if st["run_seconds"] else None,
+                   rtl_cpu_seconds=None if rcpu is None else round(rcpu, 3),
+                   rtl_cycles_per_cpu_s=round(st["cycles"] / rcpu) if rcpu else None,
                    beats_in=st["beats_in"], beats_out=st["beats_out"],
                    pumps=fab.stats["pumps"], late_outputs=fab.stats["late_outputs"],
                    rtl_params=fab.rtl_params)
@@ -130,15 +142,16 @@ def standin_loop(ports: int = 2, width: int = 512, cycles: int = 170_000) -> dic
     for p in range(ports):
         for _ in range(cycles // 17 + 1):
             sim.send(p, frame)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     n = 0
     while sim.cycle < cycles:
         n += len(sim.run(10_000))
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     st = sim.stats()
     sim.close()
     return {"backend": "verilator", "what": f"stand-in, {ports} x {width}-bit ports back to back",
             "cycles": st["cycles"], "frames_out": n, "wall_s": round(wall, 3),
+            "cpu_s": round(cpu, 3), "cycles_per_cpu_s": round(st["cycles"] / cpu),
             "cycles_per_s": round(st["cycles"] / wall),
             "beats_per_s": round((st["beats_in"] + st["beats_out"]) / wall)}
 
@@ -148,7 +161,9 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--size", type=_size, default=16 << 20)
     ap.add_argument("--dtype", default="int32", choices=["int32", "float32"])
-    ap.add_argument("--ports", type=int, default=0, help="engine ports (0: one per worker)")
+    ap.add_argument("--ports", type=int, default=1,
+                    help="engine ports (0: one per worker). Default 1: the board build "
+                         "(VCU118 default-1p) and the same engine build as `netreduce demo`")
     ap.add_argument("--data-width", type=int, default=512, help="engine datapath bits")
     ap.add_argument("--pmtu", type=int, default=1024)
     ap.add_argument("--top", type=Path, default=None,
@@ -160,7 +175,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=OUT)
     a = ap.parse_args(argv)
     res = {"command": " ".join([Path(sys.executable).name, *sys.argv]),
-           "machine": {"cpus": __import__("os").cpu_count(), "python": platform.python_version()},
+           "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                       "load_average_at_start": [round(x, 2) for x in os.getloadavg()]},
            "runs": []}
     overrides = {"data_width": a.data_width, "pmtu_max": max(1024, a.pmtu)}
     if a.top is not None:
@@ -187,6 +203,7 @@ def main(argv=None) -> int:
         h = harness_loop("verilator", params, 200, 1024)
         print(json.dumps(h), flush=True)
         res["harness"] = h
+    res["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(res, indent=1) + "\n")
     print(f"wrote {a.out}")

@@ -87,6 +87,7 @@ class SimConfig:
     latency_ns: int = 500
     timeout_ns: int = 10_000_000_000  # watchdog on simulated time
     ack_priority: bool = True  # ACK/NAK/CNP overtake queued data on a link (see net_config)
+    qp_timeout: int = 8  # RC local ACK timeout exponent: 4.096 us * 2^t (8: 1.05 ms)
 
     def __post_init__(self):
         if not isinstance(self.workers, int) or not 2 <= self.workers <= 64:
@@ -101,7 +102,7 @@ class SimConfig:
             raise ValueError(f"ports must be >= 0 (0: one per rank), got {self.ports!r}")
         LinkConfig(latency_ns=self.latency_ns, gbps=self.link_gbps, loss=self.loss, dup=self.dup,
                    reorder=self.reorder)  # validates the link parameters
-        CollectiveConfig(pmtu=self.pmtu)  # validates the PMTU
+        CollectiveConfig(pmtu=self.pmtu, timeout=self.qp_timeout)  # validates PMTU, timeout
 
     @property
     def nports(self) -> int:
@@ -353,7 +354,7 @@ def run_sim(cfg: SimConfig, pcap: str | Path | None = None,
     except BaseException:
         cap.close()
         raise
-    ccfg = CollectiveConfig(pmtu=cfg.pmtu, sim_timeout_ns=cfg.timeout_ns)
+    ccfg = CollectiveConfig(pmtu=cfg.pmtu, sim_timeout_ns=cfg.timeout_ns, timeout=cfg.qp_timeout)
     comms, ops, inputs = [], [], []
     for g in range(cfg.jobs):
         comm = Communicator(fab, cfg.workers, ccfg, seed=cfg.seed, name=f"g{g}")

@@ -14,7 +14,7 @@ from netreduce import __version__
 
 # name -> (module, attribute, one-line help). Keep in the order --help should show.
 COMMANDS: dict[str, tuple[str, str, str]] = {
-    "demo": ("netreduce.cli.demo", "demo", "All-reduce through the engine model on a lossy net."),
+    "demo": ("netreduce.cli.demo", "demo", "All-reduce through the engine RTL on a lossy net."),
     "sim": ("netreduce.cli.sim", "sim", "All-reduce of N RC endpoints through the engine; report."),
     "switch": ("netreduce.cli.switch", "switch", "Switch service: the engine on a loopback L2 "
                "switch."),

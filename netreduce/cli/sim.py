@@ -66,8 +66,11 @@ class _Fail(click.ClickException):
               help="PNG of per-port throughput and slots in flight over time.")
 @click.option("--timeout-ms", type=click.IntRange(1, 600_000), default=10_000,
               show_default=True, help="Watchdog on simulated time.")
+@click.option("--qp-timeout", type=click.IntRange(1, 31), default=8, show_default=True,
+              help="RC local ACK timeout of the endpoints: 4.096 us x 2^T (8: 1.05 ms). Lower "
+                   "it to shorten the idle waits after a tail loss on the slow RTL simulators.")
 def sim(workers, size, dtype, pmtu, jobs, loss, dup, reorder, seed, backend, ports, gbps,
-        ack_priority, pcap, json_path, plot_path, timeout_ms):
+        ack_priority, pcap, json_path, plot_path, timeout_ms, qp_timeout):
     """All-reduce SIZE bytes from each of N RC endpoint models through the NetReduce engine.
 
     The ranks behave like Linux soft-RoCE on 100 Gb/s links that can lose, duplicate and reorder
@@ -88,7 +91,7 @@ def sim(workers, size, dtype, pmtu, jobs, loss, dup, reorder, seed, backend, por
         cfg = SimConfig(workers=workers, size=size, dtype=dtype, pmtu=int(pmtu), jobs=jobs,
                         loss=loss, dup=dup, reorder=reorder, seed=seed, backend=backend,
                         ports=ports, link_gbps=gbps, timeout_ns=timeout_ms * 1_000_000,
-                        ack_priority=ack_priority)
+                        ack_priority=ack_priority, qp_timeout=qp_timeout)
         get_backend(backend).probe()
     except (ValueError, BackendUnavailable) as e:
         raise _Fail(str(e)) from None

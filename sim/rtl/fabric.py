@@ -45,8 +45,8 @@ from netreduce.regmap import BusError, build_regmap
 from ..fabric_model import cycles_to_ns, ns_to_cycles
 from ..network import NetConfig, NetworkFabric
 
-__all__ = ["RtlFabric", "RtlBus", "PeekScheduler", "rtl_params", "engine_top", "make_rtl_backend",
-           "probe_rtl", "ENGINE_TOP_NAME"]
+__all__ = ["RtlFabric", "RtlBus", "PeekScheduler", "rtl_params", "engine_top", "engine_top_path",
+           "make_rtl_backend", "probe_rtl", "ENGINE_TOP_NAME"]
 
 ENGINE_TOP_NAME = "netreduce_engine"
 
@@ -217,21 +217,26 @@ def _engine_module():
     return engine
 
 
+def engine_top_path(params: dict):
+    """Where :func:`engine_top` caches the top of build ``params`` (exists once converted)."""
+    from netreduce.sim.cocotb.runner import _sources_digest, gen_cache_root
+
+    key = hashlib.sha256(json.dumps([sorted(params.items()), _sources_digest(
+        ("netreduce.hw", "netreduce.wire", "netreduce.regmap"))]).encode()).hexdigest()[:16]
+    return gen_cache_root() / f"{ENGINE_TOP_NAME}-{key}.json"
+
+
 def engine_top(params: dict):
     """The engine's Verilog top (``netreduce.hw.engine.engine_verilog``) for build ``params``,
     cached in :func:`netreduce.sim.cocotb.runner.gen_cache_root` (outside the work tree, shared
     by clones) by the parameters and the source text of netreduce.hw, .wire and .regmap
     (elaborating a 512-bit engine takes a while)."""
-    from netreduce.sim.cocotb.runner import _sources_digest, gen_cache_root
-
     from .fastsim import load_top, save_top
 
     eng = _engine_module()
     if eng is None:
         raise RuntimeError("netreduce.hw.engine is not available")
-    key = hashlib.sha256(json.dumps([sorted(params.items()), _sources_digest(
-        ("netreduce.hw", "netreduce.wire", "netreduce.regmap"))]).encode()).hexdigest()[:16]
-    path = gen_cache_root() / f"{ENGINE_TOP_NAME}-{key}.json"
+    path = engine_top_path(params)
     if path.exists():
         return load_top(path)
     path.parent.mkdir(parents=True, exist_ok=True)
