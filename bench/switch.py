@@ -1,6 +1,8 @@
-"""Throughput of the switch service (``netreduce switch``, engine model), and DDP step time.
+"""Throughput of the switch service (``netreduce switch``), and DDP step time.
 
-Runs the service as its own process (as in use) and measures, over loopback TCP:
+Runs the service as its own process (as in use), with the reference engine (``--backend model``)
+or the engine RTL under Verilator (``--backend verilator``: the 64-bit build of the RTL tests by
+default, ``--data-width`` to change it), and measures, over loopback TCP:
 
 * ``bypass``: frames/s through the switch and engine for non-RoCE traffic (the engine forwards it
   unchanged): one client streams 1024-byte frames to another, in batches;
@@ -11,8 +13,11 @@ Runs the service as its own process (as in use) and measures, over loopback TCP:
   ``--ddp-ranks`` CPU ranks, once with the NetReduce hook and once with gloo's all-reduce: the
   mean time per training step and whether the loss curves agree (reported, not asserted).
 
-Writes bench/results/switch.json. The machine matters: on a 2-core VM every cross-process
-loopback send costs a wake-up (about 0.5 ms here), which dominates small exchanges.
+Writes bench/results/switch.json: the model's figures at the top level, the RTL's under
+``"verilator"`` (each run replaces only its own part). The machine matters: on a 2-core VM every
+cross-process loopback send costs a wake-up (about 0.5 ms here), which dominates small exchanges;
+with the RTL, the Verilator model's cycles dominate (``rtl`` in the figures: cycles and seconds
+spent in the model).
 """
 
 from __future__ import annotations
@@ -33,13 +38,30 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 
 
+SWITCH_ARGS: list[str] = []  # engine options (--backend ...), set by main()
+
+
+def rtl_args(data_width: int) -> list[str]:
+    """``netreduce switch`` options of the RTL build: the parameters of the RTL tests
+    (tests/sim/test_rtl_backend.py), at ``data_width`` bits."""
+    from netreduce.sim.rtl.fabric import rtl_params
+    from netreduce.sim.simrun import SimConfig
+
+    p = {**rtl_params(SimConfig(workers=4)), "data_width": data_width, "pmtu_max": 1024}
+    return ["--backend", "verilator", "--ports", str(p["ports"]), "--jobs", str(p["jobs"]),
+            "--flows", str(p["flows"]), "--slots", str(p["slots"]), "--max-world",
+            str(p["max_world"]), "--pmtu-max", str(p["pmtu_max"]), "--data-width",
+            str(p["data_width"])]
+
+
 def start_switch(extra=()) -> tuple[subprocess.Popen, int, Path]:
     d = Path(tempfile.mkdtemp(prefix="nr-switch-"))
     pf = d / "port"
     p = subprocess.Popen([sys.executable, "-m", "netreduce", "switch", "--listen", "127.0.0.1:0",
                           "--port-file", str(pf), "--stats-json", str(d / "stats.json"), "-q",
-                          *extra], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    end = time.monotonic() + 60
+                          *SWITCH_ARGS, *extra], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    end = time.monotonic() + (3600 if SWITCH_ARGS else 60)  # the RTL may be built first
     while not (pf.exists() and pf.read_text().strip()):
         if p.poll() is not None or time.monotonic() > end:
             raise SystemExit("the switch service did not start")
@@ -87,7 +109,14 @@ def bench_bypass(frames: int, batch: int = 256) -> dict:
     stats = stop_switch(p, d)
     return {"frames": got, "frame_bytes": 1024, "wall_s": round(wall, 3),
             "frames_per_s": round(got / wall), "mbit_per_s": round(got * 1024 * 8 / wall / 1e6),
-            "switch_frames_in": stats["frames_in"]}
+            "switch_frames_in": stats["frames_in"], **_rtl_figures(stats)}
+
+
+def _rtl_figures(stats: dict) -> dict:
+    if "rtl.runs" not in stats:
+        return {}
+    return {"rtl": {k.removeprefix("rtl."): v for k, v in stats.items()
+                    if k.startswith("rtl.") and v}}
 
 
 def bench_allreduce(workers: int, mib: float) -> dict:
@@ -99,7 +128,8 @@ def bench_allreduce(workers: int, mib: float) -> dict:
     rng = np.random.default_rng(0)
     xs = [rng.integers(-2**31, 2**31, n, dtype=np.int64).astype(np.int32) for _ in range(workers)]
     with Tunnel(("127.0.0.1", port)) as t:
-        comm = Communicator(t, workers, CollectiveConfig(timeout=17))
+        # the RTL handles a few hundred frames per second: a window of every rank takes seconds
+        comm = Communicator(t, workers, CollectiveConfig(timeout=20 if SWITCH_ARGS else 17))
         t0 = time.perf_counter()
         res = comm.allreduce(xs)
         wall = time.perf_counter() - t0
@@ -113,7 +143,8 @@ def bench_allreduce(workers: int, mib: float) -> dict:
             "frames_per_s": round(frames / wall),
             "goodput_mbit_per_s": round(n * 4 * 8 / wall / 1e6, 1),
             "retransmitted": res.stats["retransmitted"], "exact": ok,
-            "note": "wall includes job registration over the management protocol"}
+            "note": "wall includes job registration over the management protocol",
+            **_rtl_figures(stats)}
 
 
 def bench_ddp(ranks: int, epochs: int) -> dict:
@@ -145,15 +176,26 @@ def bench_ddp(ranks: int, epochs: int) -> dict:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--frames", type=int, default=20000)
-    ap.add_argument("--workers", type=int, default=4)
-    ap.add_argument("--mib", type=float, default=2.0)
+    ap.add_argument("--frames", type=int, default=None, help="default 20000 (RTL: 4000)")
+    ap.add_argument("--workers", type=int, default=None, help="default 4 (RTL: 2)")
+    ap.add_argument("--mib", type=float, default=None, help="default 2.0 (RTL: 0.25)")
     ap.add_argument("--no-ddp", action="store_true")
     ap.add_argument("--ddp-ranks", type=int, default=4)
     ap.add_argument("--ddp-epochs", type=int, default=3)
+    ap.add_argument("--backend", choices=["model", "verilator"], default="model")
+    ap.add_argument("--data-width", type=int, choices=[64, 128, 256, 512], default=64,
+                    help="RTL datapath width (verilator; 64 is the build the tests use)")
     a = ap.parse_args()
+    rtl = a.backend == "verilator"  # a few hundred frames/s: smaller runs
+    a.frames = a.frames or (4000 if rtl else 20000)
+    a.workers = a.workers or (2 if rtl else 4)
+    a.mib = a.mib or (0.25 if rtl else 2.0)
     out = {"bench": "switch", "command": " ".join([Path(sys.executable).name, *sys.argv]),
-           "backend": "model", "cpus": os.cpu_count()}
+           "backend": a.backend, "cpus": os.cpu_count(),
+           "load_1min": round(os.getloadavg()[0], 1)}  # the RTL's speed scales with it
+    if a.backend == "verilator":
+        SWITCH_ARGS[:] = rtl_args(a.data_width)
+        out["switch_args"] = " ".join(SWITCH_ARGS)
     out["bypass"] = bench_bypass(a.frames)
     print("bypass", out["bypass"], flush=True)
     out["allreduce"] = bench_allreduce(a.workers, a.mib)
@@ -170,7 +212,16 @@ def main():
         print("ddp", out["ddp"], flush=True)
     p = Path(__file__).parent / "results" / "switch.json"
     p.parent.mkdir(exist_ok=True)
-    p.write_text(json.dumps(out, indent=2) + "\n")
+    try:
+        old = json.loads(p.read_text())
+    except (OSError, ValueError):
+        old = {}
+    if a.backend == "verilator":  # keep the model's figures at the top level
+        new = {k: v for k, v in old.items() if k != "verilator"} or {"bench": "switch"}
+        new["verilator"] = out
+    else:
+        new = {**out, **({"verilator": old["verilator"]} if "verilator" in old else {})}
+    p.write_text(json.dumps(new, indent=2) + "\n")
     print(json.dumps(out, indent=2))
     if not out["allreduce"]["exact"]:
         sys.exit(1)

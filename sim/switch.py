@@ -13,13 +13,23 @@ Path of a frame
   engine forwards what is not a registered flow unchanged, so ARP and ordinary traffic pass); every
   frame the engine emits is delivered by destination MAC. Connection i enters engine port
   ``i mod ports``. Time is the wall clock in datapath cycles since the service started.
+* Engines: the reference model (default) or the engine RTL under Verilator
+  (:class:`~netreduce.sim.rtl.switch_engine.RtlSwitchEngine`, ``netreduce switch --backend
+  verilator``). A *batched* engine (``engine.batched``) is fed differently: every frame read in
+  one event-loop turn is queued (``engine.send(port, frame)``), then one ``engine.run()`` runs the
+  RTL until it is idle and returns what it emitted (the RTL keeps its own time, see there); one
+  ``engine.sweep()`` after the traffic stops collects stragglers. Its ``wake`` is set to schedule
+  a run (frames completed during a register access). Broadcast and unknown unicast are flooded to
+  every connection but the one owning the frame's source MAC (with batching the ingress
+  connection of an output is not known; for the model it is the ingress connection).
 * Management: jobs and flows are registered through the register map with the in-band
   management protocol (docs/management.md): the service gives the engine its management agent
   (:func:`netreduce.sim.mgmt.attach_mgmt`) at ``mgmt_ip`` / :data:`~netreduce.sw_driver.tunnel.
   ENGINE_MAC`, allowing the sources ``mgmt_sources`` (default 10.255.255.1, what
-  :meth:`netreduce.sw_driver.tunnel.Tunnel.mgmt_bus` uses), optionally with a SipHash key.
-  Requests enter the engine like every frame; the agent consumes them and its answers are routed
-  back by MAC.
+  :meth:`netreduce.sw_driver.tunnel.Tunnel.mgmt_bus` uses), optionally with a SipHash key. An
+  engine with ``provision_mgmt(settings)`` (the RTL) gets the same settings written into its
+  ``MGMT`` registers instead: its own management path answers. Requests enter the engine like
+  every frame; the agent consumes them and its answers are routed back by MAC.
 * Faults (seeded, per direction "up" = into the engine, "down" = towards the workers): loss,
   duplication (the copy right behind), reordering (the frame is held back a uniform 0..
   ``reorder_ms`` so later frames overtake it). Management frames (to or from ``mgmt_ip``) are
@@ -68,6 +78,8 @@ from .model.engine import CLOCK_HZ
 __all__ = ["FaultConfig", "SwitchConfig", "SwitchService", "SwitchThread", "COUNTER_HELP"]
 
 log = logging.getLogger("netreduce.switch")
+
+SWEEP_S = 0.05  # batched engines: the straggler sweep runs this long after the last run
 
 COUNTER_HELP = {
     "connections": "worker connections accepted",
@@ -211,8 +223,10 @@ class _Conn(asyncio.Protocol):
 class SwitchService:
     """The switch service around ``engine``: anything with ``receive(port, frame, cycles)``
     returning records with ``.frame``, a ``bus`` and ``ports`` (default: the reference
-    :class:`~netreduce.sim.model.Engine`). ``counters`` are the service's own;
-    :meth:`all_counters` adds the engine's global counters (prefixed ``engine.``)."""
+    :class:`~netreduce.sim.model.Engine`), or a batched engine (module doc: ``batched``,
+    ``send``, ``run``, ``sweep``, ``more``, ``wake``, ``provision_mgmt``). ``counters`` are the
+    service's own; :meth:`all_counters` adds the engine's global counters (prefixed ``engine.``)
+    and, where the engine has ``stats()``, those (prefixed ``rtl.``)."""
 
     def __init__(self, engine=None, cfg: SwitchConfig | None = None):
         if engine is None:
@@ -221,12 +235,19 @@ class SwitchService:
             engine = Engine()
         self.engine = engine
         self.cfg = cfg = cfg or SwitchConfig()
-        if hasattr(engine, "mgmt"):
+        settings = MgmtSettings(ip=cfg.mgmt_ip, mac=ENGINE_MAC,
+                                sources=[MgmtSource(ip) for ip in cfg.mgmt_sources],
+                                key=cfg.mgmt_key)
+        if hasattr(engine, "provision_mgmt"):
+            engine.provision_mgmt(settings)  # the RTL's own management path
+        elif hasattr(engine, "mgmt"):
             from .mgmt import attach_mgmt
 
-            attach_mgmt(engine, MgmtSettings(
-                ip=cfg.mgmt_ip, mac=ENGINE_MAC, sources=[MgmtSource(ip) for ip in cfg.mgmt_sources],
-                key=cfg.mgmt_key))
+            attach_mgmt(engine, settings)
+        # batched engines (the RTL): every frame of a loop turn is queued, then one run
+        self._batched = bool(getattr(engine, "batched", False))
+        self._run_pending = False
+        self._sweep_timer: asyncio.TimerHandle | None = None
         self._mgmt_ip = cfg.mgmt_ip.to_bytes(4, "big")
         self.counters: Counter = Counter()
         self._up = _Faults(cfg.up, cfg.seed, "up", self.counters)
@@ -247,6 +268,8 @@ class SwitchService:
     async def start(self) -> tuple[str, int]:
         """Listen; returns the (host, port) actually bound."""
         self._loop = asyncio.get_running_loop()
+        if self._batched:
+            self.engine.wake = self._schedule_run
         if self.cfg.pcap:
             self._pcap_in = PcapWriter(f"{self.cfg.pcap}.in.pcap")
             self._pcap_out = PcapWriter(f"{self.cfg.pcap}.out.pcap")
@@ -260,6 +283,9 @@ class SwitchService:
 
     async def stop(self) -> dict[str, int]:
         """Stop listening, close every connection and the captures; returns all counters."""
+        if self._sweep_timer is not None:
+            self._sweep_timer.cancel()
+            self._sweep_timer = None
         if self._server is not None:
             self._server.close()
             for c in list(self.conns.values()):
@@ -282,6 +308,9 @@ class SwitchService:
                 out[f"engine.{k}"] = int(v)
         except AttributeError:  # a backend without counters()
             pass
+        stats = getattr(self.engine, "stats", None)
+        if callable(stats):  # the RTL adapter's own counters
+            out.update((f"rtl.{k}", int(v)) for k, v in stats().items())
         return out
 
     # ------------------------------------------------------------------ connections
@@ -358,11 +387,44 @@ class SwitchService:
         if self._pcap_in is not None:
             self._pcap_in.write(f, time.time_ns())
         self.counters["engine_in"] += 1
+        if self._batched:
+            self.engine.send(c.port, f)
+            self._schedule_run()
+            return
         emits = self.engine.receive(c.port, f, self._cycles())
         for e in emits:
             self._egress(c, e.frame)
 
-    def _egress(self, ingress: _Conn, f: bytes) -> None:
+    def _schedule_run(self) -> None:
+        """One engine run per loop turn, after every connection's data of the turn is read."""
+        if not self._run_pending and self._loop is not None:
+            self._run_pending = True
+            self._loop.call_soon(self._run_engine)
+
+    def _run_engine(self) -> None:
+        self._run_pending = False
+        self._egress_batch(self.engine.run())
+        if self.engine.more:  # the watchdog stopped a run that still moves: go on next turn
+            self._schedule_run()
+        # once the traffic stops, one sweep collects stragglers (see RtlSwitchEngine)
+        if self._sweep_timer is not None:
+            self._sweep_timer.cancel()
+        self._sweep_timer = self._loop.call_later(SWEEP_S, self._sweep)
+
+    def _sweep(self) -> None:
+        self._sweep_timer = None
+        self._egress_batch(self.engine.sweep())
+
+    def _egress_batch(self, emits) -> None:
+        # the ingress connection of an output is unknown here: a flood leaves out the
+        # connection owning the frame's source MAC (where the frame or its request came from)
+        macs = self.macs
+        for e in emits:
+            f = e.frame
+            self._egress(macs.get(f[6:12]), f)
+        self._flush()
+
+    def _egress(self, ingress: _Conn | None, f: bytes) -> None:
         cn = self.counters
         cn["engine_out"] += 1
         if self._pcap_out is not None:

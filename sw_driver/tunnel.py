@@ -440,15 +440,21 @@ class ReadAheadBus:
         self._cached = {r.offset for r in self._flow.registers
                         if r.fields and all(f.access == Access.RW for f in r.fields)}
         self._cache: dict[int, int] = {}
+        self._count: int | None = None  # the engine's flow entries (GLOBAL.FLOWS), on first use
 
     def read(self, addr: int) -> int:
         t = self._flow
         off = (addr - t.base) % t.stride
         if not (t.base <= addr < t.base + t.count * t.stride) or off not in self._cached:
             return self.client.read(addr)
+        if self._count is None:
+            # the engine's table may be smaller than the client's default register map's
+            self._count = min(t.count, self.client.read(self.client.regmap.addr("GLOBAL.FLOWS")))
+        if (addr - t.base) // t.stride >= self._count:
+            return self.client.read(addr)  # beyond the engine's table: its answer (BAD_ADDR)
         v = self._cache.get(addr)
         if v is None:
-            col = [t.base + e * t.stride + off for e in range(t.count)]
+            col = [t.base + e * t.stride + off for e in range(self._count)]
             vals = self.client.transact([MgmtOp.read(a) for a in col])
             self._cache.update(zip(col, vals, strict=True))
             v = self._cache[addr]

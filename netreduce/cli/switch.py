@@ -3,7 +3,8 @@
 Workers (software RNICs through ``netreduce.sw_driver.tunnel``, or QEMU VMs with
 ``-netdev socket,id=n0,connect=HOST:PORT``) connect over TCP; the engine sits on every frame's
 path. SIGINT/SIGTERM stop it cleanly; it then prints its counters (and writes them as JSON with
-``--stats-json``). Exit status 0 after a clean stop, 2 on bad options or when it cannot listen.
+``--stats-json``). Exit status 0 after a clean stop, 2 on bad options or when it cannot listen
+(or Verilator is missing, with ``--backend verilator``), 1 when the RTL build fails.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 import json
 import logging
 import signal
+import time
 from pathlib import Path
 
 import click
@@ -33,12 +35,23 @@ def _ip(text: str) -> int:
 @click.option("--listen", "-l", default="127.0.0.1:7000", show_default=True,
               help="HOST:PORT to accept workers on (port 0: any free port, see --port-file).")
 @click.option("--backend", type=click.Choice(["model", "verilator"]), default="model",
-              show_default=True, help="The engine on the path: the bit-exact reference model "
-              "(the RTL under Verilator comes with a later issue).")
+              show_default=True, help="The engine on the path: the bit-exact reference model, "
+              "or the engine RTL under Verilator (built on first use, then cached).")
 @click.option("--ports", "-p", type=click.IntRange(1, 16), default=1, show_default=True,
               help="Engine Ethernet ports; connection i enters port i mod P.")
 @click.option("--jobs", type=click.IntRange(1, 64), default=8, show_default=True,
               help="Engine job table size.")
+@click.option("--flows", type=click.IntRange(1, 65535), default=256, show_default=True,
+              help="Engine flow table size.")
+@click.option("--slots", type=click.IntRange(1, 1 << 24), default=1024, show_default=True,
+              help="Aggregation slots in the engine's pool.")
+@click.option("--max-world", type=click.IntRange(1, 65535), default=64, show_default=True,
+              help="Largest world size N the engine takes.")
+@click.option("--pmtu-max", type=click.Choice(["256", "512", "1024", "2048", "4096"]),
+              default="4096", show_default=True, help="Largest PMTU a slot holds.")
+@click.option("--data-width", type=click.Choice(["64", "128", "256", "512"]), default="512",
+              show_default=True, help="RTL datapath width in bits (verilator; 64 builds in a "
+              "fraction of the time of 512, same behaviour).")
 @click.option("--up-loss", type=_PROB, default=0.0, help="Loss probability into the engine.")
 @click.option("--up-dup", type=_PROB, default=0.0, help="Duplication probability into the engine.")
 @click.option("--up-reorder", type=_PROB, default=0.0,
@@ -66,15 +79,20 @@ def _ip(text: str) -> int:
               help="Write the counters as JSON here on shutdown.")
 @click.option("--verbose", "-v", count=True, help="-v: debug logs of the service.")
 @click.option("--quiet", "-q", is_flag=True, help="Warnings and errors only.")
-def switch(listen, backend, ports, jobs, up_loss, up_dup, up_reorder, down_loss, down_dup,
-           down_reorder, reorder_ms, seed, pcap, mgmt_ip, mgmt_sources, mgmt_key, port_file,
-           stats_json, verbose, quiet):
+def switch(listen, backend, ports, jobs, flows, slots, max_world, pmtu_max, data_width, up_loss,
+           up_dup, up_reorder, down_loss, down_dup, down_reorder, reorder_ms, seed, pcap, mgmt_ip,
+           mgmt_sources, mgmt_key, port_file, stats_json, verbose, quiet):
     """Play the switch with the NetReduce engine on its path (QEMU socket framing over TCP).
 
     A small L2 switch with MAC learning: every frame from a worker enters the engine, every frame
     the engine emits goes to the worker owning its destination MAC. Jobs and flows are registered
     through the register map over the in-band management protocol. Runs until SIGINT/SIGTERM,
     then prints its counters.
+
+    With --backend verilator the engine is the RTL (netreduce.hw.engine) under Verilator: the
+    first run of a parameter set elaborates and compiles it (minutes at 512 bits, cached after);
+    its own management path answers the management frames; the RTL runs only while it has
+    frames (its cycles are not the wall clock).
     """
     from netreduce.sim.model import Engine
     from netreduce.sim.switch import COUNTER_HELP, FaultConfig, SwitchConfig, SwitchService
@@ -87,9 +105,14 @@ def switch(listen, backend, ports, jobs, up_loss, up_dup, up_reorder, down_loss,
         host, port = parse_address(listen)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--listen") from None
-    if backend != "model":
-        raise click.UsageError("--backend verilator is not available yet (it comes with the RTL "
-                               "switch issue); use --backend model")
+    from netreduce.regmap import build_regmap
+
+    params = dict(ports=ports, jobs=jobs, flows=flows, slots=slots, max_world=max_world,
+                  pmtu_max=int(pmtu_max), data_width=int(data_width))
+    try:
+        build_regmap(**params)
+    except ValueError as e:
+        raise click.UsageError(f"engine build parameters: {e}") from None
     key = None
     if mgmt_key is not None:
         try:
@@ -103,7 +126,18 @@ def switch(listen, backend, ports, jobs, up_loss, up_dup, up_reorder, down_loss,
                        down=FaultConfig(down_loss, down_dup, down_reorder, reorder_ms),
                        mgmt_ip=_ip(mgmt_ip), mgmt_sources=tuple(_ip(s) for s in mgmt_sources),
                        mgmt_key=key)
-    svc = SwitchService(Engine(ports=ports, jobs=jobs), cfg)
+    help_ = dict(COUNTER_HELP)
+    if backend == "verilator":
+        engine = _rtl_engine(params, seed, log)
+        from netreduce.sim.rtl.switch_engine import RTL_COUNTER_HELP
+
+        help_.update(RTL_COUNTER_HELP)
+    else:
+        engine = Engine(**params)
+    try:
+        svc = SwitchService(engine, cfg)
+    except ValueError as e:  # e.g. more management sources than the allow-list holds
+        raise click.UsageError(str(e)) from None
 
     async def main() -> dict:
         try:
@@ -122,7 +156,12 @@ def switch(listen, backend, ports, jobs, up_loss, up_dup, up_reorder, down_loss,
         await stop.wait()
         return await svc.stop()
 
-    counters = asyncio.run(main())
+    try:
+        counters = asyncio.run(main())
+    finally:
+        close = getattr(engine, "close", None)
+        if close is not None:
+            close()
     if stats_json:
         Path(stats_json).write_text(json.dumps(counters, indent=1, sort_keys=True) + "\n")
     from rich.table import Table
@@ -133,5 +172,29 @@ def switch(listen, backend, ports, jobs, up_loss, up_dup, up_reorder, down_loss,
     table.add_column("meaning")
     for k, v in counters.items():
         if v or not k.startswith("engine."):
-            table.add_row(k, str(v), COUNTER_HELP.get(k, ""))
+            table.add_row(k, str(v), help_.get(k, ""))
     console().print(table)
+
+
+def _rtl_engine(params: dict, seed: int, log):
+    """The RTL adapter for ``params``; a one-line error (exit 2) when it cannot be built."""
+    from netreduce.sim.rtl.fastsim import BuildError, verilator_missing
+
+    reason = verilator_missing()
+    if reason:
+        raise click.UsageError(f"--backend verilator: {reason} (use --backend model)")
+    from netreduce.sim.rtl.switch_engine import RtlSwitchEngine
+
+    log.info("backend verilator: engine RTL %s; the first run of these parameters elaborates "
+             "and compiles it (minutes at 512 bits), later runs reuse the build",
+             ", ".join(f"{k} {v}" for k, v in params.items()))
+    t0 = time.monotonic()
+    try:
+        eng = RtlSwitchEngine(**params, seed=seed)
+    except BuildError as e:
+        log.error("%s", e)
+        raise click.ClickException(f"the RTL build failed: {str(e).splitlines()[0]}") from None
+    except RuntimeError as e:  # netreduce.hw.engine missing
+        raise click.UsageError(f"--backend verilator: {e} (use --backend model)") from None
+    log.info("engine RTL ready in %.1f s (%s)", time.monotonic() - t0, eng.sim.lib_path)
+    return eng

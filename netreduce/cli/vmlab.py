@@ -2,7 +2,8 @@
 
 ``netreduce vmlab build`` builds (or shows) the cached guest image from Debian packages;
 ``netreduce vmlab run --workers N`` boots N VMs, runs the all-reduce with the verbs backend
-inside them through the switch service and checks every result bit-exactly (see
+inside them through the switch service (``--backend model``: the reference engine;
+``--backend verilator``: the engine RTL, a 64-bit build) and checks every result bit-exactly (see
 :mod:`netreduce.sim.vmlab.lab`). Exit status: 0 all bit-exact, 1 any mismatch, guest error,
 invalid ICRC or hang (the report says which), 2 when the lab cannot run on this host.
 """
@@ -50,7 +51,8 @@ def build(cache, force):
 @click.option("--workers", "-n", type=click.IntRange(2, 16), default=2, show_default=True,
               help="Number of VMs (ranks); 4 is the practical ceiling on 2 cores.")
 @click.option("--backend", type=click.Choice(["model", "verilator"]), default="model",
-              show_default=True, help="The engine in the switch service.")
+              show_default=True, help="The engine in the switch service: the reference model or "
+              "the engine RTL under Verilator (64-bit datapath; built on first use, cached).")
 @click.option("--loss", type=click.FloatRange(0.0, 0.49), default=0.0, show_default=True,
               help="Seeded loss probability per frame, towards and from the engine.")
 @click.option("--pmtu", type=click.Choice(["1024", "4096"]), default="1024", show_default=True,
@@ -75,10 +77,13 @@ def run(workers, backend, loss, pmtu, pcap, elems, seed, icrc_control, timeout_s
     from netreduce.sim.vmlab.lab import LabConfig, lab_problems, run_lab
 
     con = console()
-    if backend != "model":
-        con.print("[red]--backend verilator is not available yet (the RTL switch backend comes "
-                  "with a later issue); use --backend model[/]")
-        raise SystemExit(2)
+    if backend == "verilator":
+        from netreduce.sim.rtl.fastsim import verilator_missing
+
+        reason = verilator_missing()
+        if reason:
+            con.print(f"[red]--backend verilator: {reason} (use --backend model)[/]")
+            raise SystemExit(2)
     probs = lab_problems()
     if probs:
         con.print(f"[red]the VM lab cannot run here:[/] {'; '.join(probs)}")

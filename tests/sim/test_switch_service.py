@@ -267,7 +267,5 @@ def test_cli_rejects_bad_options():
 
     r = CliRunner().invoke(main, ["switch", "--listen", "localhost:http"])
     assert r.exit_code == 2 and "cannot read address" in r.output
-    r = CliRunner().invoke(main, ["switch", "--backend", "verilator"])
-    assert r.exit_code == 2 and "not available yet" in r.output
     r = CliRunner().invoke(main, ["switch", "--mgmt-key", "xyz"])
     assert r.exit_code == 2 and "32 hex digits" in r.output

@@ -6,8 +6,10 @@ installs the Debian packages; elsewhere every test here skips with a one-line re
 is built on demand (about 1.5-3 min, cached in ~/.cache/netreduce/vmlab or
 $NETREDUCE_VMLAB_CACHE, outside the tree) by the ``image`` fixture.
 
-Four scenarios boot their VMs once each (module fixtures): 2 VMs; 2 VMs with 1 % loss each
-way; 2 VMs with the ICRC control experiment and a QP failure; 4 VMs. The tests assert
+Five scenarios boot their VMs once each (module fixtures): 2 VMs; 2 VMs with 1 % loss each
+way; 2 VMs with the ICRC control experiment and a QP failure; 4 VMs; 2 VMs through the engine
+RTL under Verilator (``backend="verilator"``, the 64-bit build the other RTL tests use; skipped
+without Verilator). The tests assert
 invariants on the reports (results bit-exact, every ICRC valid, NAKs under loss, duplicates
 never counted twice), never packet counts: TCG timing varies. Everything here is one xdist
 group, so two scenarios' VMs never compete for the two cores, and each run is bounded by
@@ -72,6 +74,18 @@ def control(tmp_path_factory, image):
 @pytest.fixture(scope="module")
 def four(tmp_path_factory, image):
     return _run(tmp_path_factory, image, "four", 4, seed=5)
+
+
+@pytest.fixture(scope="module")
+def rtl_two(tmp_path_factory, image):
+    from netreduce.sim.rtl.fabric import probe_rtl
+    from netreduce.sim.simrun import BackendUnavailable
+
+    try:
+        probe_rtl("verilator")
+    except BackendUnavailable as e:
+        pytest.skip(str(e))
+    return _run(tmp_path_factory, image, "rtl_two", 2, backend="verilator", seed=7)
 
 
 def _bit_exact(res, workers):
@@ -160,3 +174,24 @@ def test_four_vms_bit_exact(four):
     _bit_exact(four, 4)
     _all_icrc_valid(four)
     _idempotent(four, 4)
+
+
+def test_two_vms_bit_exact_through_the_engine_rtl(rtl_two):
+    from netreduce.sim.rtl.fabric import rtl_params
+    from netreduce.sim.simrun import SimConfig
+    from netreduce.sim.vmlab.lab import rtl_lab_params
+
+    # the build of tests/sim/test_rtl_backend.py: one Verilator build serves both
+    assert rtl_lab_params(LabConfig()) == {**rtl_params(SimConfig(workers=4)), "data_width": 64,
+                                           "pmtu_max": 1024}
+    _bit_exact(rtl_two, 2)
+    _all_icrc_valid(rtl_two)
+    _idempotent(rtl_two, 2)
+    f = rtl_two.report["figures"]
+    assert f["backend"] == "verilator" and f["rtl_cycles"] > 0
+    assert f["rtl_watchdog"] == 0 and f["rtl_late_outputs"] == 0
+    sw = rtl_two.report["switch"]
+    # every RoCE frame crossed the RTL, rank 0's management requests were the RTL's to answer
+    assert sw["rtl.frames_in"] == sw["engine_in"] and sw["engine.mgmt_accepted"] > 0
+    assert sw["engine.contributions"] >= rtl_two.report["ranks"][0]["engine"]["int"][
+        "contributions"] > 0
