@@ -9,6 +9,20 @@ behind-window probes, RC timeouts and NAKs, and the completion time against the 
 Every run is checked bit-exact. Writes bench/results/loss_cost.json.
 
     .venv/bin/python bench/loss_cost.py [--world 4] [--kib 512] [--seeds 3]
+
+``--backend verilator``: the cost of *one* lost frame on the engine RTL (the 64-bit Verilator
+build of netreduce.sim.rtl.soak_rtl.soak_params: 4 ports, 322 MHz clock, 8 bytes per cycle).
+N ranks all-reduce ``--packets`` PMTU packets each through the RTL on a loss-free network, once
+without loss and once per case, dropping exactly one frame (its first transmission): rank 1's
+contribution of a middle index or of the last index (up link), or the result of a middle or of
+the last index on its way to rank 1's successor (down link). Per case and QP timeout: completion
+time in RTL cycles, the extra cycles over the loss-free run, that extra as a multiple of the RC
+retransmit timeout (4.096 us x 2^timeout), and how RC recovered (timeouts, NAKs, re-emits). The
+same cases run on the (untimed) reference model for comparison. Stored under the key
+"verilator" of loss_cost.json; the model sweep's figures are kept (and vice versa).
+
+    .venv/bin/python bench/loss_cost.py --backend verilator [--world 4] [--packets 32]
+        [--timeouts 4,6]
 """
 
 from __future__ import annotations
@@ -20,9 +34,13 @@ import time
 from pathlib import Path
 
 import numpy as np
-from netreduce.sim.fabric_model import ModelFabric
+from netreduce.sim.fabric_model import ModelFabric, ns_to_cycles
+from netreduce.sim.model import Engine
 from netreduce.sim.network import DIRECTIONS, LinkConfig, NetConfig
-from netreduce.sw_driver.collective import CollectiveConfig, allreduce
+from netreduce.sw_driver.collective import CollectiveConfig, Communicator, allreduce
+from netreduce.sw_driver.rnic import timeout_ns
+
+from netreduce.wire import OPCODES, WireError, parse
 
 LOSSES = (0.0, 0.001, 0.005, 0.01, 0.02, 0.05)
 
@@ -53,15 +71,137 @@ def run(world: int, n: int, where: str, loss: float, seed: int, cfg: CollectiveC
             "drop_ahead": eng.get("drop_ahead", 0)}
 
 
+# ------------------------------------------------------------------------------ one lost frame
+CASES = ("none", "contribution_mid", "contribution_tail", "result_mid", "result_tail")
+START_PSN = 1000  # rank r's send QP starts at START_PSN * (r + 1)
+LOSER = 1  # the rank whose contribution (or whose flow's result) is lost
+
+
+class _DropOnce:
+    """Wraps one link's ``send``: drops the first RC data frame with BTH PSN ``psn`` (its first
+    transmission), counts it in ``dropped``."""
+
+    def __init__(self, link, psn: int):
+        self.psn, self.dropped = psn, 0
+        inner = link.send
+
+        def send(frame, inner=inner):
+            if not self.dropped and self._match(frame):
+                self.dropped = 1
+                return
+            inner(frame)
+        link.send = send
+
+    def _match(self, frame: bytes) -> bool:
+        try:
+            f = parse(frame)
+        except WireError:
+            return False
+        info = OPCODES.get(f.opcode)
+        return info is not None and info.rc_data and f.psn == self.psn and bool(f.payload)
+
+
+def one_loss(make_fabric, world: int, packets: int, pmtu: int, timeout: int, case: str,
+             seed: int = 1) -> dict:
+    """One all-reduce on ``make_fabric()`` with the loss of ``case``; figures in RTL cycles."""
+    fab = make_fabric()
+    rng = np.random.default_rng(seed)
+    n = packets * pmtu // 4
+    xs = [rng.integers(-2**31, 2**31, n, dtype=np.int64).astype(np.int32) for _ in range(world)]
+    cfg = CollectiveConfig(pmtu=pmtu, msg_packets=8, window=64, margin=16, timeout=timeout,
+                           start_psns=tuple(START_PSN * (r + 1) for r in range(world)))
+    comm = Communicator(fab, world, cfg, seed=seed)  # attaches the RNICs (rank order)
+    drop = None
+    if case != "none":
+        what, where = case.split("_")
+        k = packets // 2 if where == "mid" else packets - 1
+        psn = START_PSN * (LOSER + 1) + k
+        if what == "contribution":  # rank LOSER's packet k on its up link
+            drop = _DropOnce(fab.up[comm.rnics[LOSER].mac], psn)
+        else:  # the result of LOSER's flow, on its way to LOSER's successor
+            drop = _DropOnce(fab.down[comm.rnics[(LOSER + 1) % world].mac], psn)
+    res = comm.allreduce(xs)
+    done = ns_to_cycles(fab.now())
+    want = np.sum(np.array(xs, dtype=np.int64), axis=0).astype(np.int32)
+    exact = all(np.array_equal(y, want) for y in res.results) and res.stats["slots_left"] == 0
+    st, eng = res.stats, res.stats["engine"]
+    out = {"case": case, "timeout": timeout, "exact": exact, "dropped": drop.dropped if drop
+           else 0, "cycles": done, "retransmitted": st["retransmitted"],
+           "timeouts": st["timeouts"], "naks": st["naks_sent"], "reemits": eng.get("reemits", 0),
+           "duplicates": eng.get("duplicates", 0), "behind_window": eng.get("behind_window", 0)}
+    stats = getattr(fab, "backend_stats", None)
+    if stats is not None:
+        b = stats()
+        out.update(rtl_cycles=b["cycles"], rtl_seconds=b["rtl_seconds"])
+    close = getattr(fab, "close", None)
+    if close is not None:
+        close()
+    return out
+
+
+def rtl_main(a) -> dict:
+    from netreduce.sim.rtl.fabric import engine_top, probe_rtl
+    from netreduce.sim.rtl.fastsim import FastSim
+    from netreduce.sim.rtl.soak_rtl import SoakRtlFabric, soak_params
+
+    probe_rtl("verilator")
+    params = soak_params(pmtu_max=max(1024, a.pmtu))
+    top = engine_top(params)
+    net = NetConfig()
+
+    def rtl():
+        return SoakRtlFabric(FastSim(top, seed=1), params, net, 1)
+
+    def model():
+        return ModelFabric(Engine(**params), net=net, seed=1)
+
+    rows = []
+    for t in [int(x) for x in a.timeouts.split(",")]:
+        rto = ns_to_cycles(timeout_ns(t))
+        base = {}
+        for case in CASES:
+            row = {"rto_cycles": rto}
+            for name, make in (("rtl", rtl), ("model", model)):
+                r = one_loss(make, a.world, a.packets, a.pmtu, t, case)
+                if case == "none":
+                    base[name] = r["cycles"]
+                r["extra_cycles"] = r["cycles"] - base[name]
+                r["extra_rto"] = round(r["extra_cycles"] / rto, 3)
+                row[name] = r
+            rows.append({"case": case, "timeout": t, **row})
+            r, m = row["rtl"], row["model"]
+            print(f"timeout {t} (RTO {rto} cycles) {case:18s} RTL {r['cycles']:7d} cycles "
+                  f"(+{r['extra_cycles']:6d} = {r['extra_rto']:5.2f} RTO; timeouts "
+                  f"{r['timeouts']}, NAKs {r['naks']}, re-emits {r['reemits']}, retx "
+                  f"{r['retransmitted']}) model +{m['extra_cycles']} ({m['extra_rto']:.2f} RTO)"
+                  f" exact {r['exact'] and m['exact']}", flush=True)
+    return {"command": " ".join([Path(sys.executable).name, *sys.argv]),
+            "engine": {**params, "clock_hz": 322_265_625},
+            "world": a.world, "packets_per_rank": a.packets, "pmtu": a.pmtu,
+            "lost_rank": LOSER, "network": "100 Gb/s links, 500 ns latency, no other loss",
+            "rows": rows}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--backend", choices=("model", "verilator"), default="model")
     ap.add_argument("--world", type=int, default=4)
     ap.add_argument("--kib", type=int, default=512, help="buffer per rank")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--pmtu", type=int, default=1024)
     ap.add_argument("--timeout", type=int, default=8, help="QP timeout exponent")
+    ap.add_argument("--packets", type=int, default=32, help="verilator: packets per rank")
+    ap.add_argument("--timeouts", default="4,6", help="verilator: QP timeout exponents")
     a = ap.parse_args()
+    p = Path(__file__).parent / "results" / "loss_cost.json"
+    try:
+        old = json.loads(p.read_text())
+    except (OSError, ValueError):
+        old = {}
+    if a.backend == "verilator":
+        p.write_text(json.dumps({**old, "verilator": rtl_main(a)}, indent=1) + "\n")
+        return
     n = a.kib * 1024 // 4
     cfg = CollectiveConfig(pmtu=a.pmtu, timeout=a.timeout)
     pkts = a.world * -(-n * 4 // a.pmtu)  # contributions of a loss-free run
@@ -91,7 +231,8 @@ def main() -> None:
            "world": a.world, "bytes_per_rank": n * 4, "pmtu": a.pmtu,
            "qp_timeout_us": round(4.096 * 2 ** a.timeout, 1), "packets": pkts,
            "seeds": a.seeds, "rows": rows}
-    p = Path(__file__).parent / "results" / "loss_cost.json"
+    if "verilator" in old:
+        out["verilator"] = old["verilator"]
     p.write_text(json.dumps(out, indent=1) + "\n")
 
 

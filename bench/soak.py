@@ -1,12 +1,20 @@
-"""Long soak of the reference engine: seeded scenarios (netreduce.sim.soak) until a time budget
-runs out, in parallel worker processes. Writes bench/results/soak.json: per scenario the outcome
-and figures, totals, every violation (with the seed that reproduces it), and the command.
+"""Long soak of the engine: seeded scenarios (netreduce.sim.soak) until a time budget runs out,
+in parallel worker processes, on the reference model or on the engine RTL (Verilator). Writes
+bench/results/soak.json: per scenario the outcome and figures, totals, every violation (with the
+seed that reproduces it), and the command. The model run is the file's top level; an RTL run is
+stored under the key "verilator" (each run keeps the other's figures).
 
-    .venv/bin/python bench/soak.py --hours 4 --workers 2          # the real soak
+    .venv/bin/python bench/soak.py --hours 4 --workers 2          # the real soak (model)
     .venv/bin/python bench/soak.py --minutes 2 --profile ci       # a quick look
+    .venv/bin/python bench/soak.py --backend verilator --hours 1  # the RTL (profile "rtl")
 
-Reproduce one scenario: ``run_scenario(random_scenario(seed, profile))``. Exit status 1 if any
-scenario broke a guarantee.
+The RTL backend runs the 64-bit engine build of netreduce.sim.rtl.soak_rtl.soak_params
+(built once, cached under build/fastsim/) with the "rtl" profile: scenarios sized for that build
+(2 jobs, N <= 8, PMTU <= 1024, short QP timeouts), since the RTL simulates every cycle.
+
+Reproduce one scenario: ``run_scenario(random_scenario(seed, profile))`` (RTL: pass
+``netreduce.sim.rtl.soak_rtl.rtl_backend()`` as the backend). Exit status 1 if any scenario broke
+a guarantee.
 """
 
 from __future__ import annotations
@@ -19,16 +27,25 @@ from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 
-from netreduce.sim.soak import random_scenario, run_scenario
+from netreduce.sim.soak import PROFILES, model_backend, random_scenario, run_scenario
 
 
-def one(seed: int, profile: str) -> dict:
+def one(seed: int, profile: str, backend: str = "model") -> dict:
     sc = random_scenario(seed, profile)
     try:
-        rep = run_scenario(sc)
+        if backend == "verilator":
+            from netreduce.sim.rtl.soak_rtl import rtl_backend
+
+            rep = run_scenario(sc, rtl_backend())
+        else:
+            rep = run_scenario(sc, model_backend)
     except Exception as e:  # a crash of the model or the harness is a finding too
         return {"seed": seed, "name": sc.name, "ok": False, "violations": [f"crash: {e!r}"]}
     c = rep.counters
+    extra = {}
+    if rep.backend:
+        extra = {k: rep.backend[k] for k in ("cycles", "sim_us", "rtl_seconds", "cycles_per_s",
+                                             "protocol_errors") if k in rep.backend}
     return {"seed": seed, "name": sc.name, "ok": rep.ok, "violations": rep.violations,
             "allreduces": rep.allreduces, "bytes": rep.bytes_reduced,
             "sim_ms": rep.sim_time_ns / 1e6, "wall_s": round(rep.wall_s, 2),
@@ -40,7 +57,7 @@ def one(seed: int, profile: str) -> dict:
             "retransmitted": rep.endpoint.get("retransmitted", 0),
             "timeouts": rep.endpoint.get("timeouts", 0),
             "outage_drops": rep.links.get("outage_drops", {}),
-            "adversary": rep.adversary}
+            "adversary": rep.adversary, **extra}
 
 
 def main() -> int:
@@ -49,11 +66,27 @@ def main() -> int:
     ap.add_argument("--hours", type=float, default=0.0)
     ap.add_argument("--minutes", type=float, default=0.0)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--profile", choices=("ci", "soak"), default="soak")
+    ap.add_argument("--backend", choices=("model", "verilator"), default="model")
+    ap.add_argument("--profile", choices=PROFILES, default=None,
+                    help="default: soak (model), rtl (verilator)")
     ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--max-scenarios", type=int, default=0, help="0: until the time is up")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "soak.json"))
     a = ap.parse_args()
+    if a.profile is None:
+        a.profile = "rtl" if a.backend == "verilator" else "soak"
+    if a.backend == "verilator":
+        from netreduce.sim.rtl.fabric import engine_top, probe_rtl
+        from netreduce.sim.rtl.fastsim import build_fastsim
+        from netreduce.sim.rtl.soak_rtl import soak_params
+        from netreduce.sim.simrun import BackendUnavailable
+
+        try:
+            probe_rtl("verilator")
+        except BackendUnavailable as e:
+            print(f"bench/soak.py: {e}", file=sys.stderr)
+            return 2
+        build_fastsim(engine_top(soak_params()))  # once, before the workers start
     budget = a.hours * 3600 + a.minutes * 60 or 600.0
     t0 = time.time()
     seed = a.first_seed
@@ -63,7 +96,7 @@ def main() -> int:
         while True:
             while (len(running) < a.workers and time.time() - t0 < budget
                    and (not a.max_scenarios or seed - a.first_seed < a.max_scenarios)):
-                running.add(ex.submit(one, seed, a.profile))
+                running.add(ex.submit(one, seed, a.profile, a.backend))
                 seed += 1
             if not running:
                 break
@@ -83,6 +116,7 @@ def main() -> int:
     bad = [r for r in results if not r["ok"]]
     out = {
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "backend": a.backend,
         "profile": a.profile,
         "wall_s": round(time.time() - t0, 1),
         "scenarios": len(results),
@@ -94,10 +128,25 @@ def main() -> int:
         "violations": {r["seed"]: r["violations"] for r in bad},
         "results": results,
     }
+    if a.backend == "verilator":
+        rtl = out
+        totals_rtl = {k: sum(r.get(k, 0) for r in results) for k in ("cycles", "rtl_seconds")}
+        rtl["rtl_totals"] = {**totals_rtl, "cycles_per_s": round(
+            totals_rtl["cycles"] / max(1e-9, totals_rtl["rtl_seconds"]))}
     p = Path(a.out)
     p.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        old = json.loads(p.read_text())
+    except (OSError, ValueError):
+        old = {}
+    if a.backend == "verilator":
+        out = {**old, "verilator": rtl}
+    elif "verilator" in old:
+        out["verilator"] = old["verilator"]
     p.write_text(json.dumps(out, indent=1) + "\n")
-    print(json.dumps({k: v for k, v in out.items() if k != "results"}, indent=1))
+    run = out["verilator"] if a.backend == "verilator" else out
+    print(json.dumps({k: v for k, v in run.items() if k not in ("results", "verilator")},
+                     indent=1))
     return 1 if bad else 0
 
 

@@ -18,9 +18,15 @@ a :class:`SoakReport` whose ``violations`` list is empty when every guarantee he
 Backends: ``run_scenario(sc, backend)`` takes any callable ``backend(sc, net) -> fabric`` returning
 a :class:`~netreduce.sim.network.NetworkFabric` subclass whose middle is the engine, with
 ``bus`` (the engine's register bus), ``stats["engine_in"/"engine_out"]`` and the ``up``/``down``
-link dicts, and ``inject(frame)`` to put a frame straight into the engine. :func:`model_backend`
-(the reference model through :class:`~netreduce.sim.fabric_model.ModelFabric`) is the default; an
-RTL backend (cocotb) plugs in the same way.
+link dicts, and ``inject(frame)`` to put a frame straight into the engine; optional
+``backend_stats()`` (copied into ``SoakReport.backend``) and ``close()`` (called at the end).
+:func:`model_backend` (the reference model through
+:class:`~netreduce.sim.fabric_model.ModelFabric`) is the default;
+:func:`netreduce.sim.rtl.soak_rtl.rtl_backend` runs the engine RTL (Verilator) the same way.
+
+Scenario sets: :func:`random_scenario` (profiles "ci" and "soak" for the model; "rtl" sized for
+the RTL soak build: 2 jobs, N <= 8, PMTU <= 1024, short QP timeouts and outages, since the RTL
+simulates every cycle) and :func:`rtl_ci_scenarios` (the named RTL CI set).
 
 Determinism: a scenario is a pure function of its seed and profile (``random_scenario``), and a
 run is a pure function of the scenario.
@@ -49,7 +55,8 @@ from .model import Engine
 from .network import DIRECTIONS, KINDS, LinkConfig, NetConfig
 
 __all__ = ["JobSpec", "Outage", "Scenario", "SoakReport", "random_scenario", "run_scenario",
-           "model_backend", "FORWARDED", "balance"]
+           "model_backend", "FORWARDED", "balance", "rtl_ci_scenarios", "PROFILES", "STYLES",
+           "RTL_ENGINE"]
 
 # Dispositions whose frame leaves the engine (unchanged, or as a behind-window probe).
 FORWARDED = ("fwd_not_roce", "fwd_unregistered", "fwd_ack", "fwd_nak", "fwd_cnp",
@@ -130,6 +137,7 @@ class SoakReport:
     endpoint: dict = field(default_factory=dict)  # QP statistics summed over every pass
     links: dict = field(default_factory=dict)
     adversary: dict = field(default_factory=dict)
+    backend: dict = field(default_factory=dict)  # the fabric's backend_stats(), if it has one
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -141,34 +149,31 @@ def _faults(r: random.Random, max_p: float) -> LinkConfig:
                       reorder=r.uniform(0, max_p), jitter_ns=r.choice([0, 100, 300]))
 
 
+PROFILES = ("ci", "soak", "rtl")
+STYLES = ("uniform", "per_kind", "ack_only", "burst", "ce")
+#: The engine build the "rtl" profile fits (netreduce.sim.rtl.soak_rtl.soak_params(): 4 ports,
+#: 2 jobs, 16 flows, 512 slots, N <= 8, PMTU <= 1024, 64-bit datapath).
+RTL_ENGINE = dict(ports=4, jobs=2, flows=16, slots=512, pmtu_max=1024, data_width=64,
+                  max_world=8)
+
+
 def random_scenario(seed: int, profile: str = "ci") -> Scenario:
-    """A seeded scenario. ``profile``: "ci" (seconds) or "soak" (longer jobs, more rounds).
+    """A seeded scenario. ``profile``: "ci" (seconds on the model), "soak" (longer jobs, more
+    rounds) or "rtl" (sized for the RTL build :data:`RTL_ENGINE`: 2 jobs, short timers).
 
     The seed picks one of five fault styles: uniform (the same faults everywhere), per-direction
     and per-kind faults, ACK-only loss, burst loss (link outages), and CE marking with DCQCN.
-    Every scenario runs 2-4 concurrent jobs of different N, PMTU and window; some wrap the PSN;
-    odd seeds add an adversary injecting spoofed frames.
+    Every scenario runs 2-4 concurrent jobs ("rtl": 2) of different N, PMTU and window; some wrap
+    the PSN; odd seeds add an adversary injecting spoofed frames.
     """
-    if profile not in ("ci", "soak"):
-        raise ValueError(f"profile must be 'ci' or 'soak', got {profile!r}")
+    if profile not in PROFILES:
+        raise ValueError(f"profile must be one of {', '.join(PROFILES)}, got {profile!r}")
     r = random.Random(f"netreduce-soak/{profile}/{seed}")
-    style = ("uniform", "per_kind", "ack_only", "burst", "ce")[seed % 5]
-    max_p = 0.05
-    ce = False
-    if style == "uniform":
-        net = NetConfig(_faults(r, max_p))
-    elif style == "per_kind":
-        net = NetConfig(_faults(r, max_p), {(d, k): _faults(r, max_p)
-                                             for d in DIRECTIONS for k in KINDS})
-    elif style == "ack_only":
-        ack = LinkConfig(loss=r.uniform(0.05, 0.25), dup=r.uniform(0, max_p),
-                         reorder=r.uniform(0, max_p))
-        net = NetConfig(LinkConfig(), {(d, "ack"): ack for d in DIRECTIONS})
-    elif style == "burst":
-        net = NetConfig(_faults(r, 0.01))
-    else:
-        ce = True
-        net = NetConfig(replace(_faults(r, 0.02), ce=r.uniform(0.05, 0.5)))
+    style = STYLES[seed % 5]
+    if profile == "rtl":
+        return _rtl_scenario(r, seed, style)
+    net = _style_net(r, style)
+    ce = style == "ce"
     big = profile == "soak"
     jobs = []
     for _ in range(r.randint(2, 4)):
@@ -190,6 +195,91 @@ def random_scenario(seed: int, profile: str = "ci") -> Scenario:
                                   r.randint(0, 60_000), r.randint(50_000, 500_000)))
     adv = r.choice([2_000, 10_000]) if seed % 2 else 0
     return Scenario(f"{profile}-{seed}-{style}", seed, net, tuple(jobs), tuple(outages), adv)
+
+
+def _style_net(r: random.Random, style: str, max_p: float = 0.05) -> NetConfig:
+    if style == "uniform":
+        return NetConfig(_faults(r, max_p))
+    if style == "per_kind":
+        return NetConfig(_faults(r, max_p), {(d, k): _faults(r, max_p)
+                                             for d in DIRECTIONS for k in KINDS})
+    if style == "ack_only":
+        ack = LinkConfig(loss=r.uniform(0.05, 0.25), dup=r.uniform(0, max_p),
+                         reorder=r.uniform(0, max_p))
+        return NetConfig(LinkConfig(), {(d, "ack"): ack for d in DIRECTIONS})
+    if style == "burst":
+        return NetConfig(_faults(r, 0.01))
+    return NetConfig(replace(_faults(r, 0.02), ce=r.uniform(0.05, 0.5)))
+
+
+def _rtl_scenario(r: random.Random, seed: int, style: str) -> Scenario:
+    """Profile "rtl": two jobs on :data:`RTL_ENGINE`, a few dozen packets per rank and round, QP
+    timeouts of 65-131 us and outages of 10-60 us (the RTL simulates every cycle)."""
+    net = _style_net(r, style)
+    jobs = []
+    flows = RTL_ENGINE["flows"]
+    for i in range(2):
+        world = r.randint(2, min(RTL_ENGINE["max_world"], flows - 2 * (1 - i)))
+        flows -= world
+        pmtu = r.choice([256, 512, 1024])
+        window = r.choice([16, 32, 64])
+        msg = r.randint(1, window // 4)
+        budget = 24 // max(1, world // 4)
+        jobs.append(JobSpec(world=world, elems=r.randint(1, budget * pmtu // 4), pmtu=pmtu,
+                            window=window, msg_packets=msg,
+                            dtype="float32" if r.random() < 0.2 else "int32",
+                            rounds=r.randint(1, 2), timeout=r.choice([4, 5]),
+                            ecn=style == "ce", wrap=r.random() < 0.5))
+    outages = []
+    if style == "burst":
+        nhosts = sum(j.world for j in jobs)
+        for _ in range(r.randint(1, 2)):
+            outages.append(Outage(r.randrange(nhosts), r.choice(DIRECTIONS),
+                                  r.randint(0, 20_000), r.randint(10_000, 60_000)))
+    adv = r.choice([1_000, 3_000]) if seed % 2 else 0
+    # watchdog: ~20x the longest run seen (a hang costs minutes of RTL, not hours)
+    return Scenario(f"rtl-{seed}-{style}", seed, net, tuple(jobs), tuple(outages), adv,
+                    dict(RTL_ENGINE), 20 * 10**6)
+
+
+def rtl_ci_scenarios() -> dict[str, Scenario]:
+    """The named RTL CI set (tests/sim/test_soak_rtl.py), each small enough for seconds to a
+    minute of Verilator on the :data:`RTL_ENGINE` build, together covering issue 9's list:
+    loss/dup/reorder on every direction and kind, a burst outage, ACK-only loss, PSN wrap, two
+    concurrent jobs of different N and PMTU (in every scenario), CE marks, the adversary."""
+    def sc(name, seed, net, jobs, outages=(), adv=0):
+        # watchdog: 5 ms simulated, >10x what each needs (a hang fails in about a minute)
+        return Scenario(name, seed, net, tuple(jobs), tuple(outages), adv, dict(RTL_ENGINE),
+                        5 * 10**6)
+
+    def job(world, elems, pmtu, window=16, msg=4, **kw):
+        return JobSpec(world=world, elems=elems, pmtu=pmtu, window=window, msg_packets=msg,
+                       timeout=kw.pop("timeout", 4), **kw)
+
+    r = random.Random("netreduce-soak/rtl-ci")
+    every = NetConfig(LinkConfig(), {(d, k): LinkConfig(loss=r.uniform(0.01, 0.05),
+                                                         dup=r.uniform(0.01, 0.05),
+                                                         reorder=r.uniform(0.01, 0.05))
+                                     for d in DIRECTIONS for k in KINDS})
+    ack = LinkConfig(loss=0.2, dup=0.03, reorder=0.03)
+    out = [
+        sc("rtl-every-direction", 101, every,
+           [job(3, 1500, 256, wrap=True), job(5, 2000, 1024, window=32, msg=2)]),
+        sc("rtl-burst-outage", 102, NetConfig.faulty(loss=0.005),
+           [job(4, 1200, 512), job(2, 2500, 1024)],
+           [Outage(1, "up", 500, 30_000), Outage(4, "down", 1_000, 20_000)]),
+        sc("rtl-ack-only-loss", 103, NetConfig(LinkConfig(), {(d, "ack"): ack
+                                                                for d in DIRECTIONS}),
+           [job(6, 1000, 256, window=32, msg=8), job(2, 3000, 1024, rounds=2)]),
+        sc("rtl-psn-wrap", 104, NetConfig.faulty(loss=0.02, dup=0.02, reorder=0.02),
+           [job(2, 2000, 256, rounds=2, wrap=True), job(3, 1500, 512, wrap=True,
+                                                        dtype="float32")]),
+        sc("rtl-ce-marks", 105, NetConfig(LinkConfig(loss=0.01, ce=0.3)),
+           [job(8, 600, 256, ecn=True), job(4, 1000, 1024, ecn=True)]),
+        sc("rtl-adversary", 106, NetConfig.faulty(loss=0.01, reorder=0.01),
+           [job(3, 1200, 512), job(4, 900, 256)], adv=300),
+    ]
+    return {s.name: s for s in out}
 
 
 # ------------------------------------------------------------------------------ backends
@@ -467,5 +557,11 @@ def run_scenario(sc: Scenario, backend=model_backend, *, max_events: int | None 
     rep.ok = not v and rep.allreduces == sum(j.rounds for j in sc.jobs)
     if not v and not rep.ok:
         v.append(f"only {rep.allreduces} of {sum(j.rounds for j in sc.jobs)} all-reduces ran")
+    stats = getattr(fab, "backend_stats", None)
+    if stats is not None:
+        rep.backend = stats()
+    close = getattr(fab, "close", None)
+    if close is not None:
+        close()
     rep.wall_s = time.perf_counter() - t0
     return rep
