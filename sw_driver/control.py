@@ -309,9 +309,21 @@ class EngineControl:
                 self._wr("FLOW.CFG", 0, e)
 
     def remove_job(self, job: int) -> None:
-        """Disable ``job`` (its in-flight slots are discarded) and free its flow entries."""
+        """Disable ``job`` (its in-flight slots are discarded) and free its flow entries.
+
+        The gateware finishes the packet in its pipeline before it reports the job disabled;
+        the flow entries are freed only then, so a late packet never meets a half-removed job.
+        Raises :class:`ConfigError` if JOB.STATUS still says enabled after ``ENABLE_POLLS``
+        reads (the entries are left as they are).
+        """
         self._check_job_id(job)
         self._wr("JOB.CTRL", 0, job)
+        for _ in range(self.ENABLE_POLLS):
+            if not self.job_status(job).enabled:
+                break
+        else:
+            raise ConfigError(f"job {job}: still enabled after {self.ENABLE_POLLS} JOB.STATUS "
+                              f"reads following JOB.CTRL=0")
         self._release_entries(job)
 
     # ------------------------------------------------------------------ monitoring

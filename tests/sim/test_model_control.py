@@ -194,3 +194,56 @@ def test_counters_and_slots_over_registers_match_model():
     assert acked == [2, 0, 0]
     ctl.clear_counters()
     assert set(ctl.counters().values()) == {0} and set(eng.counters(0).values()) == {0}
+
+
+class _SlowDisableBus:
+    """The model's bus, but JOB.STATUS keeps saying enabled for ``lag`` reads after a
+    JOB.CTRL=0 write (as the gateware does while a packet is in its pipeline)."""
+
+    def __init__(self, eng, lag):
+        self.eng, self.lag, self.left, self.log = eng, lag, 0, []
+        rm = eng.regmap
+        self.ctrl, self.status = rm.addr("JOB.CTRL", 0), rm.addr("JOB.STATUS", 0)
+        self.enabled = rm.field("JOB.STATUS.enabled").mask
+        self.flow_cfg = {rm.addr("FLOW.CFG", e) for e in range(256)}
+
+    def read(self, addr):
+        v = self.eng.bus.read(addr)
+        if addr == self.status and self.left:
+            self.left -= 1
+            v |= self.enabled
+        self.log.append(("r", addr, v))
+        return v
+
+    def write(self, addr, value):
+        if addr == self.ctrl and value == 0:
+            self.left = self.lag
+        self.log.append(("w", addr, value))
+        self.eng.bus.write(addr, value)
+
+
+@pytest.mark.parametrize("lag", [0, 5])
+def test_remove_job_frees_flow_entries_only_once_the_engine_reports_disabled(lag):
+    j = RingJob(world=2, window=4)
+    eng, _ = engine_with(j)
+    bus = _SlowDisableBus(eng, lag)
+    ctl = EngineControl(bus)
+    ctl.remove_job(0)
+    assert ctl.free_flow_entries() == list(range(256))
+    disabled_at = next(i for i, (op, a, v) in enumerate(bus.log)
+                       if op == "r" and a == bus.status and not v & bus.enabled)
+    first_free = next(i for i, (op, a, v) in enumerate(bus.log)
+                      if op == "w" and a in bus.flow_cfg)
+    assert first_free > disabled_at
+    assert sum(op == "r" and a == bus.status for op, a, _ in bus.log[:disabled_at + 1]) == lag + 1
+
+
+def test_remove_job_that_never_disables_is_a_clear_error_and_keeps_the_entries():
+    j = RingJob(world=2, window=4)
+    eng, _ = engine_with(j)
+    bus = _SlowDisableBus(eng, 10**9)
+    ctl = EngineControl(bus)
+    ctl.ENABLE_POLLS = 50
+    with pytest.raises(ConfigError, match="job 0: still enabled after 50 JOB.STATUS reads"):
+        ctl.remove_job(0)
+    assert len(ctl.free_flow_entries()) == 256 - 2
