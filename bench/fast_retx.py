@@ -30,22 +30,12 @@ import numpy as np
 from netreduce.sim.fabric_model import ModelFabric
 from netreduce.sim.network import LinkConfig, NetConfig
 from netreduce.sw_driver.collective import CollectiveConfig, Communicator
-from netreduce.sw_driver.control import EngineControl
 
 from netreduce.wire import OPCODES, WireError, parse
 
 LOSSES = (0.005, 0.01, 0.03)
 MSG_PACKETS = (64, 16, 4)
 START_PSN = 1000
-
-
-class FastRetxControl(EngineControl):
-    """Sets JOB.CTRL.fast_retx right after enabling each job (the bit is live)."""
-
-    def add_job(self, cfg):
-        super().add_job(cfg)
-        a = self.regmap.addr("JOB.CTRL", cfg.job)
-        self.bus.write(a, self.bus.read(a) | self.regmap.field("JOB.CTRL.fast_retx").mask)
 
 
 class DropOnce:
@@ -78,11 +68,9 @@ def run(on: bool, world: int, kib: int, seed: int, msg_packets: int, loss: float
     xs = [rng.integers(-2**31, 2**31, n, dtype=np.int64).astype(np.int32) for _ in range(world)]
     net = NetConfig(LinkConfig(), {("up", "data"): LinkConfig(loss=loss)} if loss else {})
     fab = ModelFabric(net=net, seed=seed)
-    cfg = CollectiveConfig(msg_packets=msg_packets,
+    cfg = CollectiveConfig(msg_packets=msg_packets, fast_retx=on,
                            start_psns=tuple(START_PSN * (r + 1) for r in range(world)))
     comm = Communicator(fab, world, cfg, seed)
-    if on:
-        comm.ctrl = FastRetxControl(fab.bus)
     drop = None
     if drop_index is not None:
         drop = DropOnce(fab.up[comm.rnics[1].mac], START_PSN * 2 + drop_index)

@@ -18,8 +18,10 @@ contribution of a middle index or of the last index (up link), or the result of 
 the last index on its way to rank 1's successor (down link). Per case and QP timeout: completion
 time in RTL cycles, the extra cycles over the loss-free run, that extra as a multiple of the RC
 retransmit timeout (4.096 us x 2^timeout), and how RC recovered (timeouts, NAKs, re-emits). The
-same cases run on the (untimed) reference model for comparison. Stored under the key
-"verilator" of loss_cost.json; the model sweep's figures are kept (and vice versa).
+same cases run on the (untimed) reference model for comparison, and the two contribution losses
+again with ``JOB.CTRL.fast_retx`` set (the engine's NAK-sequence on the receiver's behalf, D16).
+Stored under the key "verilator" of loss_cost.json; the model sweep's figures are kept (and vice
+versa).
 
     .venv/bin/python bench/loss_cost.py --backend verilator [--world 4] [--packets 32]
         [--timeouts 4,6]
@@ -73,6 +75,8 @@ def run(world: int, n: int, where: str, loss: float, seed: int, cfg: CollectiveC
 
 # ------------------------------------------------------------------------------ one lost frame
 CASES = ("none", "contribution_mid", "contribution_tail", "result_mid", "result_tail")
+# the same losses with JOB.CTRL.fast_retx set (engine D16): the trigger timed on the RTL
+FAST_RETX_CASES = ("contribution_mid", "contribution_tail")
 START_PSN = 1000  # rank r's send QP starts at START_PSN * (r + 1)
 LOSER = 1  # the rank whose contribution (or whose flow's result) is lost
 
@@ -102,13 +106,14 @@ class _DropOnce:
 
 
 def one_loss(make_fabric, world: int, packets: int, pmtu: int, timeout: int, case: str,
-             seed: int = 1) -> dict:
+             seed: int = 1, fast_retx: bool = False) -> dict:
     """One all-reduce on ``make_fabric()`` with the loss of ``case``; figures in RTL cycles."""
     fab = make_fabric()
     rng = np.random.default_rng(seed)
     n = packets * pmtu // 4
     xs = [rng.integers(-2**31, 2**31, n, dtype=np.int64).astype(np.int32) for _ in range(world)]
     cfg = CollectiveConfig(pmtu=pmtu, msg_packets=8, window=64, margin=16, timeout=timeout,
+                           fast_retx=fast_retx,
                            start_psns=tuple(START_PSN * (r + 1) for r in range(world)))
     comm = Communicator(fab, world, cfg, seed=seed)  # attaches the RNICs (rank order)
     drop = None
@@ -125,10 +130,12 @@ def one_loss(make_fabric, world: int, packets: int, pmtu: int, timeout: int, cas
     want = np.sum(np.array(xs, dtype=np.int64), axis=0).astype(np.int32)
     exact = all(np.array_equal(y, want) for y in res.results) and res.stats["slots_left"] == 0
     st, eng = res.stats, res.stats["engine"]
-    out = {"case": case, "timeout": timeout, "exact": exact, "dropped": drop.dropped if drop
-           else 0, "cycles": done, "retransmitted": st["retransmitted"],
+    out = {"case": case, "timeout": timeout, "fast_retx": fast_retx, "exact": exact,
+           "dropped": drop.dropped if drop else 0, "cycles": done,
+           "retransmitted": st["retransmitted"],
            "timeouts": st["timeouts"], "naks": st["naks_sent"], "reemits": eng.get("reemits", 0),
-           "duplicates": eng.get("duplicates", 0), "behind_window": eng.get("behind_window", 0)}
+           "duplicates": eng.get("duplicates", 0), "behind_window": eng.get("behind_window", 0),
+           "fast_retx_naks": eng.get("fast_retx", 0)}
     stats = getattr(fab, "backend_stats", None)
     if stats is not None:
         b = stats()
@@ -159,20 +166,22 @@ def rtl_main(a) -> dict:
     for t in [int(x) for x in a.timeouts.split(",")]:
         rto = ns_to_cycles(timeout_ns(t))
         base = {}
-        for case in CASES:
+        for case, fr in [(c, False) for c in CASES] + [(c, True) for c in FAST_RETX_CASES]:
             row = {"rto_cycles": rto}
             for name, make in (("rtl", rtl), ("model", model)):
-                r = one_loss(make, a.world, a.packets, a.pmtu, t, case)
+                r = one_loss(make, a.world, a.packets, a.pmtu, t, case, fast_retx=fr)
                 if case == "none":
                     base[name] = r["cycles"]
                 r["extra_cycles"] = r["cycles"] - base[name]
                 r["extra_rto"] = round(r["extra_cycles"] / rto, 3)
                 row[name] = r
-            rows.append({"case": case, "timeout": t, **row})
+            rows.append({"case": case, "timeout": t, "fast_retx": fr, **row})
             r, m = row["rtl"], row["model"]
-            print(f"timeout {t} (RTO {rto} cycles) {case:18s} RTL {r['cycles']:7d} cycles "
+            label = case + (" +fast_retx" if fr else "")
+            print(f"timeout {t} (RTO {rto} cycles) {label:29s} RTL {r['cycles']:7d} cycles "
                   f"(+{r['extra_cycles']:6d} = {r['extra_rto']:5.2f} RTO; timeouts "
-                  f"{r['timeouts']}, NAKs {r['naks']}, re-emits {r['reemits']}, retx "
+                  f"{r['timeouts']}, NAKs {r['naks']} + {r['fast_retx_naks']} by the engine, "
+                  f"re-emits {r['reemits']}, retx "
                   f"{r['retransmitted']}) model +{m['extra_cycles']} ({m['extra_rto']:.2f} RTO)"
                   f" exact {r['exact'] and m['exact']}", flush=True)
     return {"command": " ".join([Path(sys.executable).name, *sys.argv]),

@@ -100,6 +100,7 @@ class CollectiveConfig:
     ecn: bool = False
     sim_timeout_ns: int = 60_000_000_000  # watchdog on simulated time per run
     start_psns: tuple[int, ...] | None = None  # send-QP start PSNs per rank (tests: PSN wrap)
+    fast_retx: bool = False  # JOB.CTRL.fast_retx on the collective's jobs (engine D16)
 
     def __post_init__(self):
         check_ring_knobs(self)
@@ -249,7 +250,7 @@ class _Pass:
                             start_psn=self.sq[r].start_psn) for r in range(n)]
         ctrl.add_job(JobConfig(job=job, world=n, window=self.window,
                                slot_base=ctrl.alloc_slots(self.window), pmtu=comm.cfg.pmtu,
-                               op=self.op, flows=flows))
+                               op=self.op, flows=flows, fast_retx=comm.cfg.fast_retx))
         self.job = job
         for r in range(n):
             self._post(r)

@@ -62,6 +62,9 @@ class JobConfig:
     op: Op
     flows: list[FlowConfig] = field(default_factory=list)
     cnp_interval: int = DEFAULT_CNP_INTERVAL
+    #: JOB.CTRL.fast_retx: the engine turns a receiver's ACK after a lost contribution into a
+    #: NAK-sequence (model D16; docs/engine.md says when it must stay off)
+    fast_retx: bool = False
 
 
 @dataclass(frozen=True)
@@ -211,6 +214,8 @@ class EngineControl:
         if not isinstance(cfg.cnp_interval, int) or not 0 <= cfg.cnp_interval <= 0xFFFFFFFF:
             raise ConfigError(f"job {cfg.job}: cnp_interval = {cfg.cnp_interval!r} not a "
                               "32-bit cycle count")
+        if not isinstance(cfg.fast_retx, bool):
+            raise ConfigError(f"job {cfg.job}: fast_retx = {cfg.fast_retx!r} is not a bool")
         ranks = sorted(f.rank for f in cfg.flows)
         if ranks != list(range(cfg.world)):
             raise ConfigError(f"job {cfg.job}: flow ranks {ranks} are not 0..{cfg.world - 1}")
@@ -290,7 +295,10 @@ class EngineControl:
         self._wr("JOB.OP", int(cfg.op), j)
         self._wr("JOB.CNP_INTERVAL", cfg.cnp_interval, j)
         self._wr("JOB.STATUS", rm.reg("JOB.STATUS").w1c_mask, j)  # clear sticky flags
-        self._wr("JOB.CTRL", 1, j)
+        ctrl = rm.field("JOB.CTRL.enable").mask
+        if cfg.fast_retx:
+            ctrl |= rm.field("JOB.CTRL.fast_retx").mask
+        self._wr("JOB.CTRL", ctrl, j)
         # the gateware checks the job, scans its flows and clears its W slots before it reports
         # enabled (a few thousand cycles at most); the model answers at once
         for _ in range(self.ENABLE_POLLS):

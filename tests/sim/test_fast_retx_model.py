@@ -9,6 +9,8 @@ the contributions bit-exact, with fewer RC timeouts than with the bit off.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from netreduce.sim.fabric_model import ModelFabric
@@ -230,15 +232,6 @@ def test_disable_resets_the_flow_state():
 
 
 # ---------------------------------------------------------------------------- end to end
-class FastRetxControl(EngineControl):
-    """EngineControl that sets JOB.CTRL.fast_retx right after enabling a job (the bit is live)."""
-
-    def add_job(self, cfg):
-        super().add_job(cfg)
-        a = self.regmap.addr("JOB.CTRL", cfg.job)
-        self.bus.write(a, self.bus.read(a) | self.regmap.field("JOB.CTRL.fast_retx").mask)
-
-
 def allreduce(on: bool, seed: int, loss: float = 0.02, world: int = 4, kib: int = 128,
               msg_packets: int = 16):
     rng = np.random.default_rng(seed)
@@ -246,9 +239,7 @@ def allreduce(on: bool, seed: int, loss: float = 0.02, world: int = 4, kib: int 
     xs = [rng.integers(-2**31, 2**31, n, dtype=np.int64).astype(np.int32) for _ in range(world)]
     fab = ModelFabric(net=NetConfig(LinkConfig(), {("up", "data"): LinkConfig(loss=loss)}),
                       seed=seed)
-    comm = Communicator(fab, world, CollectiveConfig(msg_packets=msg_packets), seed)
-    if on:
-        comm.ctrl = FastRetxControl(fab.bus)
+    comm = Communicator(fab, world, CollectiveConfig(msg_packets=msg_packets, fast_retx=on), seed)
     res = comm.allreduce(xs)
     want = np.sum(np.array(xs, dtype=np.int64), axis=0).astype(np.int32)
     for y in res.results:
@@ -268,3 +259,21 @@ def test_allreduce_with_contribution_loss_fewer_timeouts():
     t_on = sum(st["timeouts"] for st, _ in on)
     assert t_on < t_off, (t_on, t_off)
     assert sum(ns for _, ns in on) < sum(ns for _, ns in off)
+
+
+def test_job_config_sets_the_bit_and_rejects_a_non_bool():
+    from netreduce.sw_driver.control import ConfigError
+
+    j = RingJob(world=2, window=4)
+    eng, ctl = engine_with()
+    rm = eng.regmap
+    on = rm.field("JOB.CTRL.fast_retx")
+    ctl.add_job(dataclasses.replace(j.config(), fast_retx=True))
+    assert on.get(eng.bus.read(rm.addr("JOB.CTRL", 0))) == 1
+    assert ctl.job_status(0).enabled
+    ctl.remove_job(0)
+    ctl.add_job(j.config())
+    assert on.get(eng.bus.read(rm.addr("JOB.CTRL", 0))) == 0
+    ctl.remove_job(0)
+    with pytest.raises(ConfigError, match="fast_retx = 1 is not a bool"):
+        ctl.add_job(dataclasses.replace(j.config(), fast_retx=1))
