@@ -13,6 +13,7 @@ import random
 
 import pytest
 from amaranth.hdl import ClockDomain, Module
+from amaranth.lib.wiring import In
 from amaranth.sim import Simulator
 from netreduce.hw.csr import (
     CLEAR_COUNTERS,
@@ -60,14 +61,27 @@ def port_entry(dut, table, role, i):
     return p if table.count == 1 else p[i]
 
 
-def check_outputs(ctx, dut, mirror):
-    """The RW fields the core sees equal the model's register contents."""
+async def check_outputs(ctx, dut, mirror):
+    """The RW fields the core sees equal the model's register contents: live flops for most
+    tables, one entry per cycle through the core read port of a RAM table."""
+    ram = {}
+    for t in mirror.map.tables:
+        if t.name in dut.ram_tables:
+            port = getattr(dut, member_name(t.name, "rd"))
+            ram[t.name] = []
+            for e in range(t.count):
+                ctx.set(port.addr, e)
+                await ctx.tick()
+                ram[t.name].append(ctx.get(port.data))
     for inst in mirror.map.instances():
         for f in inst.reg.fields:
             if f.access != Access.RW:
                 continue
-            got = ctx.get(port_entry(dut, inst.table, "cfg", inst.index)
-                          [inst.reg.name.lower()][f.name])
+            if inst.table.name in ram:
+                got = ram[inst.table.name][inst.index][inst.reg.name.lower()][f.name]
+            else:
+                got = ctx.get(port_entry(dut, inst.table, "cfg", inst.index)
+                              [inst.reg.name.lower()][f.name])
             want = f.get(mirror.rf.peek(inst.addr))
             assert got == want, f"{inst.name}.{f.name}: core sees 0x{got:x}, model 0x{want:x}"
 
@@ -142,7 +156,7 @@ def test_every_rw_register_resets_and_holds_its_value(small):
     async def bench(ctx):
         for inst in rw:  # reset values from the map
             assert await bus.read(ctx, inst.addr) == (inst.reg.reset, Resp.OKAY), inst.name
-        check_outputs(ctx, dut, mirror)
+        await check_outputs(ctx, dut, mirror)
         for inst in rw:
             v = rng.getrandbits(32)
             assert await bus.write(ctx, inst.addr, v) == mirror.write(inst.addr, v) == Resp.OKAY
@@ -151,7 +165,7 @@ def test_every_rw_register_resets_and_holds_its_value(small):
             assert got[0] == v & inst.reg.rw_mask  # masks honoured: unused bits read 0
         for inst in rw:  # nothing aliased: every register still holds its own value
             assert await bus.read(ctx, inst.addr) == mirror.read(inst.addr), inst.name
-        check_outputs(ctx, dut, mirror)
+        await check_outputs(ctx, dut, mirror)
 
     simulate(dut, bench)
 
@@ -174,7 +188,7 @@ def test_unmapped_and_unaligned_answer_decerr(small):
         for a in holes + odd:
             assert await bus.read(ctx, a) == (0, Resp.DECERR) == mirror.read(a), hex(a)
             assert await bus.write(ctx, a, 0) == Resp.DECERR == mirror.write(a, 0), hex(a)
-        check_outputs(ctx, dut, mirror)
+        await check_outputs(ctx, dut, mirror)
         for a in mapped:
             assert await bus.read(ctx, a) == mirror.read(a), hex(a)
 
@@ -471,7 +485,7 @@ def test_random_sequence_matches_register_file(small, seed):
                 for path, idx in ((f"JOB_CNT.{n}", j), (f"CNT.{n}", 0), (f"CNT.{g}", 0)):
                     a = small.addr(path, idx)
                     mirror.rf.poke(a, mirror.rf.peek(a) + k)
-        check_outputs(ctx, dut, mirror)
+        await check_outputs(ctx, dut, mirror)
         for inst in insts:
             assert await bus.read(ctx, inst.addr) == mirror.read(inst.addr), inst.name
 
@@ -514,7 +528,11 @@ def test_signature_from_the_map():
     dut = RegisterBank(rm)
     dut._MustUse__silence = True  # only the interface is checked: elaborating takes ~40 s
     mem = dut.signature.members
-    assert mem["flow_cfg"].shape.length == rm.params["flows"]
+    assert dut.ram_tables == ("FLOW",)
+    assert "flow_cfg" not in mem  # the flow table's RW fields are in a RAM: a read port instead
+    rd = mem["flow_rd"].signature.members
+    assert rd["addr"].flow == In  # an input of the bank: the core drives the entry index
+    assert rd["addr"].shape.width == (rm.params["flows"] - 1).bit_length()
     assert mem["job_cfg"].shape.length == rm.params["jobs"]
     assert mem["job_cnt_inc"].shape.length == rm.params["jobs"]
     # job counters have no engine-wide input: CNT holds their sums
@@ -522,10 +540,12 @@ def test_signature_from_the_map():
     assert {n for n, _ in mem["cnt_inc"].shape} == {g.lower() for g in glob}
     assert {n for n, _ in mem["job_cnt_inc"].shape.elem_shape} == {j.lower() for j in job}
     assert dut.addr_width == min_addr_width(rm) == (rm.size - 1).bit_length()
-    flow_entry = mem["flow_cfg"].shape.elem_shape
+    flow_entry = rd["data"].shape
     rw_bits = sum(f.width for r in rm.table("FLOW").registers for f in r.fields
                   if f.access == Access.RW)
-    assert flow_entry.size == rw_bits  # every RW bit of a flow entry is a flop the CAM can see
+    assert flow_entry.size == rw_bits  # every RW bit of a flow entry, packed
+    assert dut.reset_cycles == rm.params["flows"]
+    assert "flow_status" in mem  # RO fields stay core inputs
     assert "global_status" not in mem  # identity registers are constants
 
 
@@ -561,6 +581,7 @@ def test_latency_and_rate_as_documented(small):
             log.append((cyc, *v))
 
     async def bench(ctx):
+        await ctx.tick().repeat(dut.reset_cycles)  # the RAM sweep after reset
         ctx.set(b.rready, 1)
         ctx.set(b.bready, 1)
         ctx.set(b.araddr, scratch)
@@ -615,8 +636,11 @@ def test_reset_mid_transaction_restores_map_resets(small):
             await ctx.tick()  # a plain tick: .repeat()/.until() raise DomainReset
         ctx.set(rst, 0)
         assert not ctx.get(b.rvalid) and not ctx.get(b.bvalid)
-        assert ctx.get(dut.flow_cfg[0].cfg.valid) == small.field("FLOW.CFG.valid").reset
         assert await bus.read(ctx, cnp) == (small.reg("JOB.CNP_INTERVAL").reset, Resp.OKAY)
+        assert await bus.read(ctx, small.addr("FLOW.CFG", 0)) == (0, Resp.OKAY)  # swept
+        ctx.set(dut.flow_rd.addr, 0)
+        await ctx.tick()
+        assert ctx.get(dut.flow_rd.data.cfg.valid) == small.field("FLOW.CFG.valid").reset
 
     sim = Simulator(top)
     sim.add_clock(1e-8)
