@@ -582,10 +582,13 @@ class RegisterBank(wiring.Component):
                         n = jplan.table.count
                         total = Signal(range(n * ((1 << self.inc_width) - 1) + 1),
                                        name=f"sum_{r.name}".lower())
-                        incs = [self._port(jplan, "inc", j)[_key(r.name)] for j in range(n)]
-                        acc = incs[0]
-                        for x in incs[1:]:
-                            acc = acc + x
+                        # a balanced adder tree: a chain would widen every adder by one more
+                        # bit per term (and be n - 1 adders deep)
+                        acc = [self._port(jplan, "inc", j)[_key(r.name)] for j in range(n)]
+                        while len(acc) > 1:
+                            acc = [acc[k] + acc[k + 1] if k + 1 < len(acc) else acc[k]
+                                   for k in range(0, len(acc), 2)]
+                        acc = acc[0]
                         m.d.sync += [total.eq(acc),
                                      c.eq((Mux(clear_d, 0, c) + total)[:REG_BITS])]
                     else:

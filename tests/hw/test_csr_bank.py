@@ -424,11 +424,18 @@ def test_w1c_flags_and_status_inputs(small):
     simulate(dut, bench, set_in_apply_cycle)
 
 
-@pytest.mark.parametrize("seed", [11, 12])
-def test_random_sequence_matches_register_file(small, seed):
+# RAM-table choices: the default (FLOW), none (every table in flops) and every table that can
+# be one (JOB mixes RW with RO and W1C registers, MGMT has one entry and a non-zero reset value)
+RAM_CHOICES = {"default": None, "flops": (), "all": ("FLOW", "JOB", "MGMT", "MGMT_SRC")}
+
+
+@pytest.mark.parametrize("seed,ram", [(11, "default"), (12, "default"), (13, "flops"),
+                                      (14, "all")])
+def test_random_sequence_matches_register_file(small, seed, ram):
     """Random reads, writes (random strobes, AW/W skew, slow bready/rready), core-side status
-    changes, W1C events and counter bursts on the bank and on RegisterFile: identical answers."""
-    dut = RegisterBank(small)
+    changes, W1C events and counter bursts on the bank and on RegisterFile: identical answers
+    (RAM tables included: the bus master waits out the sweep after reset)."""
+    dut = RegisterBank(small, ram_tables=RAM_CHOICES[ram])
     bus = AxiLiteSimMaster(dut.s_axil)
     mirror = Mirror(small)
     rng = random.Random(seed)
@@ -646,3 +653,147 @@ def test_reset_mid_transaction_restores_map_resets(small):
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()
+
+
+def _handshake_log(dut, cycles):
+    """A testbench logging, per cycle: AR handshake, R handshake, AW+W handshake, B handshake."""
+    b = dut.s_axil
+    log = []
+
+    async def watch(ctx):
+        for cyc in range(cycles):
+            _, _, *v = await ctx.tick().sample(
+                b.arvalid & b.arready, b.rvalid & b.rready,
+                b.awvalid & b.awready & b.wvalid & b.wready, b.bvalid & b.bready)
+            log.append((cyc, *v))
+
+    return log, watch
+
+
+def test_sweep_after_reset_restores_ram_tables(small):
+    """Every RW register of the RAM tables is dirtied, then reset: for exactly ``reset_cycles``
+    cycles no handshake is accepted (valids held high), the first one completes in cycle
+    ``reset_cycles``, and every register reads its map reset value again (non-zero ones
+    included: JOB.CNP_INTERVAL, MGMT.PORT), on the bus and on the core read ports."""
+    ram = RAM_CHOICES["all"]
+    dut = RegisterBank(small, ram_tables=ram)
+    assert dut.reset_cycles == max(small.table(n).count for n in ram)
+    bus = AxiLiteSimMaster(dut.s_axil)
+    mirror = Mirror(small)
+    b = dut.s_axil
+    top = Module()
+    top.domains.sync = cd = ClockDomain("sync")
+    top.submodules.bank = dut
+    rw = [i for i in small.instances() if i.reg.rw_mask]
+    assert any(i.reg.reset for i in rw if i.table.name in ram)
+    log, watch = _handshake_log(dut, 400)
+
+    async def bench(ctx):
+        for inst in rw:
+            await bus.write(ctx, inst.addr, U32)
+        ctx.set(cd.rst, 1)
+        await ctx.tick()
+        ctx.set(cd.rst, 0)
+        start = len(log)  # the first cycle after reset
+        ctx.set(b.araddr, small.addr("FLOW.CFG", 1))
+        ctx.set(b.arvalid, 1)
+        ctx.set(b.awaddr, small.addr("GLOBAL.SCRATCH"))
+        ctx.set(b.wdata, 0)
+        ctx.set(b.wstrb, 0xF)
+        ctx.set(b.awvalid, 1)
+        ctx.set(b.wvalid, 1)
+        while not (ctx.get(b.arready) or ctx.get(b.awready)):
+            await ctx.tick()
+        assert len(log) - start == dut.reset_cycles  # handshake in cycle reset_cycles
+        for s in ("arvalid", "awvalid", "wvalid"):
+            ctx.set(getattr(b, s), 0)
+        await ctx.tick()
+        ctx.set(b.rready, 1)
+        ctx.set(b.bready, 1)
+        await ctx.tick().repeat(3)
+        ctx.set(b.rready, 0)
+        ctx.set(b.bready, 0)
+        assert not any(v for c, *v in log[start:start + dut.reset_cycles] if any(v))
+        for inst in small.instances():
+            assert await bus.read(ctx, inst.addr) == mirror.read(inst.addr), inst.name
+        await check_outputs(ctx, dut, mirror)
+
+    sim = Simulator(top)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.add_testbench(watch, background=True)
+    sim.run()
+
+
+def test_ram_table_latency_strobes_and_core_port(small):
+    """A RAM table keeps the flops' bus latency (rvalid 2 cycles after AR, bvalid 2 after AW/W,
+    a read after B sees the write, one transaction per 3 cycles); byte strobes only write their
+    bytes; the core read port shows a write from cycle 3 after the handshake (address held)."""
+    dut = RegisterBank(small)
+    b, rd = dut.s_axil, dut.flow_rd
+    mirror = Mirror(small)
+    rng = random.Random(21)
+    e = 3
+    fwd_ip, cfg = small.addr("FLOW.FWD_IP", e), small.addr("FLOW.CFG", e)
+    seen = []  # (cycle, flow_rd.data.fwd_ip.ip) with flow_rd.addr = e throughout
+    log, watch = _handshake_log(dut, 300)
+
+    async def core(ctx):
+        ctx.set(rd.addr, e)
+        for cyc in range(300):
+            _, _, ip = await ctx.tick().sample(rd.data.fwd_ip.ip)
+            seen.append((cyc, ip))
+
+    async def bench(ctx):
+        await ctx.tick().repeat(dut.reset_cycles)
+        # back-to-back reads of a RAM register
+        ctx.set(b.rready, 1)
+        ctx.set(b.araddr, fwd_ip)
+        ctx.set(b.arvalid, 1)
+        await ctx.tick().repeat(15)
+        ctx.set(b.arvalid, 0)
+        ctx.set(b.rready, 0)
+        await ctx.tick().repeat(3)
+        # a full write, timed
+        ctx.set(b.bready, 1)
+        ctx.set(b.awaddr, fwd_ip)
+        ctx.set(b.wdata, 0xA1B2C3D4)
+        ctx.set(b.wstrb, 0xF)
+        ctx.set(b.awvalid, 1)
+        ctx.set(b.wvalid, 1)
+        await ctx.tick().until(b.awready)
+        ctx.set(b.awvalid, 0)
+        ctx.set(b.wvalid, 0)
+        await ctx.tick().repeat(3)
+        ctx.set(b.bready, 0)
+        mirror.write(fwd_ip, 0xA1B2C3D4)
+        bus = AxiLiteSimMaster(b)
+        assert await bus.read(ctx, fwd_ip) == (0xA1B2C3D4, Resp.OKAY)
+        for strb in range(16):  # partial writes, each checked on the bus and the core port
+            for a in (fwd_ip, cfg):
+                v = rng.getrandbits(32)
+                assert await bus.write(ctx, a, v, strb) == mirror.write(a, v, strb)
+                got = await bus.read(ctx, a)
+                assert got == mirror.read(a), f"0x{a:x} strb {strb:04b}: 0x{got[0]:x}"
+            want = small.field("FLOW.FWD_IP.ip").get(mirror.rf.peek(fwd_ip))
+            assert ctx.get(rd.data.fwd_ip.ip) == want
+            c = mirror.rf.peek(cfg)
+            assert ctx.get(rd.data.cfg.rank) == small.field("FLOW.CFG.rank").get(c)
+            assert ctx.get(rd.data.cfg.job) == small.field("FLOW.CFG.job").get(c)
+            assert ctx.get(rd.data.cfg.valid) == small.field("FLOW.CFG.valid").get(c)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.add_testbench(core, background=True)
+    sim.add_testbench(watch, background=True)
+    sim.run()
+    ar = [c for c, a, *_ in log if a]
+    r = [c for c, _, x, *_ in log if x]
+    assert len(ar) >= 5 and all(y - x == 2 for x, y in zip(ar[:5], r[:5], strict=True))
+    assert all(y - x == 3 for x, y in zip(ar[:5], ar[1:5], strict=False))
+    aw = next(c for c, _, _, w, _ in log if w)
+    bv = next(c for c, _, _, _, x in log if x)
+    assert bv == aw + 2
+    first = next(c for c, ip in seen if ip == 0xA1B2C3D4)
+    assert first == aw + 3  # applied at the end of cycle 1, read addressed in cycle 2
