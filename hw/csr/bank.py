@@ -32,7 +32,7 @@ Bus (``s_axil``, :class:`~.axil.AXI4LiteSignature`, 32-bit data, byte addresses)
 
 Core side (members generated per table; ``t`` = the table name in lower case; a table with more
 than one entry gives a ``data.ArrayLayout`` of per-entry structs, field path ``<reg>.<field>`` in
-lower case, e.g. ``bank.job_cfg[j].window.w`` or ``bank.flow_cfg[f].fwd_ip.ip``):
+lower case, e.g. ``bank.job_cfg[j].window.w`` or ``bank.flow_rd.data.fwd_ip.ip``):
 
 * ``<t>_cfg`` (Out): every RW field, straight from its flip-flop (reset value from the map), for
   tables that are not RAM tables: the job table is read by several blocks at once, so every
