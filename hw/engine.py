@@ -249,8 +249,8 @@ class NetReduceEngine(wiring.Component):
         FB = self.frame_beats
 
         # ------------------------------------------------------------ registers <-> control
-        for name in ("job_cfg", "flow_cfg"):
-            m.d.comb += getattr(ctl, name).eq(getattr(bank, name))
+        m.d.comb += ctl.job_cfg.eq(bank.job_cfg)
+        wiring.connect(m, ctl.flow_rd, bank.flow_rd)  # the sequencer's port on the flow RAM
         for name in ("job_status", "flow_status"):
             m.d.comb += getattr(bank, name).eq(getattr(ctl, name))
         sat_inc = Signal(ctl.jobs, name="sat_inc")   # a contribution clipped (per job)

@@ -62,12 +62,15 @@ Interfaces
     memory event). Buffered in a FIFO of ``rel_depth``; when the FIFO is full the decision stage
     stalls.
 Register bank side (layouts generated from the register map, as :class:`~netreduce.hw.csr.bank.
-RegisterBank` names them): ``job_cfg`` / ``flow_cfg`` (In: the RW fields), ``job_status`` /
-``flow_status`` (Out: RO fields), ``job_set`` (Out: W1C set strobes; ``saturated`` is left 0:
-it comes from the slot memory's events), ``job_cnt_inc`` (Out: per-job counter increments,
-``cnt_width`` bits each; ``saturations`` is left 0 like ``saturated``) and ``cnt_inc`` (Out:
-``rx_frames``, ``fwd_not_roce``, ``fwd_unregistered``). Build the bank with
-``inc_width=ctl.cnt_width`` (``freed`` and ``results_sent`` step by more than 1).
+RegisterBank` names them): ``job_cfg`` (In: the RW fields), ``flow_rd`` (Out, a
+:func:`~netreduce.hw.csr.bank.cfg_read_signature` port: the bank keeps the flow table's RW fields
+in a RAM; ``data`` is the entry addressed in the cycle before, read only by the enable
+sequencer), ``job_status`` / ``flow_status`` (Out: RO fields), ``job_set`` (Out: W1C set
+strobes; ``saturated`` is left 0: it comes from the slot memory's events), ``job_cnt_inc`` (Out:
+per-job counter increments, ``cnt_width`` bits each; ``saturations`` is left 0 like
+``saturated``) and ``cnt_inc`` (Out: ``rx_frames``, ``fwd_not_roce``, ``fwd_unregistered``).
+Build the bank with ``inc_width=ctl.cnt_width`` (``freed`` and ``results_sent`` step by more
+than 1).
 
 Timing
 ------
@@ -94,11 +97,12 @@ Timing
   - while the sequencer commits or discards a job (it stops taking headers until the pipeline
     is empty).
 * Enable: ``JOB.CTRL.enable`` 0 -> 1 is seen one cycle after the bank's write; the sequencer
-  checks the job registers (1 cycle), scans the ``flows`` flow entries (one per cycle), clears
-  the job's W slots, then commits (enabled). Until then, frames of the job are unregistered.
-  A refused job gets ``JOB.STATUS.error`` (model D9; the bank's ``JOB.CTRL.enable`` keeps
-  reading 1, the model's reads 0). Bus writes to the job's registers during the sequence race
-  with it (the model latches at the write).
+  checks the job registers (1 cycle), scans the ``flows`` flow entries (one per cycle; the
+  bank's flow RAM is addressed one entry ahead, from the check cycle on, so its read latency
+  adds no cycle), clears the job's W slots, then commits (enabled). Until then, frames of the
+  job are unregistered. A refused job gets ``JOB.STATUS.error`` (model D9; the bank's
+  ``JOB.CTRL.enable`` keeps reading 1, the model's reads 0). Bus writes to the job's registers
+  during the sequence race with it (the model latches at the write).
 
 Resources (beyond the RAMs: slot state ``slots`` x (41 + max_world [+ max_world x port bits])
 bits with two read ports, CNP times ``jobs`` x ``max_world`` x ``time_bits``, fast-retransmit
@@ -141,6 +145,7 @@ from netreduce.regmap import (
     build_regmap,
 )
 
+from ..csr.bank import cfg_read_signature
 from .flowtable import FlowTable
 
 __all__ = ["AggControl", "ParserAdapter", "HdrClass", "FrameError", "Action", "Disp", "role_layout",
@@ -352,7 +357,8 @@ class AggControl(wiring.Component):
             "dec": Out(stream.Signature(self.dec_layout)),
             "rel": Out(stream.Signature(self.rel_layout)),
             "job_cfg": In(data.ArrayLayout(self.job_cfg_layout, self.jobs)),
-            "flow_cfg": In(data.ArrayLayout(self.flow_cfg_layout, self.flows)),
+            # the bank keeps the flow table's RW fields in a RAM: only the sequencer reads them
+            "flow_rd": Out(cfg_read_signature(self.entry_bits, self.flow_cfg_layout)),
             "job_status": Out(data.ArrayLayout(self.job_status_layout, self.jobs)),
             "flow_status": Out(data.ArrayLayout(self.flow_status_layout, self.flows)),
             "job_set": Out(data.ArrayLayout(self.job_set_layout, self.jobs)),
@@ -835,7 +841,9 @@ class AggControl(wiring.Component):
         with m.Elif(c_op > 2):
             m.d.comb += job_err.eq(JobError.OP)
 
-        # flow scan: stage A reads entry e of the bank, stage B checks and binds it
+        # flow scan: stage A reads entry e of the bank, stage B checks and binds it. The bank's
+        # flow RAM answers one cycle after the address, so the address runs one entry ahead
+        # (entry 0 is addressed in CHECK): stage A sees entry scan_e as before.
         scan_e = Signal(range(F + 1))
         sa_valid = Signal()
         sa_e = Signal(self.entry_bits)
@@ -843,7 +851,8 @@ class AggControl(wiring.Component):
         rank_seen = Signal(WD)
         flows_bad = Signal()
         conflict = Signal()
-        ecfg = self.flow_cfg[scan_e[:self.entry_bits]]
+        ecfg = self.flow_rd.data
+        m.d.comb += self.flow_rd.addr.eq((scan_e + 1)[:self.entry_bits])
         fwd_key = Cat(sa_cfg.fwd_qpn.qpn, sa_cfg.fwd_ip.ip)
         rev_key = Cat(sa_cfg.rev_qpn.qpn, sa_cfg.rev_ip.ip)
         sa_rank = sa_cfg.cfg.rank
@@ -882,7 +891,7 @@ class AggControl(wiring.Component):
                         m.d.comb += [clr_dis.eq(1 << sq), ft.drop_en.eq(1), seq_disable.eq(1)]
                         m.next = "IDLE"
             with m.State("CHECK"):
-                m.d.comb += self.busy.eq(1)
+                m.d.comb += [self.busy.eq(1), self.flow_rd.addr.eq(0)]
                 with m.If(~level_en.bit_select(sq, 1) | enabled[sq]):
                     m.d.comb += clr_en.eq(1 << sq)
                     m.next = "IDLE"

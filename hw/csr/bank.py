@@ -18,7 +18,9 @@ Bus (``s_axil``, :class:`~.axil.AXI4LiteSignature`, 32-bit data, byte addresses)
   during cycle 2 only, and ``bvalid`` is high from cycle 2. ``rvalid`` / ``bvalid`` then hold
   (data and response stable) until ``rready`` / ``bready``: that is the only backpressure. A
   read issued after a write's B handshake sees the write. Peak rate with ``*ready`` held high:
-  one transaction per 3 cycles.
+  one transaction per 3 cycles. The same latencies hold for RAM tables (below): their RAM is
+  read at the AR handshake itself (address straight from ``araddr``) and written at the end of
+  cycle 1.
 * Errors: an address that decodes to no register of the map (holes inside a table entry, gaps
   between tables, beyond the last entry, beyond the map) or that is not 4-byte aligned answers
   ``DECERR`` (the map's :class:`~netreduce.regmap.BusError`); a write then has no effect, a read
@@ -30,14 +32,24 @@ Bus (``s_axil``, :class:`~.axil.AXI4LiteSignature`, 32-bit data, byte addresses)
 
 Core side (members generated per table; ``t`` = the table name in lower case; a table with more
 than one entry gives a ``data.ArrayLayout`` of per-entry structs, field path ``<reg>.<field>`` in
-lower case, e.g. ``bank.job_cfg[j].window.w`` or ``bank.flow_cfg[f].fwd_ip.ip``):
+lower case, e.g. ``bank.job_cfg[j].window.w`` or ``bank.flow_rd.data.fwd_ip.ip``):
 
-* ``<t>_cfg`` (Out): every RW field, straight from its flip-flop (reset value from the map). Tables
-  are registers-as-flops, not a RAM with a read port: the flow table's keys must be compared by
-  the classifier against every frame in parallel every cycle (a CAM), and the job table is read by
-  several blocks at once, so every entry is visible at all times at no latency. The outputs are
-  the live register values; the map's "configuration is latched on enable" is the core's job
-  (it sees ``job_cfg[j].ctrl.enable`` and snapshots what it needs on the 0 -> 1 edge).
+* ``<t>_cfg`` (Out): every RW field, straight from its flip-flop (reset value from the map), for
+  tables that are not RAM tables: the job table is read by several blocks at once, so every
+  entry is visible at all times at no latency. The outputs are the live register values; the
+  map's "configuration is latched on enable" is the core's job (it sees
+  ``job_cfg[j].ctrl.enable`` and snapshots what it needs on the 0 -> 1 edge).
+* ``<t>_rd`` (In, :func:`cfg_read_signature`) instead of ``<t>_cfg`` for a *RAM table*
+  (``ram_tables``, default :data:`RAM_TABLES` = the flow table): its RW fields are held in a
+  ``lib.memory.Memory`` (one 32-bit lane per register with an RW field, the bus's byte strobes
+  are its byte write enables; inferable as BRAM/LUTRAM), not in flops, and the core reads one
+  entry per cycle: ``data`` (the ``<t>_cfg`` entry layout) is the entry whose index was on
+  ``addr`` in the previous cycle (a synchronous read port, not transparent: a read in the cycle a
+  write is applied returns the old value, so a bus write is seen by a core read addressed from
+  cycle 2 on, i.e. ``data`` from cycle 3). The flow table's RW copy is only scanned by the
+  enable sequencer (the classifier compares frames against the flow table's own latched CAM),
+  so it needs no parallel access. The other access types of a RAM table (RO status inputs, W1C
+  flags, WO pulses) are as for any table.
 * ``<t>_pulse`` (Out): WO fields; the written 1 bits are high for exactly one cycle (cycle 2
   above). ``GLOBAL.CONTROL.clear_counters`` also clears the bank's counters (at the end of that
   cycle).
@@ -56,16 +68,25 @@ lower case, e.g. ``bank.job_cfg[j].window.w`` or ``bank.flow_cfg[f].fwd_ip.ip``)
   and the increment of the clearing cycle still counts (``count <= 0 + inc``).
 * Identity, version and build-parameter registers (the RO fields of ``GLOBAL``) are constants.
 
-Reset: synchronous (Amaranth ``sync`` domain); every register takes its map reset value, the FSM
-returns to idle, no response is pending.
+Reset: synchronous (Amaranth ``sync`` domain); every flop register takes its map reset value, no
+response is pending. A RAM cannot be reset at once, so the FSM then sweeps the RAM tables: in
+each of the ``reset_cycles`` cycles that follow reset (the entry count of the largest RAM table,
+e.g. 256 for the default flow table; 0 without RAM tables) it writes the map's reset values into
+one entry of every RAM table, with ``arready`` / ``awready`` / ``wready`` low; the first
+handshake can complete in cycle ``reset_cycles`` (the first cycle after reset being cycle 0),
+after which every register reads its reset value exactly as with flops. The core read port
+returns reset values for an entry from the cycle after the sweep wrote it. The RAM's
+initial contents (configuration) are the reset values as well.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal, unsigned
 from amaranth.lib import data, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from netreduce.regmap import REG_BITS, REG_BYTES, Access, Field, Register, RegMap, Table
@@ -74,7 +95,8 @@ from netreduce.regmap import build_regmap as _build_regmap
 from .axil import AXI4LiteSignature, Resp
 
 __all__ = ["RegisterBank", "CONST_TABLES", "COUNTER_TABLES", "SUM_TABLE", "JOB_COUNTER_TABLE",
-           "CLEAR_COUNTERS", "member_name", "min_addr_width", "port_bits"]
+           "CLEAR_COUNTERS", "RAM_TABLES", "member_name", "min_addr_width", "port_bits",
+           "cfg_read_signature"]
 
 # The roles of the map's tables (names, not addresses). RO fields elsewhere are core inputs.
 CONST_TABLES = ("GLOBAL",)  # RO fields are constants: identity, version, build parameters
@@ -82,11 +104,21 @@ JOB_COUNTER_TABLE = "JOB_CNT"  # per-job counters, incremented by the core
 SUM_TABLE = "CNT"  # engine-wide counters; registers named like JOB_CNT's are sums over jobs
 COUNTER_TABLES = (SUM_TABLE, JOB_COUNTER_TABLE)
 CLEAR_COUNTERS = "GLOBAL.CONTROL.clear_counters"
+# Default tables whose RW fields live in a RAM (one read port for the core) instead of flops: the
+# flow table's RW copy is only scanned by the enable sequencer (the per-frame lookup uses the
+# flow table's own latched CAM), so flops would buy nothing but area.
+RAM_TABLES = ("FLOW",)
 
 
 def member_name(table: str, role: str) -> str:
     """The signature member of ``table``'s ``role`` (cfg, pulse, status, set, inc)."""
     return f"{table.lower()}_{role}"
+
+
+def cfg_read_signature(idx_bits: int, layout: data.Layout) -> wiring.Signature:
+    """A RAM table's core read port, from the reader's side: ``addr`` (entry index, Out) and
+    ``data`` (In, the entry's RW fields in ``layout``), valid in the cycle after ``addr``."""
+    return wiring.Signature({"addr": Out(unsigned(idx_bits)), "data": In(layout)})
 
 
 def port_bits(shape, *path) -> tuple[int, int]:
@@ -125,6 +157,7 @@ class _TablePlan:
     layouts: dict[str, data.Layout] = field(default_factory=dict)  # role -> per-entry layout
     counters: bool = False
     sum_regs: tuple[str, ...] = ()  # CNT registers that are sums of JOB_CNT registers
+    lanes: tuple[Register, ...] = ()  # RAM table: registers with RW fields, one 32-bit lane each
 
 
 def _fields_layout(regs, keep) -> data.StructLayout | None:
@@ -159,19 +192,24 @@ class RegisterBank(wiring.Component):
 
     Parameters: ``regmap`` (default ``build_regmap()``), ``addr_width`` (default: the fewest bits
     that reach every register; more bits make the extra space DECERR), ``inc_width`` (width of the
-    counter increment inputs). Raises ``ValueError`` for a map it cannot implement (a multi-entry
-    table whose stride is not a power of two, a table layout that is not as the roles above need).
+    counter increment inputs), ``ram_tables`` (names of the tables whose RW fields are held in a
+    RAM, default :data:`RAM_TABLES`; a name the map lacks is ignored only if ``ram_tables`` is the
+    default). Raises ``ValueError`` for a map it cannot implement (a multi-entry table whose
+    stride is not a power of two, a table layout that is not as the roles above need, a RAM table
+    that is a counter or constant table or has no RW field).
+
+    ``reset_cycles``: cycles after reset during which the bus is not served (the RAM sweep).
     """
 
     def __init__(self, regmap: RegMap | None = None, *, addr_width: int | None = None,
-                 inc_width: int = 1):
+                 inc_width: int = 1, ram_tables: Iterable[str] | None = None):
         try:
-            self._build(regmap, addr_width, inc_width)
+            self._build(regmap, addr_width, inc_width, ram_tables)
         except Exception:
             self._MustUse__silence = True  # a refused map is not an unused elaboratable
             raise
 
-    def _build(self, regmap, addr_width, inc_width):
+    def _build(self, regmap, addr_width, inc_width, ram_tables):
         rm = regmap if regmap is not None else _build_regmap()
         need = min_addr_width(rm)
         addr_width = need if addr_width is None else addr_width
@@ -187,6 +225,18 @@ class RegisterBank(wiring.Component):
         if self.clear_field.access != Access.WO:
             raise ValueError(f"{CLEAR_COUNTERS} must be WO, is {self.clear_field.access}")
         job_cnt_names = {r.name for r in rm.table(JOB_COUNTER_TABLE).registers}
+        names = {t.name for t in rm.tables}
+        if ram_tables is None:
+            ram = {n for n in RAM_TABLES if n in names}
+        else:
+            ram = set(ram_tables)
+            if ram - names:
+                raise ValueError(f"RAM tables {sorted(ram - names)} are not in the map")
+        bad = ram & (set(COUNTER_TABLES) | set(CONST_TABLES))
+        if bad:
+            raise ValueError(f"tables {sorted(bad)}: counter and constant tables cannot be RAM "
+                             f"tables")
+        self.ram_tables = tuple(sorted(ram))
 
         self._plans: list[_TablePlan] = []
         members: dict[str, wiring.Member] = {"s_axil": In(AXI4LiteSignature(addr_width))}
@@ -222,11 +272,20 @@ class RegisterBank(wiring.Component):
                     lay = _fields_layout(t.registers, keep)
                     if lay is not None:
                         plan.layouts[role] = lay
+                if t.name in ram:
+                    if "cfg" not in plan.layouts:
+                        raise ValueError(f"RAM table {t.name} has no RW field")
+                    plan.lanes = tuple(r for r in t.registers if r.rw_mask)
             for role, lay in plan.layouts.items():
+                if plan.lanes and role == "cfg":
+                    members[member_name(t.name, "rd")] = In(cfg_read_signature(plan.idx_bits,
+                                                                               lay))
+                    continue
                 flow = Out if role in ("cfg", "pulse") else In
                 shape = lay if t.count == 1 else data.ArrayLayout(lay, t.count)
                 members[member_name(t.name, role)] = flow(shape)
             self._plans.append(plan)
+        self.reset_cycles = max((p.table.count for p in self._plans if p.lanes), default=0)
         super().__init__(members)
 
     # ------------------------------------------------------------------ helpers
@@ -252,6 +311,14 @@ class RegisterBank(wiring.Component):
             off = rel
         return hit, idx, off
 
+    @staticmethod
+    def _index(plan: _TablePlan, addr):
+        """The entry index bits of ``addr`` in ``plan``'s table (no range check)."""
+        if plan.table.count == 1:
+            return Const(0, plan.idx_bits)
+        rel = addr - plan.table.base
+        return rel[plan.shift:plan.shift + plan.idx_bits]
+
     # ------------------------------------------------------------------ elaborate
     def elaborate(self, platform):
         m = Module()
@@ -273,7 +340,7 @@ class RegisterBank(wiring.Component):
                     for f in r.fields:
                         nm = f"{t.name}_{i}_{r.name}_{f.name}".lower()
                         k = (t.name, i, _key(r.name), _key(f.name))
-                        if f.access in (Access.RW, Access.W1C):
+                        if f.access == Access.W1C or (f.access == Access.RW and not plan.lanes):
                             store[k] = Signal(f.width, init=f.reset, name=nm)
                         elif f.access == Access.WO:
                             pulses[k] = Signal(f.width, name=nm)
@@ -283,6 +350,8 @@ class RegisterBank(wiring.Component):
             t = plan.table
             if plan.counters:
                 return counters[(t.name, i, r.name)]
+            if f.access == Access.RW and plan.lanes:
+                return Const(0, f.width)  # from the RAM's bus read port, OR-ed in after the mux
             if f.access in (Access.RW, Access.W1C):
                 return store[(t.name, i, _key(r.name), _key(f.name))]
             if f.access == Access.WO:
@@ -302,12 +371,43 @@ class RegisterBank(wiring.Component):
                 parts.append(Const(0, REG_BITS - pos))
             return Cat(*parts)
 
+        # ---- RAM tables: every register with an RW field is one 32-bit lane of the entry's word
+        # (bits outside RW fields stay 0), so the bus's byte strobes are the write port's byte
+        # enables. Ports: a bus read port and the write port share one address (an inferred
+        # BRAM's read-write port), the core read port is the other side.
+        rams: dict[str, tuple] = {}
+        for plan in self._plans:
+            if not plan.lanes:
+                continue
+            t = plan.table
+            reset_word = sum((r.reset & r.rw_mask) << (REG_BITS * k)
+                             for k, r in enumerate(plan.lanes))
+            mem = Memory(shape=unsigned(REG_BITS * len(plan.lanes)), depth=t.count,
+                         init=[reset_word] * t.count)
+            m.submodules[f"ram_{t.name.lower()}"] = mem
+            wp = mem.write_port(granularity=8)
+            bp = mem.read_port()
+            cp = mem.read_port()
+            addr = Signal(plan.idx_bits, name=f"ram_{t.name.lower()}_addr")
+            m.d.comb += [wp.addr.eq(addr), bp.addr.eq(addr)]
+            rams[t.name] = (wp, bp, addr, reset_word)
+            rd = getattr(self, member_name(t.name, "rd"))
+            regs = {_key(r.name): (k, r) for k, r in enumerate(plan.lanes)}
+
+            def lane_bits(p, cp=cp, regs=regs):
+                k, r = regs[p[0]]
+                f = r.field(next(f.name for f in r.fields if _key(f.name) == p[1]))
+                return cp.data[REG_BITS * k + f.lsb:REG_BITS * k + f.msb + 1]
+
+            m.d.comb += [cp.addr.eq(rd.addr),
+                         rd.data.as_value().eq(_pack(plan.layouts["cfg"], lane_bits))]
+
         # ---- outputs to the core: one assignment per port (per-field slices of a wide port
         # make elaboration quadratic in the table size)
         for plan in self._plans:
             t = plan.table
             for role, src in (("cfg", store), ("pulse", pulses)):
-                if role not in plan.layouts:
+                if role not in plan.layouts or (role == "cfg" and plan.lanes):
                     continue
                 port = getattr(self, member_name(t.name, role))
                 m.d.comb += port.as_value().eq(_pack(
@@ -323,9 +423,17 @@ class RegisterBank(wiring.Component):
         prefer_read = Signal()  # alternate when reads and writes are both pending
         applying = Signal()  # the cycle a latched write takes effect
         decoding = Signal()  # the cycle a latched read address is decoded
+        sweeping = Signal()  # after reset: the RAM tables take their reset values
+        sweep_i = Signal(range(max(self.reset_cycles, 2)))
 
         wr_pending = bus.awvalid & bus.wvalid
-        with m.FSM(name="axil"):
+        with m.FSM(name="axil", init="SWEEP" if self.reset_cycles else "IDLE"):
+            if self.reset_cycles:
+                with m.State("SWEEP"):
+                    m.d.comb += sweeping.eq(1)
+                    m.d.sync += sweep_i.eq(sweep_i + 1)
+                    with m.If(sweep_i == self.reset_cycles - 1):
+                        m.next = "IDLE"
             with m.State("IDLE"):
                 take_read = bus.arvalid & (~wr_pending | prefer_read)
                 take_write = wr_pending & ~take_read
@@ -371,6 +479,17 @@ class RegisterBank(wiring.Component):
                         with m.Case(i):
                             m.d.comb += entry.eq(Cat(*(reg_value(plan, i, r)
                                                        for r in t.registers)))
+            if plan.lanes:
+                # the RAM was read at the AR handshake (address from araddr), so its data is
+                # there in this decode cycle like the flops' values
+                bp = rams[t.name][1]
+                lanes = {r.name: k for k, r in enumerate(plan.lanes)}
+                ram_val = Cat(*(bp.data.word_select(lanes[r.name], REG_BITS) & r.rw_mask
+                                if r.name in lanes else Const(0, REG_BITS)
+                                for r in t.registers))
+                merged = Signal.like(entry, name=f"rd_{t.name.lower()}_merged")
+                m.d.comb += merged.eq(entry | ram_val)
+                entry = merged
             with m.If(decoding):
                 m.d.sync += [val.eq(0), ok.eq(0)]
                 with m.If(hit):
@@ -398,6 +517,20 @@ class RegisterBank(wiring.Component):
             wr_oks.append(hit & offs)
             if plan.counters:
                 continue  # counters are RO: bus writes ignored
+            if plan.lanes:
+                wp, _, ram_addr, reset_word = rams[t.name]
+                with m.If(sweeping):
+                    m.d.comb += [ram_addr.eq(sweep_i), wp.data.eq(reset_word),
+                                 wp.en.eq(Mux(sweep_i < t.count, (1 << len(wp.en)) - 1, 0))]
+                with m.Elif(applying):
+                    m.d.comb += [
+                        ram_addr.eq(idx),
+                        wp.data.eq(Cat(*(wdata & r.rw_mask for r in plan.lanes))),
+                        wp.en.eq(Cat(*(Mux(hit & (off == r.offset), wstrb, 0)
+                                       for r in plan.lanes))),
+                    ]
+                with m.Else():
+                    m.d.comb += ram_addr.eq(self._index(plan, bus.araddr))
             entry_sel = [idx == i for i in range(t.count)] if t.count > 1 else [Const(1, 1)]
             for r in t.registers:
                 reg_sel = Signal(name=f"wr_{t.name}_{r.name}".lower())
@@ -408,6 +541,8 @@ class RegisterBank(wiring.Component):
                         k = (t.name, i, _key(r.name), _key(f.name))
                         bits = slice(f.lsb, f.msb + 1)
                         en = bytemask[bits]
+                        if f.access == Access.RW and plan.lanes:
+                            continue  # the RAM's write port, above
                         if f.access == Access.RW:
                             with m.If(we):
                                 m.d.sync += store[k].eq((store[k] & ~en) | (wdata[bits] & en))
@@ -447,10 +582,13 @@ class RegisterBank(wiring.Component):
                         n = jplan.table.count
                         total = Signal(range(n * ((1 << self.inc_width) - 1) + 1),
                                        name=f"sum_{r.name}".lower())
-                        incs = [self._port(jplan, "inc", j)[_key(r.name)] for j in range(n)]
-                        acc = incs[0]
-                        for x in incs[1:]:
-                            acc = acc + x
+                        # a balanced adder tree: a chain would widen every adder by one more
+                        # bit per term (and be n - 1 adders deep)
+                        acc = [self._port(jplan, "inc", j)[_key(r.name)] for j in range(n)]
+                        while len(acc) > 1:
+                            acc = [acc[k] + acc[k + 1] if k + 1 < len(acc) else acc[k]
+                                   for k in range(0, len(acc), 2)]
+                        acc = acc[0]
                         m.d.sync += [total.eq(acc),
                                      c.eq((Mux(clear_d, 0, c) + total)[:REG_BITS])]
                     else:

@@ -15,7 +15,8 @@ import random
 from dataclasses import dataclass, field
 
 import pytest
-from amaranth.hdl import Value
+from amaranth.hdl import Module, Value
+from amaranth.lib.memory import Memory
 from amaranth.sim import Simulator
 from netreduce.hw.agg.control import Action, AggControl, FrameError, HdrClass
 from netreduce.sim.model.engine import Engine, _parse
@@ -189,11 +190,23 @@ class NoAckedForwardAggControl(AggControl):
     _no_forwarding = frozenset({"acked"})
 
 
+def flow_entry_value(layout, rw, shadow, rm, e) -> int:
+    """Flow entry ``e``'s RW fields, packed in ``layout``, from the register ``shadow``."""
+    v = 0
+    for r in rm.table("FLOW").registers:
+        for inst, f in rw.get(rm.addr(f"FLOW.{r.name}", e), ()):
+            reg = layout[inst.reg.name.lower()]
+            v |= f.get(shadow[inst.addr]) << (reg.offset + reg.shape[f.name.lower()].offset)
+    return v
+
+
 class Gateware:
     def __init__(self, sc: Scenario, cls=AggControl):
         self.sc = sc
         self.dut = cls(build_regmap(**sc.params))
         rm = self.dut.map
+        # the register bank's flow RAM (its RW fields), behind the sequencer's read port
+        self.flow_ram = Memory(shape=self.dut.flow_cfg_layout, depth=self.dut.flows, init=[])
         # RW shadow of the register bank (what its cfg outputs show)
         self.shadow: dict[int, int] = {}
         self.rw: dict[int, tuple] = {}
@@ -208,8 +221,13 @@ class Gateware:
     def _apply(self, ctx, addr: int, value: int):
         self.shadow[addr] = value
         for inst, f in self.rw.get(addr, ()):
-            t = self.dut.job_cfg if inst.table.name == "JOB" else self.dut.flow_cfg
-            ctx.set(t[inst.index][inst.reg.name.lower()][f.name.lower()], f.get(value))
+            if inst.table.name == "JOB":
+                ctx.set(self.dut.job_cfg[inst.index][inst.reg.name.lower()][f.name.lower()],
+                        f.get(value))
+            else:
+                ctx.set(Value.cast(self.flow_ram.data[inst.index]),
+                        flow_entry_value(self.dut.flow_cfg_layout, self.rw, self.shadow,
+                                         self.dut.map, inst.index))
 
     def run(self, gap=0.0, stall=0.0, seed=0, overlap=False):
         """Run every operation; ``gap``/``stall``: probability of an idle input cycle / of
@@ -313,7 +331,12 @@ class Gateware:
                          for e in range(sc.params["flows"])],
             }
 
-        sim = Simulator(dut)
+        top = Module()
+        top.submodules.dut = dut
+        top.submodules.flow_ram = self.flow_ram
+        rp = self.flow_ram.read_port()
+        top.d.comb += [rp.addr.eq(dut.flow_rd.addr), dut.flow_rd.data.eq(rp.data)]
+        sim = Simulator(top)
         sim.add_clock(1e-8)
         sim.add_testbench(bench)
         sim.run()
@@ -769,15 +792,17 @@ def test_parser_adapter_matches_model_classification():
 
 
 def test_register_bank_layouts_match():
-    """job_cfg / flow_cfg / job_status / flow_status / job_set / job_cnt_inc have the register
-    bank's shapes, so the core connects them with ``.eq`` (the bank built with cnt_width)."""
+    """job_cfg / job_status / flow_status / job_set / job_cnt_inc have the register bank's
+    shapes, so the core connects them with ``.eq`` (the bank built with cnt_width); flow_rd is
+    the bank's flow RAM read port, connected with ``wiring.connect``."""
     from netreduce.hw.csr import RegisterBank
 
     rm = build_regmap(jobs=2, flows=4, slots=64, max_world=8)
     ctl = AggControl(rm)
     bank = RegisterBank(rm, inc_width=ctl.cnt_width)
-    for name in ("job_cfg", "flow_cfg", "job_status", "flow_status", "job_set", "job_cnt_inc"):
+    for name in ("job_cfg", "job_status", "flow_status", "job_set", "job_cnt_inc"):
         assert (ctl.signature.members[name].shape == bank.signature.members[name].shape), name
+    assert ctl.flow_rd.signature == bank.flow_rd.signature.flip()
     bank_g = bank.signature.members["cnt_inc"].shape
     for name, f in ctl.cnt_inc_layout:
         assert bank_g[name].shape == f.shape, name

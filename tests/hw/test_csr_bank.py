@@ -13,6 +13,7 @@ import random
 
 import pytest
 from amaranth.hdl import ClockDomain, Module
+from amaranth.lib.wiring import In
 from amaranth.sim import Simulator
 from netreduce.hw.csr import (
     CLEAR_COUNTERS,
@@ -60,14 +61,27 @@ def port_entry(dut, table, role, i):
     return p if table.count == 1 else p[i]
 
 
-def check_outputs(ctx, dut, mirror):
-    """The RW fields the core sees equal the model's register contents."""
+async def check_outputs(ctx, dut, mirror):
+    """The RW fields the core sees equal the model's register contents: live flops for most
+    tables, one entry per cycle through the core read port of a RAM table."""
+    ram = {}
+    for t in mirror.map.tables:
+        if t.name in dut.ram_tables:
+            port = getattr(dut, member_name(t.name, "rd"))
+            ram[t.name] = []
+            for e in range(t.count):
+                ctx.set(port.addr, e)
+                await ctx.tick()
+                ram[t.name].append(ctx.get(port.data))
     for inst in mirror.map.instances():
         for f in inst.reg.fields:
             if f.access != Access.RW:
                 continue
-            got = ctx.get(port_entry(dut, inst.table, "cfg", inst.index)
-                          [inst.reg.name.lower()][f.name])
+            if inst.table.name in ram:
+                got = ram[inst.table.name][inst.index][inst.reg.name.lower()][f.name]
+            else:
+                got = ctx.get(port_entry(dut, inst.table, "cfg", inst.index)
+                              [inst.reg.name.lower()][f.name])
             want = f.get(mirror.rf.peek(inst.addr))
             assert got == want, f"{inst.name}.{f.name}: core sees 0x{got:x}, model 0x{want:x}"
 
@@ -142,7 +156,7 @@ def test_every_rw_register_resets_and_holds_its_value(small):
     async def bench(ctx):
         for inst in rw:  # reset values from the map
             assert await bus.read(ctx, inst.addr) == (inst.reg.reset, Resp.OKAY), inst.name
-        check_outputs(ctx, dut, mirror)
+        await check_outputs(ctx, dut, mirror)
         for inst in rw:
             v = rng.getrandbits(32)
             assert await bus.write(ctx, inst.addr, v) == mirror.write(inst.addr, v) == Resp.OKAY
@@ -151,7 +165,7 @@ def test_every_rw_register_resets_and_holds_its_value(small):
             assert got[0] == v & inst.reg.rw_mask  # masks honoured: unused bits read 0
         for inst in rw:  # nothing aliased: every register still holds its own value
             assert await bus.read(ctx, inst.addr) == mirror.read(inst.addr), inst.name
-        check_outputs(ctx, dut, mirror)
+        await check_outputs(ctx, dut, mirror)
 
     simulate(dut, bench)
 
@@ -174,7 +188,7 @@ def test_unmapped_and_unaligned_answer_decerr(small):
         for a in holes + odd:
             assert await bus.read(ctx, a) == (0, Resp.DECERR) == mirror.read(a), hex(a)
             assert await bus.write(ctx, a, 0) == Resp.DECERR == mirror.write(a, 0), hex(a)
-        check_outputs(ctx, dut, mirror)
+        await check_outputs(ctx, dut, mirror)
         for a in mapped:
             assert await bus.read(ctx, a) == mirror.read(a), hex(a)
 
@@ -410,11 +424,18 @@ def test_w1c_flags_and_status_inputs(small):
     simulate(dut, bench, set_in_apply_cycle)
 
 
-@pytest.mark.parametrize("seed", [11, 12])
-def test_random_sequence_matches_register_file(small, seed):
+# RAM-table choices: the default (FLOW), none (every table in flops) and every table that can
+# be one (JOB mixes RW with RO and W1C registers, MGMT has one entry and a non-zero reset value)
+RAM_CHOICES = {"default": None, "flops": (), "all": ("FLOW", "JOB", "MGMT", "MGMT_SRC")}
+
+
+@pytest.mark.parametrize("seed,ram", [(11, "default"), (12, "default"), (13, "flops"),
+                                      (14, "all")])
+def test_random_sequence_matches_register_file(small, seed, ram):
     """Random reads, writes (random strobes, AW/W skew, slow bready/rready), core-side status
-    changes, W1C events and counter bursts on the bank and on RegisterFile: identical answers."""
-    dut = RegisterBank(small)
+    changes, W1C events and counter bursts on the bank and on RegisterFile: identical answers
+    (RAM tables included: the bus master waits out the sweep after reset)."""
+    dut = RegisterBank(small, ram_tables=RAM_CHOICES[ram])
     bus = AxiLiteSimMaster(dut.s_axil)
     mirror = Mirror(small)
     rng = random.Random(seed)
@@ -471,7 +492,7 @@ def test_random_sequence_matches_register_file(small, seed):
                 for path, idx in ((f"JOB_CNT.{n}", j), (f"CNT.{n}", 0), (f"CNT.{g}", 0)):
                     a = small.addr(path, idx)
                     mirror.rf.poke(a, mirror.rf.peek(a) + k)
-        check_outputs(ctx, dut, mirror)
+        await check_outputs(ctx, dut, mirror)
         for inst in insts:
             assert await bus.read(ctx, inst.addr) == mirror.read(inst.addr), inst.name
 
@@ -514,7 +535,11 @@ def test_signature_from_the_map():
     dut = RegisterBank(rm)
     dut._MustUse__silence = True  # only the interface is checked: elaborating takes ~40 s
     mem = dut.signature.members
-    assert mem["flow_cfg"].shape.length == rm.params["flows"]
+    assert dut.ram_tables == ("FLOW",)
+    assert "flow_cfg" not in mem  # the flow table's RW fields are in a RAM: a read port instead
+    rd = mem["flow_rd"].signature.members
+    assert rd["addr"].flow == In  # an input of the bank: the core drives the entry index
+    assert rd["addr"].shape.width == (rm.params["flows"] - 1).bit_length()
     assert mem["job_cfg"].shape.length == rm.params["jobs"]
     assert mem["job_cnt_inc"].shape.length == rm.params["jobs"]
     # job counters have no engine-wide input: CNT holds their sums
@@ -522,10 +547,12 @@ def test_signature_from_the_map():
     assert {n for n, _ in mem["cnt_inc"].shape} == {g.lower() for g in glob}
     assert {n for n, _ in mem["job_cnt_inc"].shape.elem_shape} == {j.lower() for j in job}
     assert dut.addr_width == min_addr_width(rm) == (rm.size - 1).bit_length()
-    flow_entry = mem["flow_cfg"].shape.elem_shape
+    flow_entry = rd["data"].shape
     rw_bits = sum(f.width for r in rm.table("FLOW").registers for f in r.fields
                   if f.access == Access.RW)
-    assert flow_entry.size == rw_bits  # every RW bit of a flow entry is a flop the CAM can see
+    assert flow_entry.size == rw_bits  # every RW bit of a flow entry, packed
+    assert dut.reset_cycles == rm.params["flows"]
+    assert "flow_status" in mem  # RO fields stay core inputs
     assert "global_status" not in mem  # identity registers are constants
 
 
@@ -561,6 +588,7 @@ def test_latency_and_rate_as_documented(small):
             log.append((cyc, *v))
 
     async def bench(ctx):
+        await ctx.tick().repeat(dut.reset_cycles)  # the RAM sweep after reset
         ctx.set(b.rready, 1)
         ctx.set(b.bready, 1)
         ctx.set(b.araddr, scratch)
@@ -615,10 +643,157 @@ def test_reset_mid_transaction_restores_map_resets(small):
             await ctx.tick()  # a plain tick: .repeat()/.until() raise DomainReset
         ctx.set(rst, 0)
         assert not ctx.get(b.rvalid) and not ctx.get(b.bvalid)
-        assert ctx.get(dut.flow_cfg[0].cfg.valid) == small.field("FLOW.CFG.valid").reset
         assert await bus.read(ctx, cnp) == (small.reg("JOB.CNP_INTERVAL").reset, Resp.OKAY)
+        assert await bus.read(ctx, small.addr("FLOW.CFG", 0)) == (0, Resp.OKAY)  # swept
+        ctx.set(dut.flow_rd.addr, 0)
+        await ctx.tick()
+        assert ctx.get(dut.flow_rd.data.cfg.valid) == small.field("FLOW.CFG.valid").reset
 
     sim = Simulator(top)
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()
+
+
+def _handshake_log(dut, cycles):
+    """A testbench logging, per cycle: AR handshake, R handshake, AW+W handshake, B handshake."""
+    b = dut.s_axil
+    log = []
+
+    async def watch(ctx):
+        for cyc in range(cycles):
+            _, _, *v = await ctx.tick().sample(
+                b.arvalid & b.arready, b.rvalid & b.rready,
+                b.awvalid & b.awready & b.wvalid & b.wready, b.bvalid & b.bready)
+            log.append((cyc, *v))
+
+    return log, watch
+
+
+def test_sweep_after_reset_restores_ram_tables(small):
+    """Every RW register of the RAM tables is dirtied, then reset: for exactly ``reset_cycles``
+    cycles no handshake is accepted (valids held high), the first one completes in cycle
+    ``reset_cycles``, and every register reads its map reset value again (non-zero ones
+    included: JOB.CNP_INTERVAL, MGMT.PORT), on the bus and on the core read ports."""
+    ram = RAM_CHOICES["all"]
+    dut = RegisterBank(small, ram_tables=ram)
+    assert dut.reset_cycles == max(small.table(n).count for n in ram)
+    bus = AxiLiteSimMaster(dut.s_axil)
+    mirror = Mirror(small)
+    b = dut.s_axil
+    top = Module()
+    top.domains.sync = cd = ClockDomain("sync")
+    top.submodules.bank = dut
+    rw = [i for i in small.instances() if i.reg.rw_mask]
+    assert any(i.reg.reset for i in rw if i.table.name in ram)
+    log, watch = _handshake_log(dut, 400)
+
+    async def bench(ctx):
+        for inst in rw:
+            await bus.write(ctx, inst.addr, U32)
+        ctx.set(cd.rst, 1)
+        await ctx.tick()
+        ctx.set(cd.rst, 0)
+        start = len(log)  # the first cycle after reset
+        ctx.set(b.araddr, small.addr("FLOW.CFG", 1))
+        ctx.set(b.arvalid, 1)
+        ctx.set(b.awaddr, small.addr("GLOBAL.SCRATCH"))
+        ctx.set(b.wdata, 0)
+        ctx.set(b.wstrb, 0xF)
+        ctx.set(b.awvalid, 1)
+        ctx.set(b.wvalid, 1)
+        while not (ctx.get(b.arready) or ctx.get(b.awready)):
+            await ctx.tick()
+        assert len(log) - start == dut.reset_cycles  # handshake in cycle reset_cycles
+        for s in ("arvalid", "awvalid", "wvalid"):
+            ctx.set(getattr(b, s), 0)
+        await ctx.tick()
+        ctx.set(b.rready, 1)
+        ctx.set(b.bready, 1)
+        await ctx.tick().repeat(3)
+        ctx.set(b.rready, 0)
+        ctx.set(b.bready, 0)
+        assert not any(v for c, *v in log[start:start + dut.reset_cycles] if any(v))
+        for inst in small.instances():
+            assert await bus.read(ctx, inst.addr) == mirror.read(inst.addr), inst.name
+        await check_outputs(ctx, dut, mirror)
+
+    sim = Simulator(top)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.add_testbench(watch, background=True)
+    sim.run()
+
+
+def test_ram_table_latency_strobes_and_core_port(small):
+    """A RAM table keeps the flops' bus latency (rvalid 2 cycles after AR, bvalid 2 after AW/W,
+    a read after B sees the write, one transaction per 3 cycles); byte strobes only write their
+    bytes; the core read port shows a write from cycle 3 after the handshake (address held)."""
+    dut = RegisterBank(small)
+    b, rd = dut.s_axil, dut.flow_rd
+    mirror = Mirror(small)
+    rng = random.Random(21)
+    e = 3
+    fwd_ip, cfg = small.addr("FLOW.FWD_IP", e), small.addr("FLOW.CFG", e)
+    seen = []  # (cycle, flow_rd.data.fwd_ip.ip) with flow_rd.addr = e throughout
+    log, watch = _handshake_log(dut, 300)
+
+    async def core(ctx):
+        ctx.set(rd.addr, e)
+        for cyc in range(300):
+            _, _, ip = await ctx.tick().sample(rd.data.fwd_ip.ip)
+            seen.append((cyc, ip))
+
+    async def bench(ctx):
+        await ctx.tick().repeat(dut.reset_cycles)
+        # back-to-back reads of a RAM register
+        ctx.set(b.rready, 1)
+        ctx.set(b.araddr, fwd_ip)
+        ctx.set(b.arvalid, 1)
+        await ctx.tick().repeat(15)
+        ctx.set(b.arvalid, 0)
+        ctx.set(b.rready, 0)
+        await ctx.tick().repeat(3)
+        # a full write, timed
+        ctx.set(b.bready, 1)
+        ctx.set(b.awaddr, fwd_ip)
+        ctx.set(b.wdata, 0xA1B2C3D4)
+        ctx.set(b.wstrb, 0xF)
+        ctx.set(b.awvalid, 1)
+        ctx.set(b.wvalid, 1)
+        await ctx.tick().until(b.awready)
+        ctx.set(b.awvalid, 0)
+        ctx.set(b.wvalid, 0)
+        await ctx.tick().repeat(3)
+        ctx.set(b.bready, 0)
+        mirror.write(fwd_ip, 0xA1B2C3D4)
+        bus = AxiLiteSimMaster(b)
+        assert await bus.read(ctx, fwd_ip) == (0xA1B2C3D4, Resp.OKAY)
+        for strb in range(16):  # partial writes, each checked on the bus and the core port
+            for a in (fwd_ip, cfg):
+                v = rng.getrandbits(32)
+                assert await bus.write(ctx, a, v, strb) == mirror.write(a, v, strb)
+                got = await bus.read(ctx, a)
+                assert got == mirror.read(a), f"0x{a:x} strb {strb:04b}: 0x{got[0]:x}"
+            want = small.field("FLOW.FWD_IP.ip").get(mirror.rf.peek(fwd_ip))
+            assert ctx.get(rd.data.fwd_ip.ip) == want
+            c = mirror.rf.peek(cfg)
+            assert ctx.get(rd.data.cfg.rank) == small.field("FLOW.CFG.rank").get(c)
+            assert ctx.get(rd.data.cfg.job) == small.field("FLOW.CFG.job").get(c)
+            assert ctx.get(rd.data.cfg.valid) == small.field("FLOW.CFG.valid").get(c)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.add_testbench(core, background=True)
+    sim.add_testbench(watch, background=True)
+    sim.run()
+    ar = [c for c, a, *_ in log if a]
+    r = [c for c, _, x, *_ in log if x]
+    assert len(ar) >= 5 and all(y - x == 2 for x, y in zip(ar[:5], r[:5], strict=True))
+    assert all(y - x == 3 for x, y in zip(ar[:5], ar[1:5], strict=False))
+    aw = next(c for c, _, _, w, _ in log if w)
+    bv = next(c for c, _, _, _, x in log if x)
+    assert bv == aw + 2
+    first = next(c for c, ip in seen if ip == 0xA1B2C3D4)
+    assert first == aw + 3  # applied at the end of cycle 1, read addressed in cycle 2
