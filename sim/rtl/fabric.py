@@ -127,22 +127,6 @@ def _window_cycles(net: NetConfig | None) -> int:
 _IN_FLIGHT = object()  # RtlFabric._held while the sim runs a window in its own thread
 
 
-class _UpClock:
-    """The scheduler as a windowed :class:`RtlFabric`'s up link sees it: a frame the link
-    delivers to the middle becomes one of the fabric's recorded arrivals, not an event."""
-
-    __slots__ = ("_fab", "_mac")
-
-    def __init__(self, fab: RtlFabric, mac: bytes):
-        self._fab, self._mac = fab, mac
-
-    def now(self) -> int:
-        return self._fab.sched.now()
-
-    def call_at(self, t_ns: int, fn, frame) -> None:
-        self._fab._arrival(max(int(t_ns), self._fab.sched.now()), self._mac, frame)
-
-
 class RtlFabric(NetworkFabric):
     """The network around an RTL engine ``sim`` (a FastSim-like object: ``send``, ``run``,
     ``collect``, ``cycle``, ``status``, ``axil_read/write``; ``send_at`` where it has one); see
@@ -151,8 +135,9 @@ class RtlFabric(NetworkFabric):
 
     ``windowed`` (default: when the down links' latency allows windows of at least
     ``min_window`` cycles) runs the RTL in windows (module docstring, *Windows*); ``threaded``
-    runs each window in a background thread (needs ``sim.send_at``) while the network goes on;
-    the outputs are the same either way. :attr:`window_cycles` is the window (0: per event)."""
+    runs each window in the harness's thread (needs ``sim.send_at`` and ``sim.run_async``)
+    while the network goes on; the outputs are the same either way. :attr:`window_cycles` is
+    the window (0: per event). ``max_run`` bounds one RTL call of the per-event pump."""
 
     def __init__(self, sim, net: NetConfig | None = None, seed: int = 0, capture=None,
                  port_of: Callable[[bytes], int] | None = None, *, quiet_cycles: int = 1024,
@@ -184,12 +169,6 @@ class RtlFabric(NetworkFabric):
         self._pump_at: int | None = None
         self._held = None  # the outputs of the last window (a list, or _IN_FLIGHT)
         self._later: list = []  # (cycle, port, frame) for a sim without send_at
-
-    # ------------------------------------------------------------------ links
-    def attach(self, mac: bytes, deliver: Callable[[bytes], None]) -> None:
-        super().attach(mac, deliver)
-        if self.window_cycles:
-            self.up[bytes(mac)].sched = _UpClock(self, bytes(mac))
 
     # ------------------------------------------------------------------ time keeping
     def sync(self) -> int:
@@ -375,7 +354,10 @@ class RtlFabric(NetworkFabric):
         if link is None:
             self.stats["unroutable"] += 1
             return
-        link.send(frame, at)
+        if at is None:
+            link.send(frame)
+        else:
+            link.send(frame, at=at)
 
     def close(self) -> None:
         try:
