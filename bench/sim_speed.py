@@ -14,6 +14,11 @@ endpoint models, network model, engine) and we report:
   all time is the harness's own work; with ``--harness`` also the engine with no job registered,
   every port fed back to back (every frame is forwarded), no network model.
 
+``--fabric`` picks how the RTL fabric runs the engine (``threaded``: windows bounded by the down
+links' latency, each run in the harness's own thread while Python models the network; the
+default; ``windowed``: the same windows in line; ``per-event``: stopping at every network event
+and output frame, as before windows). All three give the same outputs.
+
 Writes bench/results/sim_speed.json with the command line. Builds are cached (build/fastsim/);
 the first run of a parameter set builds the engine (minutes).
 
@@ -52,8 +57,14 @@ def _size(s: str) -> int:
     return int(s)
 
 
-def run_backend(name: str, cfg: SimConfig, overrides: dict) -> dict:
-    """One end-to-end run on backend ``name``; the fabric is kept to read the harness time."""
+FABRIC_MODES = {"threaded": {"threaded": True}, "windowed": {"windowed": True, "threaded": False},
+                "per-event": {"windowed": False, "threaded": False}}
+
+
+def run_backend(name: str, cfg: SimConfig, overrides: dict, mode: str = "threaded") -> dict:
+    """One end-to-end run on backend ``name``; the fabric is kept to read the harness time.
+    ``mode`` (RTL backends): how the fabric runs the RTL (:data:`FABRIC_MODES`; Icarus has no
+    thread mode and runs windowed)."""
     base = get_backend(name)
     base.probe()
     kept = {}
@@ -64,7 +75,11 @@ def run_backend(name: str, cfg: SimConfig, overrides: dict) -> dict:
         if top_path is not None:
             from netreduce.sim.rtl.fastsim import load_top
             top = load_top(top_path)
-        _, base_make, _ = rtl_fabric.make_rtl_backend(name, top=top, **params)
+        opts = dict(FABRIC_MODES[mode])
+        if name != "verilator":
+            opts["threaded"] = False
+        _, base_make, _ = rtl_fabric.make_rtl_backend(name, top=top, fabric_options=opts,
+                                                      **params)
     else:
         base_make = base.make
 
@@ -98,6 +113,8 @@ def run_backend(name: str, cfg: SimConfig, overrides: dict) -> dict:
                    rtl_cycles_per_cpu_s=round(st["cycles"] / rcpu) if rcpu else None,
                    beats_in=st["beats_in"], beats_out=st["beats_out"],
                    pumps=fab.stats["pumps"], late_outputs=fab.stats["late_outputs"],
+                   fabric=mode if name == "verilator" or mode != "threaded" else "windowed",
+                   window_cycles=fab.window_cycles,
                    rtl_params=fab.rtl_params)
         fab.close()
     return out
@@ -172,6 +189,10 @@ def main(argv=None) -> int:
     ap.add_argument("--icarus-workers", type=int, default=2)
     ap.add_argument("--icarus-size", type=_size, default=16 << 10)
     ap.add_argument("--harness", action="store_true", help="also the pure harness loop")
+    ap.add_argument("--fabric", default="threaded", choices=list(FABRIC_MODES),
+                    help="how the RTL fabric runs the engine: windows in the harness's thread "
+                         "(default), windows in line, or stopping at every network event (the "
+                         "old pump)")
     ap.add_argument("--out", type=Path, default=OUT)
     a = ap.parse_args(argv)
     res = {"command": " ".join([Path(sys.executable).name, *sys.argv]),
@@ -189,7 +210,7 @@ def main(argv=None) -> int:
             cfg = SimConfig(workers=a.workers, size=a.size, dtype=a.dtype, backend=name,
                             ports=a.ports, pmtu=a.pmtu, timeout_ns=10**11)
         print(f"{name}: {cfg.workers} workers x {cfg.size} bytes ...", flush=True)
-        r = run_backend(name, cfg, {**overrides, "top": a.top})
+        r = run_backend(name, cfg, {**overrides, "top": a.top}, a.fabric)
         r["config"] = {"workers": cfg.workers, "size": cfg.size, "dtype": cfg.dtype,
                        "ports": cfg.nports, "pmtu": cfg.pmtu}
         print(json.dumps(r), flush=True)

@@ -153,7 +153,10 @@ class Link:
         self._busy = 0  # time the transmitter is free again
         self.stats: Counter = Counter()
 
-    def send(self, frame: bytes) -> None:
+    def send(self, frame: bytes, at: int | None = None) -> None:
+        """Put ``frame`` on the link now, or at the earlier time ``at`` (a sender that hands its
+        frames over after the fact, e.g. the RTL fabric's windows; its arrival must still lie
+        in the future, and the frames of one link must come in ``at`` order)."""
         kind = classify(frame)
         cfg = self._cfg[kind]
         st = self.stats
@@ -168,7 +171,7 @@ class Link:
         if cfg.dup and rnd() < cfg.dup:
             copies = 2
             st["duplicated"] += 1
-        now = self.sched.now()
+        now = self.sched.now() if at is None else at
         for _ in range(copies):
             if cfg.gbps:
                 ser = math.ceil((len(frame) + _WIRE_OVERHEAD) * 8 / cfg.gbps)

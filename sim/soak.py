@@ -312,11 +312,12 @@ class _Outages:
     def _wrap(self, fab, link, o: Outage) -> None:
         inner = link.send
 
-        def send(frame, inner=inner, o=o):
-            if o.start_ns <= fab.now() < o.start_ns + o.duration_ns:
+        def send(frame, at=None, inner=inner, o=o):
+            t = fab.now() if at is None else at  # the RTL fabric hands frames over late
+            if o.start_ns <= t < o.start_ns + o.duration_ns:
                 self.drops[o.direction] += 1
                 return
-            inner(frame)
+            inner(frame, at)
         link.send = send
 
 

@@ -15,6 +15,8 @@ Contract
   back to back from the next cycle on, one beat per cycle while ``tready`` is high: ``tkeep``
   the low bytes of the last beat, ``tvalid`` held until the handshake (AXI-Stream rules).
   :meth:`set_valid_duty` inserts seeded idle cycles between beats.
+  :meth:`FastSim.send_at` queues a frame as ``send`` would at a later cycle (the RTL fabric
+  hands over a window's arrivals in one go).
 * Output ports record whole frames ``(port, frame, cycle, error)``, ``cycle`` the one in which
   the last beat was transferred. ``tready`` is high unless :meth:`set_ready_duty` makes it a
   seeded random pattern. A ``tkeep`` that is not a run of low bytes, or a short beat without
@@ -25,6 +27,8 @@ Contract
   a slave that does not answer in ``axil_timeout`` cycles raises :class:`AxilError`, and so does a
   non-OKAY response unless ``check=False``.
 * :meth:`idle`: nothing queued or half-sent on any input, no output frame half-received.
+* :meth:`run_async` / :meth:`join`: a run in the harness's own C++ thread, which never takes the
+  GIL, so Python can go on meanwhile (the RTL fabric overlaps its windows with the network).
 
 Builds: ``build/fastsim/<top>-<hash>/`` (hash of the Verilog, the harness source, the flags and
 the Verilator version), reused when present; builds of one design are serialised by a file lock
@@ -352,7 +356,9 @@ def _load(path: Path) -> ctypes.CDLL:
         "nr_new": (vp, [u64, i]), "nr_free": (None, [vp]),
         "nr_num_in": (i, []), "nr_num_out": (i, []), "nr_bytes_per_beat": (i, []),
         "nr_send": (None, [vp, i, ctypes.c_char_p, sz, i]),
+        "nr_send_at": (None, [vp, i, ctypes.c_char_p, sz, i, u64]),
         "nr_run": (u64, [vp, u64, i, i, u64]),
+        "nr_run_async": (None, [vp, u64]), "nr_join": (None, [vp, ctypes.POINTER(ctypes.c_double)]),
         "nr_cycle": (u64, [vp]), "nr_last_activity": (u64, [vp]),
         "nr_status": (None, [vp, ctypes.POINTER(u64)]),
         "nr_in_pending": (sz, [vp, i]), "nr_out_busy": (i, [vp]),
@@ -405,10 +411,13 @@ class FastSim:
         self.last_resp = 0  # response of the last AXI4-Lite transaction
         self.run_seconds = 0.0  # wall time spent inside the model (run + AXI4-Lite)
         self.run_cpu_seconds = 0.0  # CPU time of this thread meanwhile (robust to a busy host)
+        self._async = False  # a run_async is in flight
+        self._async_t = (0.0, 0.0)  # the harness thread's wall and CPU seconds at the last join
 
     # -------------------------------------------------------------------- lifecycle
     def close(self) -> None:
         if self._h:
+            self.join()
             self._d.nr_free(self._h)
             self._h = None
 
@@ -443,6 +452,20 @@ class FastSim:
         if not frame:
             raise ValueError("cannot send an empty frame (AXI-Stream has no zero-byte frame)")
         self._d.nr_send(self._h, k, frame, len(frame), int(bool(error)))
+
+    def send_at(self, port, frame: bytes, cycle: int, error: bool = False) -> None:
+        """Queue ``frame`` on input ``port`` as :meth:`send` would once the clock reaches
+        ``cycle`` (at once if it is there already). A port's frames keep the order of the
+        calls: a ``cycle`` before that of the port's previous ``send_at`` counts as that one."""
+        k = self._index(port, self.inputs, "input")
+        if not isinstance(frame, bytes | bytearray | memoryview):
+            raise TypeError(f"frame must be bytes, got {type(frame).__name__}")
+        frame = bytes(frame)
+        if not frame:
+            raise ValueError("cannot send an empty frame (AXI-Stream has no zero-byte frame)")
+        if cycle < 0:
+            raise ValueError(f"cycle must be >= 0, got {cycle}")
+        self._d.nr_send_at(self._h, k, frame, len(frame), int(bool(error)), int(cycle))
 
     def set_ready_duty(self, port, num: int, den: int) -> None:
         """Output ``port``'s tready is high with probability num/den each cycle (seeded)."""
@@ -497,6 +520,27 @@ class FastSim:
         self._d.nr_run(self._h, int(max_cycles), int(until_output), int(until_idle), int(quiet))
         self.run_seconds += time.perf_counter() - t0
         self.run_cpu_seconds += time.thread_time() - c0
+        return self.collect()
+
+    def run_async(self, cycles: int) -> None:
+        """Start running ``cycles`` cycles in the harness's own thread and return at once; until
+        :meth:`join` the instance must not be used otherwise (the caller's Python goes on
+        meanwhile: the thread never takes the GIL)."""
+        if cycles < 0:
+            raise ValueError(f"cycles must be >= 0, got {cycles}")
+        self._async = True
+        self._d.nr_run_async(self._h, int(cycles))
+
+    def join(self) -> list[RxFrame]:
+        """Wait for the :meth:`run_async` in flight (if any); the output frames completed so
+        far, as :meth:`run` returns them."""
+        if self._async:
+            t = (ctypes.c_double * 2)()
+            self._d.nr_join(self._h, t)  # blocks in C with the GIL released
+            self.run_seconds += t[0] - self._async_t[0]
+            self.run_cpu_seconds += t[1] - self._async_t[1]
+            self._async_t = (t[0], t[1])
+            self._async = False
         return self.collect()
 
     def run_until(self, cycle: int, until_output: bool = False) -> list[RxFrame]:

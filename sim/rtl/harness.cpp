@@ -7,9 +7,14 @@
 // Clocking per cycle: drive inputs (clk low) -> eval (combinational settle: tready may depend on
 // tvalid) -> sample handshakes (valid && ready) -> clk high -> eval (flops update). A beat counts
 // as transferred in the cycle whose rising edge saw valid && ready, as in the cocotb drivers.
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <ctime>
 #include <deque>
+#include <mutex>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "Vtop.h"
@@ -25,6 +30,7 @@ struct InFrame {
 
 struct InPort {
     std::deque<InFrame> q;
+    std::deque<std::pair<uint64_t, InFrame>> later;  // nr_send_at: (cycle, frame), cycle order
     size_t off = 0;           // bytes of q.front() already transferred
     bool presenting = false;  // tvalid is high (must stay high until the handshake)
     uint32_t data[NR_WORDS];
@@ -58,7 +64,19 @@ struct Axil {
     int resp = 0;
 };
 
+// nr_run_async: one thread per Sim runs the clock while the caller does other work (Python
+// without the GIL held here: only nr_join, which blocks in C, waits for it).
+struct Worker {
+    std::thread th;
+    std::mutex m;
+    std::condition_variable cv;
+    uint64_t todo = 0;
+    bool busy = false, quit = false;
+    uint64_t wall_ns = 0, cpu_ns = 0;  // spent in asynchronous runs
+};
+
 struct Sim {
+    Worker* worker = nullptr;
     VerilatedContext* ctx;
     Vtop* top;
     uint64_t cycle = 0;
@@ -103,6 +121,12 @@ void step(Sim* s) {
     // ---- drive (clock low)
     for (int p = 0; p < NR_NIN; p++) {
         InPort& ip = s->in[p];
+        // frames queued for a later cycle join the port's queue in the cycle they are due, as
+        // if nr_send had been called when the clock got there
+        while (!ip.later.empty() && ip.later.front().first <= s->cycle) {
+            ip.q.push_back(std::move(ip.later.front().second));
+            ip.later.pop_front();
+        }
         if (!ip.presenting && !ip.q.empty() && chance(s, ip.vnum, ip.vden)) {
             load_beat(ip);
             int eb = nr_in_err_bit(p);
@@ -234,6 +258,16 @@ void* nr_new(uint64_t seed, int reset_cycles) {
 
 void nr_free(void* h) {
     Sim* s = static_cast<Sim*>(h);
+    if (s->worker) {
+        {
+            std::unique_lock<std::mutex> lk(s->worker->m);
+            s->worker->cv.wait(lk, [s] { return !s->worker->busy; });
+            s->worker->quit = true;
+            s->worker->cv.notify_all();
+        }
+        s->worker->th.join();
+        delete s->worker;
+    }
     s->top->final();
     delete s->top;
     delete s->ctx;
@@ -252,6 +286,20 @@ void nr_send(void* h, int port, const uint8_t* data, size_t n, int err) {
 // Run up to max_cycles; stop after a cycle that completed an output frame when stop_on_output,
 // or (stop_when_idle) as soon as nothing is queued or moving and the last beat moved at least
 // quiet cycles ago. Returns the cycles run.
+// Queue a frame on a port as nr_send would at the start of cycle `cycle` (at once if the clock is
+// already there). Frames of a port keep the order of the calls (a cycle before the previous
+// frame's counts as that frame's cycle).
+void nr_send_at(void* h, int port, const uint8_t* data, size_t n, int err, uint64_t cycle) {
+    Sim* s = static_cast<Sim*>(h);
+    InPort& ip = s->in[port];
+    if (!ip.later.empty() && cycle < ip.later.back().first) cycle = ip.later.back().first;
+    if (cycle <= s->cycle && ip.later.empty()) {
+        ip.q.push_back(InFrame{std::vector<uint8_t>(data, data + n), err != 0});
+        return;
+    }
+    ip.later.emplace_back(cycle, InFrame{std::vector<uint8_t>(data, data + n), err != 0});
+}
+
 uint64_t nr_run(void* h, uint64_t max_cycles, int stop_on_output, int stop_when_idle,
                 uint64_t quiet) {
     Sim* s = static_cast<Sim*>(h);
@@ -262,12 +310,67 @@ uint64_t nr_run(void* h, uint64_t max_cycles, int stop_on_output, int stop_when_
         if (stop_on_output && s->new_output) break;
         if (stop_when_idle && s->cycle - s->last_activity > quiet) {
             bool idle = true;
-            for (int p = 0; p < NR_NIN && idle; p++) idle = s->in[p].q.empty();
+            for (int p = 0; p < NR_NIN && idle; p++)
+                idle = s->in[p].q.empty() && s->in[p].later.empty();
             for (int p = 0; p < NR_NOUT && idle; p++) idle = !s->out[p].in_frame;
             if (idle) break;
         }
     }
     return s->cycle - start;
+}
+
+static uint64_t now_ns(clockid_t c) {
+    timespec ts;
+    clock_gettime(c, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void worker_loop(Sim* s) {
+    Worker* w = s->worker;
+    std::unique_lock<std::mutex> lk(w->m);
+    for (;;) {
+        w->cv.wait(lk, [w] { return w->busy || w->quit; });
+        if (w->quit) return;
+        uint64_t n = w->todo;
+        lk.unlock();
+        uint64_t t0 = now_ns(CLOCK_MONOTONIC), c0 = now_ns(CLOCK_THREAD_CPUTIME_ID);
+        nr_run(s, n, 0, 0, 0);
+        uint64_t t1 = now_ns(CLOCK_MONOTONIC), c1 = now_ns(CLOCK_THREAD_CPUTIME_ID);
+        lk.lock();
+        w->wall_ns += t1 - t0;
+        w->cpu_ns += c1 - c0;
+        w->busy = false;
+        w->cv.notify_all();
+    }
+}
+
+// Start running `cycles` cycles in the Sim's worker thread and return at once. Until nr_join
+// returns, the caller must not touch the Sim with any other call.
+void nr_run_async(void* h, uint64_t cycles) {
+    Sim* s = static_cast<Sim*>(h);
+    if (!s->worker) {
+        s->worker = new Worker();
+        s->worker->th = std::thread(worker_loop, s);
+    }
+    std::lock_guard<std::mutex> lk(s->worker->m);
+    s->worker->todo = cycles;
+    s->worker->busy = true;
+    s->worker->cv.notify_all();
+}
+
+// Wait for the run nr_run_async started (no-op if none); the seconds of wall and CPU time the
+// worker has spent so far go to out2[0], out2[1].
+void nr_join(void* h, double* out2) {
+    Sim* s = static_cast<Sim*>(h);
+    Worker* w = s->worker;
+    if (!w) {
+        out2[0] = out2[1] = 0.0;
+        return;
+    }
+    std::unique_lock<std::mutex> lk(w->m);
+    w->cv.wait(lk, [w] { return !w->busy; });
+    out2[0] = w->wall_ns * 1e-9;
+    out2[1] = w->cpu_ns * 1e-9;
 }
 
 uint64_t nr_cycle(void* h) { return static_cast<Sim*>(h)->cycle; }
@@ -276,7 +379,7 @@ uint64_t nr_cycle(void* h) { return static_cast<Sim*>(h)->cycle; }
 void nr_status(void* h, uint64_t* out5) {
     Sim* s = static_cast<Sim*>(h);
     uint64_t pend = 0, busy = 0;
-    for (int p = 0; p < NR_NIN; p++) pend += s->in[p].q.size();
+    for (int p = 0; p < NR_NIN; p++) pend += s->in[p].q.size() + s->in[p].later.size();
     for (int p = 0; p < NR_NOUT; p++) busy |= s->out[p].in_frame;
     out5[0] = s->cycle;
     out5[1] = s->last_activity;
@@ -286,12 +389,12 @@ void nr_status(void* h, uint64_t* out5) {
 }
 uint64_t nr_last_activity(void* h) { return static_cast<Sim*>(h)->last_activity; }
 
-// queued input frames (port < 0: all ports), including the one being sent
+// queued input frames (port < 0: all ports), including the one being sent and later ones
 size_t nr_in_pending(void* h, int port) {
     Sim* s = static_cast<Sim*>(h);
     size_t n = 0;
     for (int p = 0; p < NR_NIN; p++)
-        if (port < 0 || port == p) n += s->in[p].q.size();
+        if (port < 0 || port == p) n += s->in[p].q.size() + s->in[p].later.size();
     return n;
 }
 
