@@ -7,9 +7,9 @@ model around the RTL; registers over AXI4-Lite, so ``EngineControl`` programs an
 gateware exactly as the driver would). The fabric adds what the soak needs: ``inject(frame)``
 (a frame entering the engine from nowhere: the adversary), endpoints spread round-robin over the
 engine's ports in attach order (the adversary enters on the last port),
-``backend_stats()`` (RTL cycles simulated, wall time inside the model), and a register bus that
-waits for a job disable to take effect (:class:`_DisableWaitBus`: a driver gap the RTL soak
-found).
+and ``backend_stats()`` (RTL cycles simulated, wall time inside the model). A job disable is
+waited for by the driver itself (``EngineControl.remove_job`` polls ``JOB.STATUS``: a gap the RTL
+soak found).
 
 Build parameters
     One RTL build serves every scenario that fits it. :func:`soak_params` is the default: the
@@ -69,51 +69,11 @@ def misfits(sc: Scenario, params: dict) -> list[str]:
     return bad
 
 
-class _DisableWaitBus:
-    """The RTL fabric's register bus, plus: a write that clears ``JOB.CTRL.enable`` returns only
-    once ``JOB.STATUS.enabled`` reads 0 (bounded; counted in ``disable_polls``).
-
-    Why: the gateware disables a job only when its pipeline is quiet (a few to a few hundred
-    cycles under traffic), the model at once. ``EngineControl.remove_job`` does not wait, so a
-    driver that removes a job and at once looks for a free job id (the float32 all-reduce's
-    SUM pass after its MAX pass, with every other engine job busy) still sees it enabled and
-    fails ("all engine jobs are in use"). The driver should poll after a disable as it does
-    after an enable; until it does, the soak's RTL backend waits here."""
-
-    def __init__(self, inner, params: dict, limit: int = 10_000):
-        from netreduce.regmap import build_regmap
-
-        self.inner = inner
-        rm = build_regmap(**params)
-        self._ctrl = {rm.addr("JOB.CTRL", j): j for j in range(params["jobs"])}
-        self._status = [rm.addr("JOB.STATUS", j) for j in range(params["jobs"])]
-        self._en_ctrl = rm.field("JOB.CTRL.enable")
-        self._en = rm.field("JOB.STATUS.enabled")
-        self.limit = limit
-        self.disable_polls = 0
-
-    def read(self, addr: int) -> int:
-        return self.inner.read(addr)
-
-    def write(self, addr: int, value: int) -> None:
-        self.inner.write(addr, value)
-        j = self._ctrl.get(addr)
-        if j is None or self._en_ctrl.get(value):
-            return
-        for _ in range(self.limit):
-            if not self._en.get(self.inner.read(self._status[j])):
-                return
-            self.disable_polls += 1
-        raise TimeoutError(f"job {j} still enabled {self.limit} status reads after its disable")
-
-
 class SoakRtlFabric(RtlFabric):
-    """:class:`RtlFabric` with the soak's extras (module docstring); its ``bus`` waits for a
-    job disable to take effect (:class:`_DisableWaitBus`)."""
+    """:class:`RtlFabric` with the soak's extras (module docstring)."""
 
     def __init__(self, sim, params: dict, net, seed: int):
         super().__init__(sim, net=net, seed=seed)
-        self.bus = _DisableWaitBus(self.bus, params)
         self.params = dict(params)
         self.nports = params["ports"]
         self._port: dict[bytes, int] = {_ATTACKER_MAC: self.nports - 1}
@@ -137,7 +97,6 @@ class SoakRtlFabric(RtlFabric):
                 "beats_in": s["beats_in"], "beats_out": s["beats_out"],
                 "protocol_errors": s["protocol_errors"],
                 "late_outputs": self.stats["late_outputs"],
-                "disable_polls": self.bus.disable_polls,
                 "engine_out_error": self.stats["engine_out_error"]}
 
 
