@@ -381,6 +381,15 @@ def _load(path: Path) -> ctypes.CDLL:
 _RESP = {0: "OKAY", 1: "EXOKAY", 2: "SLVERR", 3: "DECERR"}
 
 
+def _frame_bytes(frame) -> bytes:
+    """``frame`` as bytes for :meth:`FastSim.send` / :meth:`FastSim.send_at` (errors named)."""
+    if not isinstance(frame, bytes | bytearray | memoryview):
+        raise TypeError(f"frame must be bytes, got {type(frame).__name__}")
+    if not frame:
+        raise ValueError("cannot send an empty frame (AXI-Stream has no zero-byte frame)")
+    return bytes(frame)
+
+
 class FastSim:
     """One instance of ``top`` in a Verilator model (see the module docstring).
 
@@ -446,11 +455,7 @@ class FastSim:
     def send(self, port, frame: bytes, error: bool = False) -> None:
         """Queue ``frame`` on input ``port`` (index, prefix or member name)."""
         k = self._index(port, self.inputs, "input")
-        if not isinstance(frame, bytes | bytearray | memoryview):
-            raise TypeError(f"frame must be bytes, got {type(frame).__name__}")
-        frame = bytes(frame)
-        if not frame:
-            raise ValueError("cannot send an empty frame (AXI-Stream has no zero-byte frame)")
+        frame = _frame_bytes(frame)
         self._d.nr_send(self._h, k, frame, len(frame), int(bool(error)))
 
     def send_at(self, port, frame: bytes, cycle: int, error: bool = False) -> None:
@@ -458,11 +463,7 @@ class FastSim:
         ``cycle`` (at once if it is there already). A port's frames keep the order of the
         calls: a ``cycle`` before that of the port's previous ``send_at`` counts as that one."""
         k = self._index(port, self.inputs, "input")
-        if not isinstance(frame, bytes | bytearray | memoryview):
-            raise TypeError(f"frame must be bytes, got {type(frame).__name__}")
-        frame = bytes(frame)
-        if not frame:
-            raise ValueError("cannot send an empty frame (AXI-Stream has no zero-byte frame)")
+        frame = _frame_bytes(frame)
         if cycle < 0:
             raise ValueError(f"cycle must be >= 0, got {cycle}")
         self._d.nr_send_at(self._h, k, frame, len(frame), int(bool(error)), int(cycle))
