@@ -194,10 +194,14 @@ class RtlFabric(NetworkFabric):
     def wait(self) -> None:
         """Finish the RTL window in flight (if any) and hand its outputs to the network. Call
         before touching ``sim`` from outside (the fabric's own bus and ``close`` do)."""
+        self._emit(self._collect())
+
+    def _collect(self) -> list:
+        """Finish the RTL window in flight (if any); its outputs, not yet handed on."""
         held, self._held = self._held, None
         if held is None:
-            return
-        self._emit(self.sim.join() if held is _IN_FLIGHT else held)
+            return []
+        return self.sim.join() if held is _IN_FLIGHT else held
 
     def _emit(self, frames) -> None:
         now = self.sched.now()
@@ -311,19 +315,24 @@ class RtlFabric(NetworkFabric):
     def _window_pump(self) -> None:
         self._pump_timer = self._pump_at = None
         self.stats["pumps"] += 1
-        self.wait()
+        # the last window's outputs are handed on after the next window has started: they only
+        # schedule deliveries at least a down-link latency after their cycles, which lie in the
+        # network's future (see _window_cycles), so the thread need not wait for that work
+        held = self._collect()
         sim = self.sim
         w = self.window_cycles
         b = ns_to_cycles(self.sched.now())
         c = sim.cycle
         if c < b - w:
             # behind by more than a window (the RTL rested): catch up now, as sync does
+            self._emit(held)
+            held = []
             self._queue_arrivals(b - w)
             self._emit(self._run_rtl(b - w - c))
             c = sim.cycle
         self._queue_arrivals(b)
         cycle, last, idle = sim.status()
-        if (idle and cycle - last > self.quiet_cycles and not self._arrivals
+        if (idle and cycle - last > self.quiet_cycles and not self._arrivals and not held
                 and self.sched.next_time() is None):
             return  # nothing left that could ever reach the RTL: rest (a later frame wakes it)
         # otherwise keep going, idle or not: an idle engine's timers may still emit, and the
@@ -334,6 +343,7 @@ class RtlFabric(NetworkFabric):
                 self._held = _IN_FLIGHT
             else:
                 self._held = self._run_rtl(b - c)
+        self._emit(held)
         self._schedule_pump(cycles_to_ns(max(b, c) + w))
 
     # ------------------------------------------------------------------ frames

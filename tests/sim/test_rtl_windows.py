@@ -173,6 +173,9 @@ def engine_backend():
             fab = make(cfg, net, cap)
             if mode == "fallback":
                 fab.sim = _NoSendAt(fab.sim)
+            assert fab.sim.fast_edge, "the build should allow the fast rising edge"
+            if mode == "event":  # the reference runs the model's full eval() at every edge
+                assert not fab.sim.set_fast_edge(False)
             kept["fab"] = fab
             return fab
 
