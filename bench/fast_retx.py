@@ -28,37 +28,13 @@ from pathlib import Path
 
 import numpy as np
 from netreduce.sim.fabric_model import ModelFabric
-from netreduce.sim.network import LinkConfig, NetConfig
+from netreduce.sim.network import DropOnce, LinkConfig, NetConfig
 from netreduce.sw_driver.collective import CollectiveConfig, Communicator
-
-from netreduce.wire import OPCODES, WireError, parse
 
 LOSSES = (0.005, 0.01, 0.03)
 MSG_PACKETS = (64, 16, 4)
 START_PSN = 1000
 
-
-class DropOnce:
-    """Drops the first transmission of rank ``rank``'s data packet with PSN ``psn``."""
-
-    def __init__(self, link, psn: int):
-        self.psn, self.dropped = psn, 0
-        inner = link.send
-
-        def send(frame, inner=inner):
-            if not self.dropped and self._match(frame):
-                self.dropped = 1
-                return
-            inner(frame)
-        link.send = send
-
-    def _match(self, frame: bytes) -> bool:
-        try:
-            f = parse(frame)
-        except WireError:
-            return False
-        info = OPCODES.get(f.opcode)
-        return info is not None and info.rc_data and f.psn == self.psn
 
 
 def run(on: bool, world: int, kib: int, seed: int, msg_packets: int, loss: float = 0.0,

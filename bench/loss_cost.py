@@ -38,11 +38,9 @@ from pathlib import Path
 import numpy as np
 from netreduce.sim.fabric_model import ModelFabric, ns_to_cycles
 from netreduce.sim.model import Engine
-from netreduce.sim.network import DIRECTIONS, LinkConfig, NetConfig
+from netreduce.sim.network import DIRECTIONS, DropOnce, LinkConfig, NetConfig
 from netreduce.sw_driver.collective import CollectiveConfig, Communicator, allreduce
 from netreduce.sw_driver.rnic import timeout_ns
-
-from netreduce.wire import OPCODES, WireError, parse
 
 LOSSES = (0.0, 0.001, 0.005, 0.01, 0.02, 0.05)
 
@@ -81,29 +79,6 @@ START_PSN = 1000  # rank r's send QP starts at START_PSN * (r + 1)
 LOSER = 1  # the rank whose contribution (or whose flow's result) is lost
 
 
-class _DropOnce:
-    """Wraps one link's ``send``: drops the first RC data frame with BTH PSN ``psn`` (its first
-    transmission), counts it in ``dropped``."""
-
-    def __init__(self, link, psn: int):
-        self.psn, self.dropped = psn, 0
-        inner = link.send
-
-        def send(frame, inner=inner):
-            if not self.dropped and self._match(frame):
-                self.dropped = 1
-                return
-            inner(frame)
-        link.send = send
-
-    def _match(self, frame: bytes) -> bool:
-        try:
-            f = parse(frame)
-        except WireError:
-            return False
-        info = OPCODES.get(f.opcode)
-        return info is not None and info.rc_data and f.psn == self.psn and bool(f.payload)
-
 
 def one_loss(make_fabric, world: int, packets: int, pmtu: int, timeout: int, case: str,
              seed: int = 1, fast_retx: bool = False) -> dict:
@@ -122,9 +97,9 @@ def one_loss(make_fabric, world: int, packets: int, pmtu: int, timeout: int, cas
         k = packets // 2 if where == "mid" else packets - 1
         psn = START_PSN * (LOSER + 1) + k
         if what == "contribution":  # rank LOSER's packet k on its up link
-            drop = _DropOnce(fab.up[comm.rnics[LOSER].mac], psn)
+            drop = DropOnce(fab.up[comm.rnics[LOSER].mac], psn)
         else:  # the result of LOSER's flow, on its way to LOSER's successor
-            drop = _DropOnce(fab.down[comm.rnics[(LOSER + 1) % world].mac], psn)
+            drop = DropOnce(fab.down[comm.rnics[(LOSER + 1) % world].mac], psn)
     res = comm.allreduce(xs)
     done = ns_to_cycles(fab.now())
     want = np.sum(np.array(xs, dtype=np.int64), axis=0).astype(np.int32)

@@ -61,7 +61,8 @@ FABRIC_MODES = {"threaded": {"threaded": True}, "windowed": {"windowed": True, "
                 "per-event": {"windowed": False, "threaded": False}}
 
 
-def run_backend(name: str, cfg: SimConfig, overrides: dict, mode: str = "threaded") -> dict:
+def run_backend(name: str, cfg: SimConfig, overrides: dict, mode: str = "threaded",
+                fast_edge: bool = True) -> dict:
     """One end-to-end run on backend ``name``; the fabric is kept to read the harness time.
     ``mode`` (RTL backends): how the fabric runs the RTL (:data:`FABRIC_MODES`; Icarus has no
     thread mode and runs windowed)."""
@@ -85,6 +86,8 @@ def run_backend(name: str, cfg: SimConfig, overrides: dict, mode: str = "threade
 
     def make(c, net, cap):
         fab = base_make(c, net, cap)
+        if not fast_edge and hasattr(fab.sim, "set_fast_edge"):
+            fab.sim.set_fast_edge(False)
         kept["fab"] = fab
         return fab
 
@@ -114,6 +117,7 @@ def run_backend(name: str, cfg: SimConfig, overrides: dict, mode: str = "threade
                    beats_in=st["beats_in"], beats_out=st["beats_out"],
                    pumps=fab.stats["pumps"], late_outputs=fab.stats["late_outputs"],
                    fabric=mode if name == "verilator" or mode != "threaded" else "windowed",
+                   fast_edge=getattr(sim, "fast_edge", None),
                    window_cycles=fab.window_cycles,
                    rtl_params=fab.rtl_params)
         fab.close()
@@ -193,6 +197,9 @@ def main(argv=None) -> int:
                     help="how the RTL fabric runs the engine: windows in the harness's thread "
                          "(default), windows in line, or stopping at every network event (the "
                          "old pump)")
+    ap.add_argument("--no-fast-edge", action="store_true",
+                    help="Verilator: the model's full eval() at every rising edge (FastSim "
+                         "fast_edge off), to measure what the fast edge gains")
     ap.add_argument("--out", type=Path, default=OUT)
     a = ap.parse_args(argv)
     res = {"command": " ".join([Path(sys.executable).name, *sys.argv]),
@@ -210,7 +217,8 @@ def main(argv=None) -> int:
             cfg = SimConfig(workers=a.workers, size=a.size, dtype=a.dtype, backend=name,
                             ports=a.ports, pmtu=a.pmtu, timeout_ns=10**11)
         print(f"{name}: {cfg.workers} workers x {cfg.size} bytes ...", flush=True)
-        r = run_backend(name, cfg, {**overrides, "top": a.top}, a.fabric)
+        r = run_backend(name, cfg, {**overrides, "top": a.top}, a.fabric,
+                        fast_edge=not a.no_fast_edge)
         r["config"] = {"workers": cfg.workers, "size": cfg.size, "dtype": cfg.dtype,
                        "ports": cfg.nports, "pmtu": cfg.pmtu}
         print(json.dumps(r), flush=True)

@@ -30,9 +30,10 @@ from dataclasses import dataclass, field, replace
 
 from netreduce.sw_driver.fabric import Scheduler, SchedulerMixin, frame_dmac, frame_smac, mac_str
 
-from netreduce.wire import ipv4_checksum
+from netreduce.wire import OPCODES, WireError, ipv4_checksum, parse
 
-__all__ = ["LinkConfig", "NetConfig", "Link", "NetworkFabric", "classify", "DIRECTIONS", "KINDS"]
+__all__ = ["LinkConfig", "NetConfig", "Link", "NetworkFabric", "DropOnce", "classify", "DIRECTIONS",
+           "KINDS"]
 
 DIRECTIONS = ("up", "down")
 KINDS = ("data", "ack", "other")
@@ -197,6 +198,31 @@ class Link:
                     st["ce_marked"] += 1
             st["bytes"] += len(out)
             self.sched.call_at(t, self.sink, out)
+
+
+class DropOnce:
+    """A targeted loss for benchmarks and tests: wraps one link's ``send`` and drops the first
+    RC data frame with a payload and BTH PSN ``psn`` (its first transmission; retransmissions
+    pass), counting it in ``dropped``."""
+
+    def __init__(self, link, psn: int):
+        self.psn, self.dropped = psn, 0
+        inner = link.send
+
+        def send(frame, *args, inner=inner, **kw):
+            if not self.dropped and self._match(frame):
+                self.dropped = 1
+                return
+            inner(frame, *args, **kw)
+        link.send = send
+
+    def _match(self, frame: bytes) -> bool:
+        try:
+            f = parse(frame)
+        except WireError:
+            return False
+        info = OPCODES.get(f.opcode)
+        return info is not None and info.rc_data and f.psn == self.psn and bool(f.payload)
 
 
 class NetworkFabric(SchedulerMixin):

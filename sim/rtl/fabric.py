@@ -273,10 +273,13 @@ class RtlFabric(NetworkFabric):
         self._pump_timer = self.sched.call_at(t, self._pump)
         self._pump_at = max(t, self.sched.now())
 
-    def _queue_arrivals(self, bound: int, by_time: bool = False) -> None:
+    def _queue_arrivals(self, bound: int, by_time: bool = False,
+                        deferred: list | None = None) -> None:
         """Queue on the RTL, in arrival order, the recorded frames arriving before cycle
         ``bound`` (``by_time``: before time ``bound`` in ns), each in its arrival cycle (or the
-        RTL's cycle, if that is later: it ran ahead for a register access)."""
+        RTL's cycle, if that is later: it ran ahead for a register access). Their capture
+        records go to ``deferred`` (``(port, frame, cycle)``) if given, for the caller to make
+        once the RTL is running."""
         arr = self._arrivals
         sim = self.sim
         send_at = getattr(sim, "send_at", None)
@@ -287,7 +290,9 @@ class RtlFabric(NetworkFabric):
             c = max(ns_to_cycles(t), sim.cycle)
             port = self.port_of(mac)
             st["engine_in"] += 1
-            if cap is not None:
+            if deferred is not None:
+                deferred.append((port, frame, c))
+            elif cap is not None:
                 cap.frame_in(port, frame, c)
             if send_at is not None:
                 send_at(port, frame, c)
@@ -330,10 +335,11 @@ class RtlFabric(NetworkFabric):
             self._queue_arrivals(b - w)
             self._emit(self._run_rtl(b - w - c))
             c = sim.cycle
-        self._queue_arrivals(b)
+        arrived: list = []
+        self._queue_arrivals(b, deferred=arrived)
         cycle, last, idle = sim.status()
         if (idle and cycle - last > self.quiet_cycles and not self._arrivals and not held
-                and self.sched.next_time() is None):
+                and not arrived and self.sched.next_time() is None):
             return  # nothing left that could ever reach the RTL: rest (a later frame wakes it)
         # otherwise keep going, idle or not: an idle engine's timers may still emit, and the
         # windows hand that on in time (the cycles are simulated either way)
@@ -343,6 +349,9 @@ class RtlFabric(NetworkFabric):
                 self._held = _IN_FLIGHT
             else:
                 self._held = self._run_rtl(b - c)
+        if self.capture is not None:
+            for port, frame, c_in in arrived:
+                self.capture.frame_in(port, frame, c_in)
         self._emit(held)
         self._schedule_pump(cycles_to_ns(max(b, c) + w))
 
