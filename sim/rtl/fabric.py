@@ -322,16 +322,23 @@ class RtlFabric(NetworkFabric):
         self.stats["pumps"] += 1
         # the last window's outputs are handed on after the next window has started: they only
         # schedule deliveries at least a down-link latency after their cycles, which lie in the
-        # network's future (see _window_cycles), so the thread need not wait for that work
-        held = self._collect()
+        # network's future (see _window_cycles), so the thread need not wait for that work; a
+        # threaded window's outputs even stay in the harness until the next one runs
         sim = self.sim
+        in_sim = self._held is _IN_FLIGHT
+        if in_sim:
+            self._held = None
+            sim.join(collect=False)
+            held = []
+        else:
+            held = self._collect()
         w = self.window_cycles
         b = ns_to_cycles(self.sched.now())
         c = sim.cycle
         if c < b - w:
             # behind by more than a window (the RTL rested): catch up now, as sync does
-            self._emit(held)
-            held = []
+            self._emit(held + (sim.collect() if in_sim else []))
+            held, in_sim = [], False
             self._queue_arrivals(b - w)
             self._emit(self._run_rtl(b - w - c))
             c = sim.cycle
@@ -339,7 +346,8 @@ class RtlFabric(NetworkFabric):
         self._queue_arrivals(b, deferred=arrived)
         cycle, last, idle = sim.status()
         if (idle and cycle - last > self.quiet_cycles and not self._arrivals and not held
-                and not arrived and self.sched.next_time() is None):
+                and not arrived and not (in_sim and sim.outputs_ready())
+                and self.sched.next_time() is None):
             return  # nothing left that could ever reach the RTL: rest (a later frame wakes it)
         # otherwise keep going, idle or not: an idle engine's timers may still emit, and the
         # windows hand that on in time (the cycles are simulated either way)
@@ -349,6 +357,8 @@ class RtlFabric(NetworkFabric):
                 self._held = _IN_FLIGHT
             else:
                 self._held = self._run_rtl(b - c)
+        if in_sim:
+            held = sim.collect()  # what the last window left (handed over as this one started)
         if self.capture is not None:
             for port, frame, c_in in arrived:
                 self.capture.frame_in(port, frame, c_in)

@@ -449,7 +449,7 @@ def _load(path: Path) -> ctypes.CDLL:
         "nr_in_pending": (sz, [vp, i]), "nr_out_busy": (i, [vp]),
         "nr_out_count": (sz, [vp]), "nr_out_peek_len": (sz, [vp]),
         "nr_out_pop": (ctypes.c_long, [vp, ctypes.POINTER(i), ctypes.c_char_p, sz,
-                                       ctypes.POINTER(i), ctypes.POINTER(u64)]),
+                                       ctypes.POINTER(i), ctypes.POINTER(u64), i]),
         "nr_set_ready": (None, [vp, i, u32, u32]), "nr_set_valid": (None, [vp, i, u32, u32]),
         "nr_stats": (None, [vp, ctypes.POINTER(u64)]), "nr_has_axil": (i, []),
         "nr_axil_write": (i, [vp, u32, u32, u32, u64]),
@@ -596,6 +596,10 @@ class FastSim:
         """No input frame queued or half-sent, no output frame half-received."""
         return self.pending() == 0 and not self._d.nr_out_busy(self._h)
 
+    def outputs_ready(self) -> int:
+        """Output frames waiting for :meth:`collect` (not while a :meth:`run_async` runs)."""
+        return self._d.nr_out_count(self._h)
+
     def status(self) -> tuple[int, int, bool]:
         """``(cycle, last_activity, idle)`` in one call (the fabric's pump asks every event)."""
         a = self._status
@@ -620,16 +624,18 @@ class FastSim:
 
     def run_async(self, cycles: int) -> None:
         """Start running ``cycles`` cycles in the harness's own thread and return at once; until
-        :meth:`join` the instance must not be used otherwise (the caller's Python goes on
-        meanwhile: the thread never takes the GIL)."""
+        :meth:`join` the instance must not be used otherwise, but for :meth:`collect` of the
+        frames completed before (the caller's Python goes on meanwhile: the thread never takes
+        the GIL)."""
         if cycles < 0:
             raise ValueError(f"cycles must be >= 0, got {cycles}")
         self._async = True
         self._d.nr_run_async(self._h, int(cycles))
 
-    def join(self) -> list[RxFrame]:
+    def join(self, collect: bool = True) -> list[RxFrame]:
         """Wait for the :meth:`run_async` in flight (if any); the output frames completed so
-        far, as :meth:`run` returns them."""
+        far, as :meth:`run` returns them (``collect=False``: none; they stay queued for a later
+        :meth:`collect`)."""
         if self._async:
             t = (ctypes.c_double * 2)()
             self._d.nr_join(self._h, t)  # blocks in C with the GIL released
@@ -637,19 +643,22 @@ class FastSim:
             self.run_cpu_seconds += t[1] - self._async_t[1]
             self._async_t = (t[0], t[1])
             self._async = False
-        return self.collect()
+        return self.collect() if collect else []
 
     def run_until(self, cycle: int, until_output: bool = False) -> list[RxFrame]:
         """Advance to absolute ``cycle`` (or the first output frame, with ``until_output``)."""
         return self.run(max(0, cycle - self.cycle), until_output=until_output)
 
     def collect(self) -> list[RxFrame]:
-        """Pop every output frame completed so far (in completion order)."""
+        """Pop every output frame completed so far (in completion order). While a
+        :meth:`run_async` is in flight: those completed before it started (the harness hands
+        them over then), which Python may take meanwhile."""
         out = []
         d, h = self._d, self._h
+        running = int(self._async)
         while True:
             n = d.nr_out_pop(h, ctypes.byref(self._port), self._buf, self._max_frame,
-                             ctypes.byref(self._err), ctypes.byref(self._cyc))
+                             ctypes.byref(self._err), ctypes.byref(self._cyc), running)
             if n < 0:
                 return out
             if n > self._max_frame:

@@ -7,6 +7,7 @@
 // Clocking per cycle: drive inputs (clk low) -> eval (combinational settle: tready may depend on
 // tvalid) -> sample handshakes (valid && ready) -> clk high -> eval (flops update). A beat counts
 // as transferred in the cycle whose rising edge saw valid && ready, as in the cocotb drivers.
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
@@ -76,12 +77,15 @@ struct Axil {
 
 // nr_run_async: one thread per Sim runs the clock while the caller does other work (Python
 // without the GIL held here: only nr_join, which blocks in C, waits for it).
+// Both sides spin for a few tens of microseconds before sleeping on the condition variable: the
+// caller usually starts the next run (and the run usually ends) within that, and a sleep and
+// wake-up cost about as much again per run, for runs of a few hundred microseconds.
 struct Worker {
     std::thread th;
     std::mutex m;
     std::condition_variable cv;
     uint64_t todo = 0;
-    bool busy = false, quit = false;
+    std::atomic<bool> busy{false}, quit{false};
     uint64_t wall_ns = 0, cpu_ns = 0;  // spent in asynchronous runs
 };
 
@@ -97,6 +101,9 @@ struct Sim {
     InPort in[NR_NIN > 0 ? NR_NIN : 1];
     OutPort out[NR_NOUT > 0 ? NR_NOUT : 1];
     std::deque<OutFrame> outs;
+    // outputs handed over when nr_run_async starts a run: the caller pops them (nr_out_pop,
+    // oldest first) while the worker appends to outs, so the run need not wait for that
+    std::deque<OutFrame> handed;
     Axil ax;
     bool new_output = false;
     bool fast_edge = false;  // rising edges without the input-combinational region (nr_fast_edge)
@@ -315,7 +322,7 @@ void nr_free(void* h) {
     if (s->worker) {
         {
             std::unique_lock<std::mutex> lk(s->worker->m);
-            s->worker->cv.wait(lk, [s] { return !s->worker->busy; });
+            s->worker->cv.wait(lk, [s] { return !s->worker->busy.load(); });
             s->worker->quit = true;
             s->worker->cv.notify_all();
         }
@@ -379,11 +386,28 @@ static uint64_t now_ns(clockid_t c) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+static const uint64_t SPIN_NS = 40000;
+
+// Spin until pred() or SPIN_NS have passed; returns pred().
+static bool spin_for(bool (*pred)(Worker*), Worker* w) {
+    uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+    for (unsigned i = 0;; i++) {
+        if (pred(w)) return true;
+        if ((i & 63) == 63 && now_ns(CLOCK_MONOTONIC) - t0 > SPIN_NS) return pred(w);
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+    }
+}
+
 static void worker_loop(Sim* s) {
     Worker* w = s->worker;
     std::unique_lock<std::mutex> lk(w->m);
     for (;;) {
-        w->cv.wait(lk, [w] { return w->busy || w->quit; });
+        lk.unlock();
+        spin_for([](Worker* x) { return x->busy.load() || x->quit.load(); }, w);
+        lk.lock();
+        w->cv.wait(lk, [w] { return w->busy.load() || w->quit.load(); });
         if (w->quit) return;
         uint64_t n = w->todo;
         lk.unlock();
@@ -407,6 +431,8 @@ void nr_run_async(void* h, uint64_t cycles) {
         s->worker->th = std::thread(worker_loop, s);
     }
     std::lock_guard<std::mutex> lk(s->worker->m);
+    for (auto& f : s->outs) s->handed.push_back(std::move(f));
+    s->outs.clear();
     s->worker->todo = cycles;
     s->worker->busy = true;
     s->worker->cv.notify_all();
@@ -421,8 +447,9 @@ void nr_join(void* h, double* out2) {
         out2[0] = out2[1] = 0.0;
         return;
     }
+    spin_for([](Worker* x) { return !x->busy.load(); }, w);
     std::unique_lock<std::mutex> lk(w->m);
-    w->cv.wait(lk, [w] { return !w->busy; });
+    w->cv.wait(lk, [w] { return !w->busy.load(); });
     out2[0] = w->wall_ns * 1e-9;
     out2[1] = w->cpu_ns * 1e-9;
 }
@@ -459,26 +486,35 @@ int nr_out_busy(void* h) {
     return 0;
 }
 
-size_t nr_out_count(void* h) { return static_cast<Sim*>(h)->outs.size(); }
+// Output frames ready (not while a run_async is in flight: then see nr_out_pop).
+size_t nr_out_count(void* h) {
+    Sim* s = static_cast<Sim*>(h);
+    return s->handed.size() + s->outs.size();
+}
 
 // Length of the oldest output frame (0 if none): size the buffer for nr_out_pop.
 size_t nr_out_peek_len(void* h) {
     Sim* s = static_cast<Sim*>(h);
+    if (!s->handed.empty()) return s->handed.front().bytes.size();
     return s->outs.empty() ? 0 : s->outs.front().bytes.size();
 }
 
-// Pop the oldest output frame into buf (cap bytes); returns its length, or -1 if none.
-long nr_out_pop(void* h, int* port, uint8_t* buf, size_t cap, int* err, uint64_t* cycle) {
+// Pop the oldest output frame into buf (cap bytes); returns its length, or -1 if none. While a
+// run_async is in flight (`running`), only the frames handed over when it started.
+long nr_out_pop(void* h, int* port, uint8_t* buf, size_t cap, int* err, uint64_t* cycle,
+                int running) {
     Sim* s = static_cast<Sim*>(h);
-    if (s->outs.empty()) return -1;
-    OutFrame& f = s->outs.front();
+    bool old = !s->handed.empty();
+    if (!old && (running || s->outs.empty())) return -1;
+    std::deque<OutFrame>& q = old ? s->handed : s->outs;
+    OutFrame& f = q.front();
     size_t n = f.bytes.size() < cap ? f.bytes.size() : cap;
     std::memcpy(buf, f.bytes.data(), n);
     *port = f.port;
     *err = f.err;
     *cycle = f.cycle;
     long len = (long)f.bytes.size();
-    s->outs.pop_front();
+    q.pop_front();
     return len;
 }
 

@@ -84,6 +84,25 @@ def test_run_async_is_run_in_the_harness_thread():
         assert bg.stats()["run_cpu_seconds"] > 0
 
 
+@pytest.mark.xdist_group("fastsim_standin")
+def test_outputs_of_a_run_are_collected_while_the_next_one_runs():
+    frames = [_frame(B, A, 100 + 50 * i, i) for i in range(8)]
+    with _sim() as ref, _sim() as bg:
+        for sim in (ref, bg):
+            for i, f in enumerate(frames):
+                sim.send_at(i % 2, f, 9 * i)
+        first, second = ref.run(120), ref.run(180)
+        assert first and second
+        bg.run_async(120)
+        assert bg.join(collect=False) == []
+        assert bg.outputs_ready() == len(first)
+        bg.run_async(180)  # hands the first run's outputs over as it starts
+        assert bg.collect() == first  # while the second run is in flight: only those
+        assert bg.collect() == []
+        assert bg.join() == second and bg.cycle == ref.cycle == 300
+        assert bg.outputs_ready() == 0
+
+
 def test_link_send_at_an_earlier_time():
     sched = Scheduler()
     got = []
