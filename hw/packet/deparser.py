@@ -27,7 +27,7 @@ from netreduce.wire import fields as wf
 from netreduce.wire.frame import MIN_FRAME
 
 from ..stream import beat_layout, beat_signature, bytes_of, check_data_width, tree_sum
-from .icrc import CrcUnshift, crc_input_masks, crc_next, crc_output
+from .icrc import CrcUnshift, crc_input_masks, crc_next, crc_output, crc_rows
 from .layout import (
     HDR_CAP,
     L2_TAGGED,
@@ -315,8 +315,9 @@ class Deparser(wiring.Component):
         m.d.comb += masked.eq(Cat(*[Mux(ff_mask[i], 0xFF, Mux(zero_mask[i] | ~covered[i], 0, byte))
                        for i, byte in enumerate(bytes_of(r1.data))]))
         crc_reg = Signal(32)
+        rows = crc_rows(m, w)  # outside the If: the ROM's addresses are constants
         with m.If(adv & r1_v & r1_feed):
-            m.d.sync += crc_reg.eq(crc_next(Mux(r1.first, 0, crc_reg), masked))
+            m.d.sync += crc_reg.eq(crc_next(Mux(r1.first, 0, crc_reg), masked, rows))
 
         # ------------------------------------------------------------ R2, R3: un-shift
         r2_v, r3_v = Signal(), Signal()

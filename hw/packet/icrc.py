@@ -15,8 +15,12 @@ CRC arithmetic (all from ``amaranth.lib.crc.catalog.CRC32_ETHERNET``, the algori
 * One CRC step over a ``W``-bit word is 32 XOR trees (:func:`crc_next`): each output bit is the
   parity of (register AND a constant) XOR (data AND a constant). The constants come from
   ``lib.crc.Parameters.compute`` (the library's reference model). The same function as
-  ``lib.crc.Processor``, written as masked parities so that a 512-bit step simulates quickly and
-  elaborates in milliseconds.
+  ``lib.crc.Processor``, written as masked parities so that a 512-bit step elaborates in
+  milliseconds. The 32 data masks are read from a ROM at constant addresses
+  (:func:`crc_rows`): a constant after synthesis like any other, but Amaranth folds an AND with
+  a constant into single-bit wiring, which Verilator then assembles bit run by bit run (this
+  was over a quarter of the 512-bit engine's simulation time); an AND with a ROM word stays one
+  W-bit AND.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import functools
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import crc, data, stream, wiring
 from amaranth.lib.crc import catalog
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from netreduce.wire import fields as wf
@@ -36,7 +41,8 @@ from ..stream import beat_layout, bytes_of, check_data_width, keep_count, tree_s
 from .layout import L2_TAGGED, L2_UNTAGGED, LEN_BITS, MIN_L3_LEN
 
 __all__ = [
-    "ALGO_INIT0", "crc_matrices", "crc_next", "crc_output", "residue_table", "unshift_matrix",
+    "ALGO_INIT0", "crc_matrices", "crc_next", "crc_rows", "crc_output", "residue_table",
+    "unshift_matrix",
     "CrcUnshift", "IcrcChecker", "check_layout", "crc_input_masks", "reflect32",
 ]
 
@@ -82,10 +88,32 @@ def crc_matrices(data_width: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return tuple(f), tuple(g)
 
 
-def crc_next(reg: Value, word: Value) -> Value:
-    """The CRC register after one step over ``word`` (its width selects the matrices)."""
+def crc_rows(m: Module, width: int, name: str = "crc_rows") -> list[Value]:
+    """The 32 data masks of a CRC step over a ``width``-bit word (``g`` of
+    :func:`crc_matrices`) as values read from a ROM (submodule ``name`` of ``m``) at constant
+    addresses, for :func:`crc_next` (see the module doc: same logic, faster simulation). Call
+    it outside ``m.If``/``m.Switch``: inside, each address would be constant only under the
+    condition, and synthesis would build a real ROM read."""
+    _, g = crc_matrices(width)
+    rom = Memory(shape=width, depth=32, init=g)
+    m.submodules[name] = rom
+    rows = []
+    for i in range(32):
+        port = rom.read_port(domain="comb")
+        m.d.comb += port.addr.eq(i)
+        rows.append(port.data)
+    return rows
+
+
+def crc_next(reg: Value, word: Value, rows: list[Value] | None = None) -> Value:
+    """The CRC register after one step over ``word`` (its width selects the matrices);
+    ``rows``: the data masks from :func:`crc_rows` (default: as constants)."""
     f, g = crc_matrices(len(word))
-    return Cat(*[(reg & f[i]).xor() ^ (word & g[i]).xor() for i in range(32)])
+    if rows is None:
+        rows = g
+    elif len(rows) != 32 or any(len(r) != len(word) for r in rows):
+        raise ValueError(f"rows must be 32 values of {len(word)} bits (crc_rows)")
+    return Cat(*[(reg & f[i]).xor() ^ (word & rows[i]).xor() for i in range(32)])
 
 
 def crc_output(reg: Value) -> Value:
@@ -372,11 +400,12 @@ class IcrcChecker(wiring.Component):
 
         # ---- stage 1 -> 2: CRC register, checksum accumulator, per-frame capture
         crc_reg = Signal(32)
+        rows = crc_rows(m, w)
         k_last = Signal(range(nb))
         csum = Signal(LEN_BITS + 6)
         with m.If(s1_v):
             with m.If(s1_feed):
-                m.d.sync += [crc_reg.eq(crc_next(Mux(s1_first, 0, crc_reg), s1_data)),
+                m.d.sync += [crc_reg.eq(crc_next(Mux(s1_first, 0, crc_reg), s1_data, rows)),
                              k_last.eq(s1_k)]
             m.d.sync += csum.eq(Mux(s1_first, 0, csum) + s1_psum)
 

@@ -37,14 +37,16 @@ initialisations are written as loops (:func:`compact_memory_init`) and the model
 constructor code compile as separate units (``VM_PARALLEL_BUILDS=1``: constructors at -O1, two
 jobs), instead of one -O2 unit holding tens of thousands of ``mem[i] = 0`` statements.
 
-Speed: the harness itself (stand-in top, 2 x 512-bit ports back to back) runs ~0.9M cycles per
-CPU second; an engine top costs what Verilator's eval costs, e.g. ~116k cycles per CPU second
-for the 512-bit one-port engine. Two things keep that cost down (both exact, both tested):
-the design gets a registered reset (:func:`sim_verilog`), so that the next-state logic, which
-all reads ``rst``, is clocked logic rather than input-combinational logic evaluated at both
-clock edges (+17%); and the rising edge skips the input-combinational region, whose inputs the
-clock-low ``eval()`` of the same cycle has just settled (:attr:`FastSim.fast_edge`, where the
-generated ``eval()`` has the structure this relies on: checked at build time; +7%).
+Speed: the harness itself (stand-in top, 2 x 512-bit ports back to back) runs ~1M cycles per
+CPU second; an engine top costs what Verilator's eval costs, ~235k cycles per CPU second for
+the 512-bit one-port engine in an all-reduce. Two things here keep that cost down (both exact,
+both tested): the design gets a registered reset (:func:`sim_verilog`), so that the next-state
+logic, which all reads ``rst``, is clocked logic rather than input-combinational logic
+evaluated at both clock edges (+17%); and the rising edge skips the input-combinational region,
+whose inputs the clock-low ``eval()`` of the same cycle has just settled
+(:attr:`FastSim.fast_edge`, where the generated ``eval()`` has the structure this relies on:
+checked at build time; +14%). (The largest gain is in the design: the ICRC steps' ROM masks,
+see :mod:`netreduce.hw.packet.icrc`.)
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Fragment, Module, Signal
 from amaranth.sim import Simulator
 from netreduce.hw.packet.icrc import (
     ALGO_INIT0,
@@ -16,6 +16,7 @@ from netreduce.hw.packet.icrc import (
     crc_matrices,
     crc_next,
     crc_output,
+    crc_rows,
     reflect32,
     residue_table,
     unshift_matrix,
@@ -52,8 +53,10 @@ def test_packet_crc_matrices_match_zlib(width):
     assert got == ALGO_INIT0(8).compute(msg)
 
 
-def test_packet_crc_step_matches_lib_crc_processor():
-    """The hardware step equals amaranth.lib.crc.Processor cycle by cycle (64-bit words)."""
+@pytest.mark.parametrize("masks", ["constants", "rom"])
+def test_packet_crc_step_matches_lib_crc_processor(masks):
+    """The hardware step equals amaranth.lib.crc.Processor cycle by cycle (64-bit words), with
+    its data masks inline or read from the ROM of crc_rows (what the checker and deparser use)."""
     width = 64
     m = Module()
     m.submodules.ref = ref = ALGO_INIT0(width).create()
@@ -61,7 +64,8 @@ def test_packet_crc_step_matches_lib_crc_processor():
     start = Signal()
     reg = Signal(32)
     m.d.comb += [ref.data.eq(data), ref.valid.eq(1), ref.start.eq(start)]
-    m.d.sync += reg.eq(crc_next(reg & ~start.replicate(32), data))
+    rows = crc_rows(m, width) if masks == "rom" else None
+    m.d.sync += reg.eq(crc_next(reg & ~start.replicate(32), data, rows))
     out = Signal(32)
     m.d.comb += out.eq(crc_output(reg))
     rng = random.Random(3)
@@ -81,6 +85,16 @@ def test_packet_crc_step_matches_lib_crc_processor():
     sim.add_testbench(tb)
     sim.run()
     assert mismatches == []
+
+
+def test_packet_crc_rows_are_whole_words():
+    """crc_rows gives 32 values of the word's width (the ROM reads); crc_next refuses others."""
+    m = Module()
+    rows = crc_rows(m, 512)
+    assert len(rows) == 32 and all(len(r) == 512 for r in rows)
+    with pytest.raises(ValueError, match="32 values of 64 bits"):
+        crc_next(Signal(32), Signal(64), rows)
+    Fragment.get(m, None)  # elaborated (the ROM is a submodule of m)
 
 
 def test_packet_crc_unshift_and_residues():
