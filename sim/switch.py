@@ -57,6 +57,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import socket
 import threading
 import time
 from collections import Counter
@@ -69,13 +70,15 @@ from netreduce.sw_driver.tunnel import (
     DEFAULT_MGMT_IP,
     ENGINE_MAC,
     FrameReader,
+    frame_bytes,
 )
 
 from netreduce.wire.pcap import PcapWriter
 
 from .model.engine import CLOCK_HZ
 
-__all__ = ["FaultConfig", "SwitchConfig", "SwitchService", "SwitchThread", "COUNTER_HELP"]
+__all__ = ["FaultConfig", "SwitchConfig", "SwitchService", "SwitchThread", "RawClient",
+           "connect_clients", "COUNTER_HELP"]
 
 log = logging.getLogger("netreduce.switch")
 
@@ -543,3 +546,69 @@ class SwitchThread:
 
 async def _call(fn, *args):
     return fn(*args)
+
+
+class RawClient:
+    """A raw worker of the switch service: one TCP connection with QEMU ``-netdev socket``
+    framing, blocking calls with timeouts (tests and tools that want to see frames, not RC).
+    ``recv_timeout`` and ``quiet_wait``: the defaults of :meth:`recv` and :meth:`quiet` (an RTL
+    engine behind the switch turns a few hundred frames per second: wait longer)."""
+
+    def __init__(self, addr: tuple[str, int], timeout: float = 5.0, recv_timeout: float = 3.0,
+                 quiet_wait: float = 0.2):
+        self.sock = socket.create_connection(addr, timeout=timeout)
+        self.recv_timeout, self.quiet_wait = recv_timeout, quiet_wait
+        self.reader = FrameReader()
+        self.frames: list[bytes] = []  # every frame received so far
+
+    def send(self, *frames: bytes) -> None:
+        self.sock.sendall(b"".join(frame_bytes(f) for f in frames))
+
+    def send_raw(self, data: bytes) -> None:
+        """Bytes as they are (no framing): for malformed streams."""
+        self.sock.sendall(data)
+
+    def recv(self, n: int, timeout: float | None = None) -> list[bytes]:
+        """Wait until ``n`` frames have arrived in total; returns :attr:`frames` (what arrived
+        when the time is up, or the connection closed)."""
+        end = time.monotonic() + (self.recv_timeout if timeout is None else timeout)
+        while len(self.frames) < n and time.monotonic() < end:
+            self.sock.settimeout(max(0.01, end - time.monotonic()))
+            try:
+                data = self.sock.recv(1 << 16)
+            except TimeoutError:
+                break
+            if not data:
+                break
+            self.frames += self.reader.feed(data)
+        return self.frames
+
+    def quiet(self, wait: float | None = None) -> list[bytes]:
+        """Whatever arrives within ``wait`` seconds; returns :attr:`frames`."""
+        return self.recv(len(self.frames) + 10_000, self.quiet_wait if wait is None else wait)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def connect_clients(sw: SwitchThread, n: int, timeout: float = 5.0,
+                    **client) -> list[RawClient]:
+    """``n`` :class:`RawClient` of ``sw`` (``client``: their keyword arguments), returned once
+    the switch has accepted all of them (flooding reaches only the connections it knows);
+    TimeoutError otherwise."""
+    out = [RawClient(sw.address, **client) for _ in range(n)]
+    end = time.monotonic() + timeout
+    while sw.counters()["connections_open"] < n:
+        if time.monotonic() >= end:
+            for c in out:
+                c.close()
+            raise TimeoutError(f"the switch accepted {sw.counters()['connections_open']} of "
+                               f"{n} connections in {timeout} s")
+        time.sleep(0.01)
+    return out

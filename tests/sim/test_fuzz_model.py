@@ -25,11 +25,10 @@ import numpy as np
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from netreduce.sim.model.kit import RingJob, engine_with
+from netreduce.sim.mutate import FIELDS, fixup, impersonates, mutate
 
 from netreduce.regmap import DISPOSITIONS, Op
-from netreduce.wire import OPCODES, Opcode, WireError, parse
-from netreduce.wire.fields import AETH, BTH, ETH, IPV4, RETH, UDP
-from netreduce.wire.icrc import icrc_bytes, ipv4_checksum
+from netreduce.wire import Opcode, parse
 
 PSN_MOD = 1 << 24
 K = 5
@@ -62,54 +61,15 @@ def _schedule() -> list[bytes]:
 
 
 SCHEDULE = _schedule()
-# (header, field, offset of the header in an untagged frame)
-FIELDS = ([(ETH, f, 0) for f in ETH.fields] + [(IPV4, f, 14) for f in IPV4.fields]
-          + [(UDP, f, 34) for f in UDP.fields] + [(BTH, f, 42) for f in BTH.fields]
-          + [(RETH, f, 54) for f in RETH.fields] + [(AETH, f, 54) for f in AETH.fields])
 
 
-def _fixup(b: bytearray) -> None:
-    """Recompute the IPv4 checksum and the ICRC where the frame's lengths allow it."""
-    if len(b) < 34 or b[14] != 0x45:
-        return
-    b[24:26] = b"\0\0"
-    b[24:26] = ipv4_checksum(bytes(b[14:34])).to_bytes(2, "big")
-    end = 14 + int.from_bytes(b[16:18], "big")
-    if 14 + 40 <= end <= len(b):
-        b[end - 4:end] = icrc_bytes(bytes(b[14:end - 4]))
 
 
-def _mutate(src: bytes, muts, fix: bool) -> bytes:
-    b = bytearray(src)
-    for m in muts:
-        kind = m[0]
-        if kind == "flip" and b:
-            b[m[1] % len(b)] ^= 1 << m[2]
-        elif kind == "trunc":
-            b = b[:m[1] % (len(b) + 1)]
-        elif kind == "extend":
-            b += m[1]
-        elif kind == "field":
-            _, fi, value = m
-            hdr, f, base = FIELDS[fi % len(FIELDS)]
-            if base + f.offset + f.size <= len(b):
-                f.put(b, value & f.mask, base)
-        elif kind == "splice":
-            other = SCHEDULE[m[1] % len(SCHEDULE)]
-            cut = m[2] % (len(b) + 1)
-            b = b[:cut] + bytearray(other[cut:])
-    if fix:
-        _fixup(b)
-    return bytes(b)
 
 
-def _impersonates_a_worker(frame: bytes) -> bool:
-    try:
-        f = parse(frame)
-    except WireError:
-        return False
-    info = OPCODES.get(f.opcode)
-    return info is not None and info.rc_data and (f.src_ip, f.dqpn) in FWD_KEYS
+
+
+
 
 
 MUTATION = st.one_of(
@@ -135,8 +95,8 @@ def run(attacks) -> None:
     eng, ctl = engine_with(*JOBS, jobs=2, flows=8, slots=64)
     inserts: dict[int, list[bytes]] = {}
     for pos, srci, muts, fix in attacks:
-        f = _mutate(SCHEDULE[srci], muts, fix)
-        if not (fix and _impersonates_a_worker(f)):
+        f = mutate(SCHEDULE[srci], muts, fix, SCHEDULE)
+        if not (fix and impersonates(f, FWD_KEYS)):
             inserts.setdefault(pos, []).append(f)
     got: dict = {}
     t = 0
@@ -192,11 +152,11 @@ def test_the_fuzz_oracle_catches_an_accepted_forgery():
     forward key (what a worker could send) does change a result, and run() notices."""
     forged = (0, 0, [("field", FIELDS.index(next(x for x in FIELDS if x[1].name == "va")),
                       12345)], True)  # job A rank 0 index 0 with another RETH VA: well-formed
-    f = _mutate(SCHEDULE[0], forged[2], True)
-    assert _impersonates_a_worker(f)
+    f = mutate(SCHEDULE[0], forged[2], True)
+    assert impersonates(f, FWD_KEYS)
     payload = bytearray(f)
     payload[80] ^= 1
-    _fixup(payload)
+    fixup(payload)
     eng, _ = engine_with(*JOBS, jobs=2, flows=8, slots=64)
     eng.receive(0, bytes(payload), 0)  # accepted as rank 0's contribution of index 0
     assert eng.counters()["contributions"] == 1

@@ -36,6 +36,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from netreduce.sim.model import Engine
 from netreduce.sim.model.kit import RingJob
+from netreduce.sim.mutate import FIELDS, impersonates, mutate
 from netreduce.sim.rtl.fabric import engine_top, probe_rtl
 from netreduce.sim.rtl.soak_rtl import soak_params
 from netreduce.sim.scenarios import FastSimBackend, run_log
@@ -44,9 +45,7 @@ from netreduce.sim.simrun import BackendUnavailable
 from netreduce.sw_driver.control import EngineControl
 
 from netreduce.regmap import Op
-from netreduce.wire import OPCODES, Opcode, WireError, parse
-from netreduce.wire.fields import AETH, BTH, ETH, IPV4, RETH, UDP
-from netreduce.wire.icrc import icrc_bytes, ipv4_checksum
+from netreduce.wire import Opcode, WireError, parse
 
 PARAMS = soak_params()
 NPORTS = PARAMS["ports"]
@@ -88,9 +87,6 @@ def _indices(ks) -> list[tuple[str, int, int, bytes]]:
 SCHEDULE = _indices(range(K))
 CLEAN = _indices(range(K, K + K2))
 INPUTS = {f for *_, f in SCHEDULE + CLEAN}
-FIELDS = ([(ETH, f, 0) for f in ETH.fields] + [(IPV4, f, 14) for f in IPV4.fields]
-          + [(UDP, f, 34) for f in UDP.fields] + [(BTH, f, 42) for f in BTH.fields]
-          + [(RETH, f, 54) for f in RETH.fields] + [(AETH, f, 54) for f in AETH.fields])
 
 
 def _port(kind: str, job: int, rank: int, one_port: int | None) -> int:
@@ -102,50 +98,16 @@ def _port(kind: str, job: int, rank: int, one_port: int | None) -> int:
     return (r + job) % NPORTS
 
 
-def _fixup(b: bytearray) -> None:
-    """Recompute the IPv4 checksum and the ICRC where the frame's lengths allow it."""
-    if len(b) < 34 or b[14] != 0x45:
-        return
-    b[24:26] = b"\0\0"
-    b[24:26] = ipv4_checksum(bytes(b[14:34])).to_bytes(2, "big")
-    end = 14 + int.from_bytes(b[16:18], "big")
-    if 14 + 40 <= end <= len(b):
-        b[end - 4:end] = icrc_bytes(bytes(b[14:end - 4]))
 
 
-def _mutate(src: bytes, muts, fix: bool) -> bytes:
-    b = bytearray(src)
-    for m in muts:
-        kind = m[0]
-        if kind == "flip" and b:
-            b[m[1] % len(b)] ^= 1 << m[2]
-        elif kind == "trunc":
-            b = b[:m[1] % (len(b) + 1)]
-        elif kind == "extend":
-            b += m[1]
-        elif kind == "field":
-            _, fi, value = m
-            _, f, base = FIELDS[fi % len(FIELDS)]
-            if base + f.offset + f.size <= len(b):
-                f.put(b, value & f.mask, base)
-        elif kind == "splice":
-            other = SCHEDULE[m[1] % len(SCHEDULE)][3]
-            cut = m[2] % (len(b) + 1)
-            b = b[:cut] + bytearray(other[cut:])
-    if fix:
-        _fixup(b)
-    return bytes(b)
 
 
-def _impersonates_a_worker(frame: bytes) -> bool:
-    try:
-        f = parse(frame)
-    except WireError:
-        return False
-    info = OPCODES.get(f.opcode)
-    return info is not None and info.rc_data and (f.src_ip, f.dqpn) in FWD_KEYS
 
 
+
+
+
+POOL = [e[3] for e in SCHEDULE]  # the frames, for splices
 MUTATION = st.one_of(
     st.tuples(st.just("flip"), st.integers(0, 4096), st.integers(0, 7)),
     st.tuples(st.just("trunc"), st.integers(0, 4096)),
@@ -198,8 +160,8 @@ def build_log(layout, attacks):
     log = EventLog(dict(PARAMS), list(_programming()), "fuzz-rtl")
     inserts: dict[int, list[tuple[int, bytes]]] = {}
     for pos, srci, muts, fix, port in attacks:
-        f = _mutate(SCHEDULE[srci][3], muts, fix)
-        if not f or (fix and _impersonates_a_worker(f)):
+        f = mutate(POOL[srci], muts, fix, POOL)
+        if not f or (fix and impersonates(f, FWD_KEYS)):
             continue  # AXI-Stream has no empty frame; impersonation is out of scope (A1)
         inserts.setdefault(pos, []).append((layout if layout is not None else port, f))
     for i in range(len(SCHEDULE) + 1):

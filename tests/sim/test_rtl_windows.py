@@ -67,13 +67,18 @@ def test_send_at_keeps_the_order_of_the_calls_per_port():
     assert first.cycle < 50
 
 
+def _load_both(sims, n: int, gap: int) -> None:
+    """The same ``n`` frames, alternating ports, one every ``gap`` cycles, on every sim."""
+    frames = [_frame(B, A, 100 + 50 * i, i) for i in range(n)]
+    for sim in sims:
+        for i, f in enumerate(frames):
+            sim.send_at(i % 2, f, gap * i)
+
+
 @pytest.mark.xdist_group("fastsim_standin")
 def test_run_async_is_run_in_the_harness_thread():
-    frames = [_frame(B, A, 100 + 50 * i, i) for i in range(6)]
     with _sim() as ref, _sim() as bg:
-        for sim in (ref, bg):
-            for i, f in enumerate(frames):
-                sim.send_at(i % 2, f, 7 * i)
+        _load_both((ref, bg), 6, 7)
         want = ref.run(150) + ref.run(150)
         bg.run_async(150)
         got = bg.join()
@@ -86,11 +91,8 @@ def test_run_async_is_run_in_the_harness_thread():
 
 @pytest.mark.xdist_group("fastsim_standin")
 def test_outputs_of_a_run_are_collected_while_the_next_one_runs():
-    frames = [_frame(B, A, 100 + 50 * i, i) for i in range(8)]
     with _sim() as ref, _sim() as bg:
-        for sim in (ref, bg):
-            for i, f in enumerate(frames):
-                sim.send_at(i % 2, f, 9 * i)
+        _load_both((ref, bg), 8, 9)
         first, second = ref.run(120), ref.run(180)
         assert first and second
         bg.run_async(120)

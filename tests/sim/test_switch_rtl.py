@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import json
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -23,11 +22,10 @@ import pytest
 from netreduce.sim.rtl.fabric import probe_rtl, rtl_params
 from netreduce.sim.rtl.switch_engine import RtlSwitchEngine
 from netreduce.sim.simrun import BackendUnavailable, SimConfig
-from netreduce.sim.switch import SwitchConfig, SwitchThread
+from netreduce.sim.switch import RawClient, SwitchConfig, SwitchThread, connect_clients
 from netreduce.sw_driver.collective import CollectiveConfig, Communicator
 from netreduce.sw_driver.control import EngineControl
 from netreduce.sw_driver.tunnel import (
-    FrameReader,
     RankComm,
     RankCommConfig,
     Tunnel,
@@ -67,6 +65,8 @@ def _engine(**kw) -> RtlSwitchEngine:
     return RtlSwitchEngine(**SMALL, **kw)
 
 
+SLOW = dict(recv_timeout=10.0, quiet_wait=0.3)  # the RTL engine turns ~200 frames/s
+
 def _frame(dst: bytes, src: bytes, tag: int, size: int = 60) -> bytes:
     """A non-RoCE frame (EtherType 0x88B6): the engine forwards it unchanged."""
     return dst + src + b"\x88\xb6" + struct.pack(">I", tag) + bytes(max(0, size - 18))
@@ -76,47 +76,10 @@ def _tags(frames):
     return [struct.unpack(">I", f[14:18])[0] for f in frames]
 
 
-class Client:
-    """A raw worker: TCP + QEMU framing, blocking with a timeout."""
-
-    def __init__(self, addr):
-        self.sock = socket.create_connection(addr, timeout=5)
-        self.reader = FrameReader()
-        self.frames: list[bytes] = []
-
-    def send(self, *frames: bytes) -> None:
-        self.sock.sendall(b"".join(frame_bytes(f) for f in frames))
-
-    def send_raw(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def recv(self, n: int, timeout: float = 10.0) -> list[bytes]:
-        end = time.monotonic() + timeout
-        while len(self.frames) < n and time.monotonic() < end:
-            self.sock.settimeout(max(0.01, end - time.monotonic()))
-            try:
-                data = self.sock.recv(1 << 16)
-            except TimeoutError:
-                break
-            if not data:
-                break
-            self.frames += self.reader.feed(data)
-        return self.frames
-
-    def quiet(self, wait: float = 0.3) -> list[bytes]:
-        return self.recv(len(self.frames) + 10_000, wait)
-
-    def close(self) -> None:
-        self.sock.close()
 
 
-def _clients(sw, n: int) -> list[Client]:
-    out = [Client(sw.address) for _ in range(n)]
-    end = time.monotonic() + 10
-    while sw.counters()["connections_open"] < n:
-        assert time.monotonic() < end, "the switch did not accept the connections"
-        time.sleep(0.01)
-    return out
+
+
 
 
 def _clean(n: dict) -> None:
@@ -182,7 +145,7 @@ def test_watchdog_counts_and_the_next_runs_finish_the_work(caplog):
 @rtl
 def test_learning_and_flooding_exclude_the_sender():
     with SwitchThread(_engine()) as sw:
-        a, b, c = _clients(sw, 3)
+        a, b, c = connect_clients(sw, 3, 10.0, **SLOW)
         try:
             a.send(_frame(B, A, 1))  # B unknown: flooded to b and c, never back to a
             assert _tags(b.recv(1)) == [1] and _tags(c.recv(1)) == [1]
@@ -208,7 +171,7 @@ def test_learning_and_flooding_exclude_the_sender():
 @rtl
 def test_bad_datagrams_are_counted_and_the_service_survives():
     with SwitchThread(_engine()) as sw:
-        a, b = _clients(sw, 2)
+        a, b = connect_clients(sw, 2, 10.0, **SLOW)
         try:
             b.send(_frame(A, B, 0))
             a.recv(1)
@@ -222,7 +185,8 @@ def test_bad_datagrams_are_counted_and_the_service_survives():
             n = sw.counters()
             assert n["bad_datagrams"] == 3 and n["frames_in"] == 4
             assert n["engine.fwd_not_roce"] == 4 and n["rtl.frames_out"] == 4
-            c = Client(sw.address)  # a stream that is not framed: that connection is closed
+            # a stream that is not framed: that connection is closed
+            c = RawClient(sw.address, **SLOW)
             c.send_raw(b"GET / HTTP/1.1\r\n\r\n")
             assert c.sock.recv(10) == b""
             c.close()
@@ -376,7 +340,7 @@ def test_cli_verilator_runs_until_sigterm_and_prints_counters(tmp_path):
             assert time.monotonic() < end, "the switch did not start"
             time.sleep(0.1)
         port = int(port_file.read_text())
-        a, b = Client(("127.0.0.1", port)), Client(("127.0.0.1", port))
+        a, b = RawClient(("127.0.0.1", port), **SLOW), RawClient(("127.0.0.1", port), **SLOW)
         time.sleep(0.2)
         a.send(_frame(BCAST, A, 1), _frame(BCAST, A, 2))
         a.send_raw(struct.pack(">I", 3) + b"abc")

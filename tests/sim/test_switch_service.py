@@ -5,16 +5,15 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import struct
 import subprocess
 import sys
 import time
 
 import pytest
-from netreduce.sim.switch import FaultConfig, SwitchConfig, SwitchThread
+from netreduce.sim.switch import FaultConfig, RawClient, SwitchConfig, SwitchThread, connect_clients
 from netreduce.sw_driver.control import EngineControl
-from netreduce.sw_driver.tunnel import FrameReader, Tunnel, frame_bytes
+from netreduce.sw_driver.tunnel import Tunnel, frame_bytes
 
 from netreduce.regmap import MAGIC
 from netreduce.wire.pcap import read_pcap
@@ -31,51 +30,10 @@ def _frame(dst: bytes, src: bytes, tag: int, size: int = 60) -> bytes:
     return dst + src + b"\x88\xb6" + body + bytes(max(0, size - 18))
 
 
-class Client:
-    """A raw worker: TCP + QEMU framing, blocking with a timeout."""
-
-    def __init__(self, addr):
-        self.sock = socket.create_connection(addr, timeout=5)
-        self.reader = FrameReader()
-        self.frames: list[bytes] = []
-
-    def send(self, *frames: bytes) -> None:
-        self.sock.sendall(b"".join(frame_bytes(f) for f in frames))
-
-    def send_raw(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def recv(self, n: int, timeout: float = 3.0) -> list[bytes]:
-        """Wait for ``n`` frames in total (returns what arrived when the time is up)."""
-        end = time.monotonic() + timeout
-        while len(self.frames) < n and time.monotonic() < end:
-            self.sock.settimeout(max(0.01, end - time.monotonic()))
-            try:
-                data = self.sock.recv(1 << 16)
-            except TimeoutError:
-                break
-            if not data:
-                break
-            self.frames += self.reader.feed(data)
-        return self.frames
-
-    def quiet(self, wait: float = 0.2) -> list[bytes]:
-        """Whatever arrives within ``wait`` seconds."""
-        return self.recv(len(self.frames) + 10_000, wait)
-
-    def close(self) -> None:
-        self.sock.close()
 
 
-def clients(sw, n: int) -> list[Client]:
-    """``n`` connected clients, once the switch has accepted all of them (flooding reaches only
-    connections it knows)."""
-    out = [Client(sw.address) for _ in range(n)]
-    end = time.monotonic() + 5
-    while sw.counters()["connections_open"] < n:
-        assert time.monotonic() < end, "the switch did not accept the connections"
-        time.sleep(0.01)
-    return out
+
+
 
 
 @pytest.fixture
@@ -89,7 +47,7 @@ def _tags(frames):
 
 
 def test_learning_and_flooding(switch):
-    a, b, c = clients(switch, 3)
+    a, b, c = connect_clients(switch, 3, 5.0)
     try:
         a.send(_frame(B, A, 1))  # B unknown yet: flooded to b and c, never back to a
         assert _tags(b.recv(1)) == [1]
@@ -114,7 +72,7 @@ def test_learning_and_flooding(switch):
 
 
 def test_frames_arrive_whole_and_in_order(switch):
-    a, b = clients(switch, 2)
+    a, b = connect_clients(switch, 2, 5.0)
     try:
         b.send(_frame(A, B, 0))
         a.recv(1)
@@ -128,7 +86,7 @@ def test_frames_arrive_whole_and_in_order(switch):
 
 
 def test_bad_datagrams_are_counted_and_skipped(switch):
-    a, b = clients(switch, 2)
+    a, b = connect_clients(switch, 2, 5.0)
     try:
         b.send(_frame(A, B, 0))
         a.recv(1)
@@ -143,7 +101,7 @@ def test_bad_datagrams_are_counted_and_skipped(switch):
         assert n["bad_datagrams"] == 3
         assert n["frames_in"] == 4 and n["engine.fwd_not_roce"] == 4
         # a stream that is not framed at all: that connection is closed, nothing else
-        c = Client(switch.address)
+        c = RawClient(switch.address)
         c.send_raw(b"GET / HTTP/1.1\r\n\r\n")
         assert c.sock.recv(10) == b""
         c.close()
@@ -177,7 +135,7 @@ def test_faults_are_seeded_and_per_direction():
                                                                                reorder_ms=5),
                            seed=seed)
         with SwitchThread(cfg=cfg) as sw:
-            a, b = clients(sw, 2)
+            a, b = connect_clients(sw, 2, 5.0)
             b.send(_frame(A, B, 0))  # learned at ingress, before the faults, even if lost
             end = time.monotonic() + 5
             while sw.counters()["macs_learned"] < 1:
@@ -211,7 +169,7 @@ def test_faults_are_seeded_and_per_direction():
 def test_pcap_capture(tmp_path):
     prefix = tmp_path / "cap"
     with SwitchThread(cfg=SwitchConfig(pcap=str(prefix))) as sw:
-        a, b = clients(sw, 2)
+        a, b = connect_clients(sw, 2, 5.0)
         b.send(_frame(A, B, 0))
         a.recv(1)
         a.send(*[_frame(B, A, i) for i in range(1, 6)])
@@ -243,7 +201,7 @@ def test_cli_runs_until_signal_and_prints_counters(tmp_path, sig):
             assert time.monotonic() < end, "the switch did not start"
             time.sleep(0.05)
         port = int(port_file.read_text())
-        a = Client(("127.0.0.1", port))
+        a = RawClient(("127.0.0.1", port))
         a.send(_frame(BCAST, A, 1), _frame(BCAST, A, 2))
         a.send_raw(struct.pack(">I", 3) + b"abc")
         time.sleep(0.3)

@@ -1,0 +1,89 @@
+"""Frame mutations for fuzzing the engine (the model and the RTL take the same ones).
+
+A mutation is a tuple, so that hypothesis can draw and shrink it and a failing input can be kept
+as a literal regression:
+
+* ``("flip", i, bit)``: flip bit ``bit`` of byte ``i mod len``;
+* ``("trunc", n)``: keep the first ``n mod (len + 1)`` bytes;
+* ``("extend", data)``: append ``data``;
+* ``("field", k, value)``: write ``value`` (masked to the field) into field ``k mod len(FIELDS)``
+  of :data:`FIELDS`, if the frame is long enough to hold it;
+* ``("splice", j, cut)``: the first ``cut mod (len + 1)`` bytes, then the rest of frame ``j`` of
+  the pool (the first bytes of one frame, the rest of another).
+
+:func:`mutate` applies a list of them and, with ``fix``, recomputes the IPv4 header checksum and
+the ICRC where the lengths allow it (:func:`fixup`): a well-formed forgery rather than a
+corrupted frame. :func:`impersonates` says whether a frame is RC data on one of a set of
+forward keys, which is what the worker itself would send (the engine trusts the switch's
+steering for those, docs/guarantees.md A1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+from netreduce.wire import OPCODES, WireError, parse
+from netreduce.wire.fields import AETH, BTH, ETH, IPV4, RETH, UDP
+from netreduce.wire.icrc import icrc_bytes, ipv4_checksum
+
+__all__ = ["FIELDS", "KINDS", "fixup", "mutate", "impersonates"]
+
+KINDS = ("flip", "trunc", "extend", "field", "splice")
+# (header, field, offset of the header in an untagged RoCEv2 frame)
+FIELDS = ([(ETH, f, 0) for f in ETH.fields] + [(IPV4, f, 14) for f in IPV4.fields]
+          + [(UDP, f, 34) for f in UDP.fields] + [(BTH, f, 42) for f in BTH.fields]
+          + [(RETH, f, 54) for f in RETH.fields] + [(AETH, f, 54) for f in AETH.fields])
+
+
+def fixup(b: bytearray) -> None:
+    """Recompute the IPv4 checksum and the ICRC of ``b`` in place where its lengths allow it
+    (an untagged IPv4 frame whose total length lies within the bytes)."""
+    if len(b) < 34 or b[14] != 0x45:
+        return
+    b[24:26] = b"\0\0"
+    b[24:26] = ipv4_checksum(bytes(b[14:34])).to_bytes(2, "big")
+    end = 14 + int.from_bytes(b[16:18], "big")
+    if 14 + 40 <= end <= len(b):
+        b[end - 4:end] = icrc_bytes(bytes(b[14:end - 4]))
+
+
+def mutate(src: bytes, muts, fix: bool, pool: Sequence[bytes] = ()) -> bytes:
+    """``src`` with the mutations ``muts`` applied in order (``splice`` takes its tail from
+    ``pool``), then :func:`fixup` if ``fix``."""
+    b = bytearray(src)
+    for m in muts:
+        kind = m[0]
+        if kind == "flip":
+            if b:
+                b[m[1] % len(b)] ^= 1 << (m[2] % 8)
+        elif kind == "trunc":
+            b = b[:m[1] % (len(b) + 1)]
+        elif kind == "extend":
+            b += m[1]
+        elif kind == "field":
+            _, k, value = m
+            _, f, base = FIELDS[k % len(FIELDS)]
+            if base + f.offset + f.size <= len(b):
+                f.put(b, value & f.mask, base)
+        elif kind == "splice":
+            if not pool:
+                raise ValueError("a splice needs a pool of frames")
+            other = pool[m[1] % len(pool)]
+            cut = m[2] % (len(b) + 1)
+            b = b[:cut] + bytearray(other[cut:])
+        else:
+            raise ValueError(f"unknown mutation {kind!r}; expected one of {KINDS}")
+    if fix:
+        fixup(b)
+    return bytes(b)
+
+
+def impersonates(frame: bytes, fwd_keys: Collection[tuple[bytes, int]]) -> bool:
+    """Whether ``frame`` parses as RC data on a forward key ``(source IP, DestQP)`` of
+    ``fwd_keys``."""
+    try:
+        f = parse(frame)
+    except WireError:
+        return False
+    info = OPCODES.get(f.opcode)
+    return info is not None and info.rc_data and (f.src_ip, f.dqpn) in fwd_keys
