@@ -468,6 +468,19 @@ def _load(path: Path) -> ctypes.CDLL:
 _RESP = {0: "OKAY", 1: "EXOKAY", 2: "SLVERR", 3: "DECERR"}
 
 
+def _port_index(port, ports: list[AxisPort], what: str) -> int:
+    """The index of stream ``port`` (index, prefix or member name) among ``ports``."""
+    if isinstance(port, int) and not isinstance(port, bool):
+        if 0 <= port < len(ports):
+            return port
+    else:
+        for k, s in enumerate(ports):
+            if port in (s.prefix, s.member):
+                return k
+    raise ValueError(f"no {what} port {port!r}; have 0..{len(ports) - 1} "
+                     f"({', '.join(s.prefix for s in ports)})")
+
+
 def _frame_bytes(frame) -> bytes:
     """``frame`` as bytes for :meth:`FastSim.send` / :meth:`FastSim.send_at` (errors named)."""
     if not isinstance(frame, bytes | bytearray | memoryview):
@@ -538,20 +551,9 @@ class FastSim:
         self.close()
 
     # -------------------------------------------------------------------- ports
-    def _index(self, port, ports: list[AxisPort], what: str) -> int:
-        if isinstance(port, int) and not isinstance(port, bool):
-            if 0 <= port < len(ports):
-                return port
-        else:
-            for k, s in enumerate(ports):
-                if port in (s.prefix, s.member):
-                    return k
-        raise ValueError(f"no {what} port {port!r}; have 0..{len(ports) - 1} "
-                         f"({', '.join(s.prefix for s in ports)})")
-
     def send(self, port, frame: bytes, error: bool = False) -> None:
         """Queue ``frame`` on input ``port`` (index, prefix or member name)."""
-        k = self._index(port, self.inputs, "input")
+        k = _port_index(port, self.inputs, "input")
         frame = _frame_bytes(frame)
         self._d.nr_send(self._h, k, frame, len(frame), int(bool(error)))
 
@@ -559,7 +561,7 @@ class FastSim:
         """Queue ``frame`` on input ``port`` as :meth:`send` would once the clock reaches
         ``cycle`` (at once if it is there already). A port's frames keep the order of the
         calls: a ``cycle`` before that of the port's previous ``send_at`` counts as that one."""
-        k = self._index(port, self.inputs, "input")
+        k = _port_index(port, self.inputs, "input")
         frame = _frame_bytes(frame)
         if cycle < 0:
             raise ValueError(f"cycle must be >= 0, got {cycle}")
@@ -567,14 +569,14 @@ class FastSim:
 
     def set_ready_duty(self, port, num: int, den: int) -> None:
         """Output ``port``'s tready is high with probability num/den each cycle (seeded)."""
-        k = self._index(port, self.outputs, "output")
+        k = _port_index(port, self.outputs, "output")
         if not (isinstance(num, int) and isinstance(den, int) and 0 <= num <= den and den > 0):
             raise ValueError(f"duty must be 0 <= num <= den, den > 0; got {num}/{den}")
         self._d.nr_set_ready(self._h, k, num, den)
 
     def set_valid_duty(self, port, num: int, den: int) -> None:
         """Input ``port`` offers a new beat with probability num/den each cycle (seeded)."""
-        k = self._index(port, self.inputs, "input")
+        k = _port_index(port, self.inputs, "input")
         if not (isinstance(num, int) and isinstance(den, int) and 0 < num <= den):
             raise ValueError(f"duty must be 0 < num <= den; got {num}/{den}")
         self._d.nr_set_valid(self._h, k, num, den)
@@ -591,7 +593,7 @@ class FastSim:
 
     def pending(self, port=None) -> int:
         """Input frames queued (including a half-sent one) on ``port`` or on all ports."""
-        k = -1 if port is None else self._index(port, self.inputs, "input")
+        k = -1 if port is None else _port_index(port, self.inputs, "input")
         return self._d.nr_in_pending(self._h, k)
 
     def idle(self) -> bool:

@@ -37,7 +37,16 @@ from pathlib import Path
 from netreduce.hw.verilog import AxisPort, AxisTop
 from netreduce.sim.cocotb.runner import icarus_settle
 
-from .fastsim import AxilError, BuildError, RxFrame, _locked, compact_memory_init, fastsim_root
+from .fastsim import (
+    AxilError,
+    BuildError,
+    RxFrame,
+    _frame_bytes,
+    _locked,
+    _port_index,
+    compact_memory_init,
+    fastsim_root,
+)
 
 __all__ = ["IcarusSim", "icarus_missing", "build_icarus"]
 
@@ -377,31 +386,16 @@ class IcarusSim:
     def __exit__(self, *exc):
         self.close()
 
-    def _index(self, port, ports, what):
-        if isinstance(port, int) and not isinstance(port, bool):
-            if 0 <= port < len(ports):
-                return port
-        else:
-            for k, s in enumerate(ports):
-                if port in (s.prefix, s.member):
-                    return k
-        raise ValueError(f"no {what} port {port!r}; have 0..{len(ports) - 1} "
-                         f"({', '.join(s.prefix for s in ports)})")
-
     # -------------------------------------------------------------------- API (as FastSim)
     def send(self, port, frame: bytes, error: bool = False) -> None:
-        k = self._index(port, self.inputs, "input")
-        if not isinstance(frame, bytes | bytearray | memoryview):
-            raise TypeError(f"frame must be bytes, got {type(frame).__name__}")
-        frame = bytes(frame)
-        if not frame:
-            raise ValueError("cannot send an empty frame (AXI-Stream has no zero-byte frame)")
+        k = _port_index(port, self.inputs, "input")
+        frame = _frame_bytes(frame)
         if len(frame) > _QBYTES // 2:
             raise ValueError(f"frame of {len(frame)} bytes exceeds the testbench queue")
         self._cmd(f"F {k} {int(bool(error))} {len(frame)} {frame.hex()}")
 
     def set_ready_duty(self, port, num: int, den: int) -> None:
-        k = self._index(port, self.outputs, "output")
+        k = _port_index(port, self.outputs, "output")
         if not (isinstance(num, int) and isinstance(den, int) and 0 <= num <= den and den > 0):
             raise ValueError(f"duty must be 0 <= num <= den, den > 0; got {num}/{den}")
         self._cmd(f"D {k} {num} {den}")
