@@ -118,6 +118,12 @@ def test_adapter_runs_until_idle_and_keeps_outputs_of_register_accesses():
         eng.send(4, f1)
     s = eng.stats()
     assert s["frames_in"] == 3 and s["frames_out"] == 3 and s["late_outputs"] == 1
+    # a frame queued just before the straggler sweep: an ordinary run, not a straggler
+    eng.send(2, f2)
+    assert [(g.port, g.frame) for g in eng.sweep()] == [(2, f2)]
+    assert eng.sweep() == []
+    s = eng.stats()
+    assert s["late_outputs"] == 1 and s["sweeps"] == 2 and s["frames_out"] == 4
     eng.close()
 
 
