@@ -7,22 +7,25 @@ per-frame decision, in-order release, ACK/NAK snooping with freeing, and the CNP
 is bit-exact with the model: every frame gets the model's disposition, the model's release
 commands, CNP decisions and counter increments (the tests compare them frame by frame).
 
-Sub-blocks (one concern each, all inside this component because they share the per-job state
-that the decision stage must see up to date every cycle):
+Sub-blocks (one concern each; the per-job state they share stays in this component, in
+flip-flops that the decision stage reads up to date every cycle):
 
 * flow table (:class:`~.flowtable.FlowTable`): latched keys, parallel lookup;
 * job state: latched configuration (n, W, slot base, PMTU, op, CNP interval), free / release
-  pointers, slots in use, status; the *enable sequencer* validates and latches a job on
+  pointers, slots in use, status;
+* enable sequencer (:class:`~.sequencer.EnableSequencer`): validates and latches a job on
   ``JOB.CTRL.enable`` 0 -> 1 and discards it on 1 -> 0;
 * slot state (``lib.memory.Memory``, one word per slot): valid, index, contribution bitmap,
   opcode / length signature, per-rank arrival port. EMPTY = not valid or holding another index;
   FILLING / COMPLETE = bitmap partial / full; RELEASED = index in [free_j, rel_j) (so releasing
   and freeing never rewrite a slot);
-* decision stage: checks in the model's priority, window, slot read-modify-write;
-* release scheduler: releases complete slots in index order (an in-order completion is released
-  by the decision stage itself; out-of-order completions are counted per job and released by
-  the scheduler when the gap closes);
-* ACK monitor: acked_f per flow, free_j = min over the job's flows (a pipelined min tree);
+* decision stages: lookup (stages 1-3, here) and the decision function (:class:`~.decide.
+  Decide`): checks in the model's priority, window, slot read-modify-write;
+* release scheduler (:class:`~.release.ReleaseScheduler`): releases complete slots in index
+  order (an in-order completion is released by the decision stage itself; out-of-order
+  completions are counted per job and released by the scheduler when the gap closes);
+* ACK monitor: acked_f per flow, free_j = min over the job's flows (the free-pointer tree,
+  :class:`~.release.FreeMinTree`);
 * CNP limiter: per-flow time of the last CNP (a RAM), interval from the job;
 * fast retransmit (model D16): per-flow in-order prefix nxt_f, top_f and the hole last handled
   (a RAM read and written like the CNP times), updated by data and ACK decisions; a decision
@@ -125,10 +128,8 @@ disabled while in flight is classified unregistered. Only the consumers' backpre
 
 from __future__ import annotations
 
-from enum import IntEnum
-
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
-from amaranth.lib import data, enum, fifo, stream, wiring
+from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
@@ -137,56 +138,23 @@ from netreduce.regmap import (
     DISPOSITIONS,
     GLOBAL_COUNTERS,
     JOB_COUNTERS,
-    PMTU_VALUES,
     Access,
     JobError,
     RegMap,
     Table,
     build_regmap,
 )
+from netreduce.wire import ETHERTYPE_IPV4, IP_PROTO_UDP, ROCEV2_UDP_PORT
 
 from ..csr.bank import cfg_read_signature
+from .decide import OP_ACK, OP_CNP, Decide
 from .flowtable import FlowTable
+from .release import FreeMinTree, ReleaseScheduler
+from .sequencer import EnableSequencer
+from .types import PSN_BITS, SEQ_BITS, Action, Disp, FrameError, HdrClass
 
 __all__ = ["AggControl", "ParserAdapter", "HdrClass", "FrameError", "Action", "Disp", "role_layout",
            "OP_ACK", "OP_CNP"]
-
-PSN_BITS = 24
-SEQ_BITS = 16  # decision sequence numbers (modulo): orders release commands among decisions
-OP_ACK, OP_CNP = 0x11, 0x81
-
-
-class HdrClass(enum.Enum, shape=2):
-    """The parser's classification of a frame (model step 1 / D10)."""
-
-    NOT_ROCE = 0  # not IPv4/IHL 5/unfragmented/UDP 4791, or too short to tell: fwd_not_roce
-    SHORT = 1  # RoCEv2 but shorter than the end of the BTH: fwd_unregistered
-    ROCE = 2  # a whole BTH: looked up by forward or reverse key
-
-
-class FrameError(enum.Enum, shape=3):
-    """The first failing frame-level check of the parser, in the model's order (step 3)."""
-
-    NONE = 0
-    LENGTH = 1  # IPv4/UDP length, truncated extension headers, PadCnt -> drop_length
-    IP_CHECKSUM = 2  # -> drop_ip_checksum
-    OPCODE = 3  # TVer != 0 or an opcode outside the RC/UC/CNP table -> drop_opcode
-    ICRC = 4  # -> drop_icrc
-
-
-class Action(enum.Enum, shape=3):
-    FORWARD = 0  # send the frame unchanged, on its arrival port
-    DROP = 1
-    CONTRIBUTE = 2  # add the payload into ``slot`` (``overwrite``: the first contribution)
-    REEMIT = 3  # send the frame's own header with the slot's aggregate (retransmission)
-    PROBE = 4  # behind the window: send the frame's payload-free duplicate probe (model D15)
-
-
-Disp = IntEnum("Disp", {name.upper(): i for i, name in enumerate(DISPOSITIONS)})
-Disp.__doc__ = "The disposition counter of a decision (netreduce.regmap.DISPOSITIONS order)."
-
-_ERR_DISP = {FrameError.LENGTH: Disp.DROP_LENGTH, FrameError.IP_CHECKSUM: Disp.DROP_IP_CHECKSUM,
-             FrameError.OPCODE: Disp.DROP_OPCODE, FrameError.ICRC: Disp.DROP_ICRC}
 
 
 def role_layout(table: Table, access: Access) -> data.StructLayout:
@@ -230,9 +198,9 @@ class ParserAdapter(wiring.Component):
         l3 = Mux(rec.vlan, 18, 14)
         flen = v.frame_len
         ip = rec.ipv4
-        roce = ((rec.eth.ethertype == 0x0800) & (ip.version == 4) & (ip.ihl == 5)
-                & (ip.protocol == 17) & ((ip.flags_frag & 0x3FFF) == 0)
-                & (rec.udp.dport == 4791))
+        roce = ((rec.eth.ethertype == ETHERTYPE_IPV4) & (ip.version == 4) & (ip.ihl == 5)
+                & (ip.protocol == IP_PROTO_UDP) & ((ip.flags_frag & 0x3FFF) == 0)
+                & (rec.udp.dport == ROCEV2_UDP_PORT))
         err_of = {Reason.TRUNCATED: FrameError.LENGTH, Reason.IP_LENGTH: FrameError.LENGTH,
                   Reason.UDP_LENGTH: FrameError.LENGTH, Reason.PADCNT: FrameError.LENGTH,
                   Reason.IP_CHECKSUM: FrameError.IP_CHECKSUM, Reason.TVER: FrameError.OPCODE,
@@ -389,7 +357,7 @@ class AggControl(wiring.Component):
         return eff
 
     # ------------------------------------------------------------------ elaborate
-    def elaborate(self, platform):  # noqa: C901 (one pipeline, read top to bottom)
+    def elaborate(self, platform):  # noqa: C901 (the pipeline registers and the job state)
         m = Module()
         J, F, WD = self.jobs, self.flows, self.max_world
         TB = self.time_bits
@@ -420,9 +388,6 @@ class AggControl(wiring.Component):
         rtx_seen = Array(Signal(WD, name=f"rtx_seen{j}") for j in range(J))  # rtx word valid
         acked_e = [Signal(PSN_BITS, name=f"acked_e{e}") for e in range(F)]  # FLOW.ACKED copy
 
-        def fullmask(n):
-            return Cat(*(n > i for i in range(WD)))
-
         # ============================================================ memories
         m.submodules.slotmem = slotmem = Memory(shape=self.slot_layout, depth=self.slots,
                                                 init=[])
@@ -442,10 +407,25 @@ class AggControl(wiring.Component):
         m.d.comb += [self.rel.valid.eq(relq.r_rdy), self.rel.payload.eq(relq.r_data),
                      relq.r_en.eq(self.rel.ready)]
 
+        # ============================================================ sub-blocks
+        m.submodules.decide = dk = Decide(self)
+        m.submodules.release = sch = ReleaseScheduler(self)
+        m.submodules.freemin = fmin = FreeMinTree(self)
+        m.submodules.sequencer = seq = EnableSequencer(self, ft)
+        for name in seq.ft.signature.members:
+            a, b = getattr(seq.ft, name), getattr(ft, name)
+            if name in ("chk_fwd_hit", "chk_rev_hit", "live"):
+                m.d.comb += a.eq(b)
+            else:
+                m.d.comb += b.eq(a)
+        wiring.connect(m, wiring.flipped(self.flow_rd), seq.flow_rd)
+        sq = seq.job
+        quiesce = seq.quiesce
+        m.d.comb += self.busy.eq(seq.busy)
+
         # ============================================================ pipeline registers
         advance = Signal()
         block4 = Signal()
-        quiesce = Signal()
         v1, v2, v3, v4 = (Signal(name=f"v{i}") for i in range(1, 5))
         h1, h2, h3, h4 = (Signal(self.hdr_layout, name=f"h{i}") for i in range(1, 5))
         ov = Signal()  # output register valid
@@ -505,11 +485,8 @@ class AggControl(wiring.Component):
         xw_data = Signal(self.rtx_layout)
         m.d.sync += [xw_en.eq(x_wr.en), xw_addr.eq(x_wr.addr), xw_data.eq(x_wr.data)]
         rtx_raw = self._rmw_read(m, x_rd, Cat(r4, j4), advance, (xw_en, xw_addr, xw_data), "rtx")
-        rtx_cur = data.View(self.rtx_layout,
-                            Mux(rtx_seen[j4].bit_select(r4, 1), rtx_raw, 0))
 
-        n_cur, w_cur = j_n[j4], j_w[j4]
-        free_cur, rel_cur = free[j4], rel[j4]
+        n_cur = j_n[j4]
         # acked_f is read one stage early (a jobs x max_world mux off the decision path) and
         # forwarded like a RAM read
         acked_rd = Signal(PSN_BITS)
@@ -521,165 +498,31 @@ class AggControl(wiring.Component):
         registered = v4 & (h4.cls == HdrClass.ROCE) & hit4 & enabled[j4]
         onehot_r = Signal(WD)
         m.d.comb += onehot_r.eq((Const(1, WD) << r4)[:WD])
-        full_cur = Signal(WD)
-        m.d.comb += full_cur.eq(fullmask(n_cur))
-
-        disp = Signal(self.disp_bits)
-        action = Signal(Action)
-        rx_data = Signal()
-        ack_stale = Signal()
-        ack_take = Signal()
-        cand = Signal(PSN_BITS)
-        slot_write = Signal()
-        slot_new = Signal(self.slot_layout)
-        first = Signal()
-        release_now = Signal()
-        pend_inc = Signal()
-        mismatch = Signal()
-        cnp_check = Signal()  # CE-marked data frame that passed the checks, not forwarded
-        present = Signal()  # f's contribution of k4 is now in its slot (D16 tracking)
-        ack_cur = Signal()  # a valid ACK (syndrome class ACK) not behind acked_f
-        is_data_ok = Signal()
-
-        d_win = Signal(PSN_BITS)
-        rel_d = Signal(PSN_BITS)
-        m.d.comb += [d_win.eq(k4 - free_cur), rel_d.eq(rel_cur - free_cur)]
-        op_rc_data = (h4.opcode < 0x0C)  # RC SEND/WRITE opcodes 0x00..0x0B
-
-        m.d.comb += [action.eq(Action.FORWARD), disp.eq(Disp.FWD_UNREGISTERED)]
-        with m.If(h4.cls == HdrClass.NOT_ROCE):
-            m.d.comb += disp.eq(Disp.FWD_NOT_ROCE)
-        with m.Elif(~registered):
-            m.d.comb += disp.eq(Disp.FWD_UNREGISTERED)
-        with m.Elif(is_ctrl(h4)):
-            # ---- ACK monitor (model step 2 / 6, D7)
-            kind = h4.syndrome[5:7]
-            with m.If(h4.err != FrameError.NONE):
-                m.d.comb += disp.eq(Disp.FWD_CTRL_INVALID)
-            with m.Elif(h4.opcode == OP_CNP):
-                m.d.comb += disp.eq(Disp.FWD_CNP)
-            with m.Elif(kind == 0b10):
-                m.d.comb += disp.eq(Disp.FWD_CTRL_INVALID)
-            with m.Else():
-                m.d.comb += [disp.eq(Mux(kind == 0, Disp.FWD_ACK, Disp.FWD_NAK)),
-                             cand.eq(k4 + (kind == 0))]
-                adv_ = (cand - acked_cur)[:PSN_BITS]
-                lim = (rel_cur - acked_cur)[:PSN_BITS]
-                m.d.comb += ack_cur.eq((kind == 0) & (adv_ <= lim))
-                with m.If((adv_ != 0) & (adv_ <= lim)):
-                    m.d.comb += ack_take.eq(1)
-                with m.Else():
-                    m.d.comb += ack_stale.eq(1)
-        with m.Else():
-            # ---- data frame on a forward key (model steps 3-5)
-            m.d.comb += [rx_data.eq(1), action.eq(Action.DROP)]
-            with m.If(h4.err != FrameError.NONE):
-                with m.Switch(h4.err):
-                    for err, dsp in _ERR_DISP.items():
-                        with m.Case(err):
-                            m.d.comb += disp.eq(dsp)
-            with m.Elif(~op_rc_data):
-                m.d.comb += disp.eq(Disp.DROP_OPCODE)
-            with m.Elif(h4.plen > j_pmtu[j4]):
-                m.d.comb += disp.eq(Disp.DROP_PMTU)
-            with m.Elif(h4.plen[:2] != 0):
-                m.d.comb += disp.eq(Disp.DROP_ALIGN)
-            with m.Elif(d_win[PSN_BITS - 1]):
-                m.d.comb += [disp.eq(Disp.BEHIND_WINDOW), action.eq(Action.PROBE)]
-            with m.Else():
-                m.d.comb += is_data_ok.eq(1)
-                with m.If(d_win >= w_cur):
-                    m.d.comb += disp.eq(Disp.DROP_AHEAD)
-                with m.Elif(~slot_cur.valid | (slot_cur.index != k4)):
-                    # EMPTY: the first contribution of this generation overwrites
-                    m.d.comb += [disp.eq(Disp.CONTRIBUTIONS), action.eq(Action.CONTRIBUTE),
-                                 first.eq(1), slot_write.eq(1), present.eq(1),
-                                 slot_new.valid.eq(1), slot_new.index.eq(k4),
-                                 slot_new.bitmap.eq(onehot_r), slot_new.opcode.eq(h4.opcode),
-                                 slot_new.plen.eq(h4.plen)]
-                    if self.ports > 1:
-                        m.d.comb += slot_new.ports[r4].eq(h4.port)
-                with m.Elif((slot_cur.opcode != h4.opcode[:4]) | (slot_cur.plen != h4.plen)):
-                    m.d.comb += [disp.eq(Disp.DROP_MISMATCH), mismatch.eq(1)]
-                with m.Elif((slot_cur.bitmap & onehot_r).any()):
-                    m.d.comb += present.eq(1)
-                    with m.If(d_win < rel_d):  # RELEASED: index in [free, rel)
-                        m.d.comb += [disp.eq(Disp.REEMITS), action.eq(Action.REEMIT)]
-                    with m.Else():
-                        m.d.comb += disp.eq(Disp.DUPLICATES)
-                with m.Else():
-                    m.d.comb += [disp.eq(Disp.CONTRIBUTIONS), action.eq(Action.CONTRIBUTE),
-                                 slot_write.eq(1), present.eq(1), slot_new.eq(slot_cur),
-                                 slot_new.bitmap.eq(slot_cur.bitmap | onehot_r)]
-                    if self.ports > 1:
-                        m.d.comb += slot_new.ports[r4].eq(h4.port)
-        complete = slot_write & (slot_new.bitmap == full_cur)
-        m.d.comb += [
-            release_now.eq(complete & (k4 == rel_cur)),
-            pend_inc.eq(complete & (k4 != rel_cur)),
-            cnp_check.eq(is_data_ok & (h4.ecn == 0b11)),
-        ]
-        # CNP limiter (D8): suppressed if a CNP went to this flow less than the interval ago
-        # (a negative time difference counts as inside)
-        cnp_seen_cur = cnp_seen[j4].bit_select(r4, 1)
-        tdiff = Signal(TB)
-        m.d.comb += tdiff.eq(h4.time - cnp_last)
-        suppressed = cnp_seen_cur & (tdiff[TB - 1] | (tdiff < j_cnp[j4]))
-        cnp_send = cnp_check & ~suppressed
-        cnp_supp = cnp_check & suppressed
-
-        # fast retransmit (model D16): per-flow tracking on data, the ACK request (a probe to the
-        # receiver) and the ACK rewrite decisions
-        k4p1 = Signal(PSN_BITS)
-        m.d.comb += k4p1.eq(k4 + 1)
-        rtx_new = Signal(self.rtx_layout)
-        m.d.comb += rtx_new.eq(rtx_cur)
-        nxt_d = Signal(PSN_BITS)
-        nxt_eff = Signal(PSN_BITS)  # nxt_f, or rel_j if that is ahead
-        m.d.comb += [nxt_d.eq(rtx_cur.nxt - rel_cur),
-                     nxt_eff.eq(Mux(nxt_d[PSN_BITS - 1], rel_cur, rtx_cur.nxt))]
-        top_d = Signal(PSN_BITS)
-        ahead_d = Signal(PSN_BITS)
-        up = Signal(PSN_BITS)
-        m.d.comb += [top_d.eq(rtx_cur.top - nxt_eff), ahead_d.eq(k4 - nxt_eff),
-                     up.eq(k4p1 - rtx_cur.top)]
-        hole = (top_d != 0) & ~top_d[PSN_BITS - 1]
-        at_mark = rtx_cur.mark_v & (rtx_cur.mark == nxt_eff)
         fast_en = Cat(*(self.job_cfg[j].ctrl.fast_retx for j in range(J))).bit_select(j4, 1)
-        nak_fire = Signal()
-        solicit = Signal()
-        top_new = Mux((up != 0) & ~up[PSN_BITS - 1], k4p1, rtx_cur.top)
-        with m.If(present):
-            # the contribution at nxt_f moves it to top_f (model _present)
-            m.d.comb += [rtx_new.top.eq(top_new),
-                         rtx_new.nxt.eq(Mux(k4 == nxt_eff, top_new, nxt_eff))]
-            with m.If(fast_en & (action == Action.CONTRIBUTE) & (ahead_d != 0)
-                      & ~ahead_d[PSN_BITS - 1] & ~at_mark):
-                m.d.comb += [solicit.eq(1), rtx_new.mark_v.eq(1), rtx_new.naked.eq(0),
-                             rtx_new.mark.eq(nxt_eff)]
-        with m.Elif(ack_cur):
-            m.d.comb += rtx_new.nxt.eq(nxt_eff)
-            with m.If(fast_en & hole & ~(at_mark & rtx_cur.naked)):
-                m.d.comb += [nak_fire.eq(1), rtx_new.mark_v.eq(1), rtx_new.naked.eq(1),
-                             rtx_new.mark.eq(nxt_eff)]
-        rtx_write = Signal()
-        m.d.comb += rtx_write.eq(present | ack_cur)
-        # the forwarded ACK's rewrite as XOR bytes in wire order: PSN p -> p + 1, syndrome -> 0x60
-        psn_x = Signal(PSN_BITS)
-        m.d.comb += psn_x.eq(h4.psn ^ (h4.psn + 1)[:PSN_BITS])
-        # the ACK request's PSN: one acknowledged by f's receiver (a duplicate for it)
-        sol_psn = Signal(PSN_BITS)
-        m.d.comb += sol_psn.eq(st4 + acked_cur - 1)
-        nak_x = Cat(psn_x[16:24], psn_x[8:16], psn_x[0:8], h4.syndrome ^ 0x60)
+        m.d.comb += [
+            dk.h.eq(h4), dk.registered.eq(registered), dk.k.eq(k4), dk.st.eq(st4),
+            dk.rank.eq(r4), dk.onehot_r.eq(onehot_r), dk.n.eq(n_cur), dk.w.eq(j_w[j4]),
+            dk.free.eq(free[j4]), dk.rel.eq(rel[j4]), dk.pmtu.eq(j_pmtu[j4]),
+            dk.cnp_interval.eq(j_cnp[j4]), dk.fast_en.eq(fast_en), dk.slot.eq(slot_cur),
+            dk.rtx.eq(Mux(rtx_seen[j4].bit_select(r4, 1), rtx_raw, 0)),
+            dk.acked.eq(acked_cur), dk.cnp_last.eq(cnp_last),
+            dk.cnp_seen.eq(cnp_seen[j4].bit_select(r4, 1)),
+        ]
+        disp, action, rx_data = dk.disp, dk.action, dk.rx_data
+        ack_stale, ack_take, cand = dk.ack_stale, dk.ack_take, dk.cand
+        slot_write, slot_new, first = dk.slot_write, dk.slot_new, dk.first
+        release_now, pend_inc, mismatch = dk.release_now, dk.pend_inc, dk.mismatch
+        cnp_send, cnp_supp = dk.cnp_send, dk.cnp_supp
+        nak_fire, solicit, rtx_write = dk.nak_fire, dk.solicit, dk.rtx_write
 
         # stall conditions of the decision stage
         scrub_turn = Signal()
-        scrub_want = Signal()
+        scrub_want = seq.scrub_want
         m.d.sync += scrub_turn.eq(~scrub_turn)
         m.d.comb += block4.eq(
             # ACK/NAK acceptance reads rel_j and acked_f (never free_j): only data waits for
             # free_j; everything waits for a chained release (it moves rel_j)
-            (registered & (chain_busy[j4] | ((free_busy[j4] != 0) & ~is_ctrl(h4))))
+            (registered & (chain_busy[j4] | ((free_busy[j4] != 0) & ~dk.ctrl)))
             | ~relq.w_rdy
             | (scrub_want & scrub_turn & slot_write))
         commit = Signal()
@@ -698,40 +541,40 @@ class AggControl(wiring.Component):
                          dec.overwrite.eq(first), dec.op.eq(j_op[j4]), dec.plen.eq(h4.plen),
                          dec.beats.eq(beats), dec.cnp.eq(cnp_send), dec.rev_qpn.eq(rq4),
                          dec.port.eq(h4.port), dec.release.eq(release_now),
-                         dec.nak.eq(registered & nak_fire), dec.nak_x.eq(nak_x),
-                         dec.solicit.eq(registered & solicit), dec.sol_psn.eq(sol_psn)]
+                         dec.nak.eq(registered & nak_fire), dec.nak_x.eq(dk.nak_x),
+                         dec.solicit.eq(registered & solicit), dec.sol_psn.eq(dk.sol_psn)]
         with m.Elif(self.dec.ready):
             m.d.sync += ov.eq(0)
 
         # ---- RAM writes of the decision stage (slot memory shared with the scrub)
-        scrub_addr = Signal(self.slot_bits)
         scrub_go = Signal()
         dec_slot_wr = commit & slot_write
-        m.d.comb += scrub_go.eq(scrub_want & ~dec_slot_wr)
+        m.d.comb += [scrub_go.eq(scrub_want & ~dec_slot_wr), seq.scrub_go.eq(scrub_go)]
         m.d.comb += [
             s_wr.en.eq(dec_slot_wr | scrub_go),
-            s_wr.addr.eq(Mux(dec_slot_wr, slot4, scrub_addr)),
+            s_wr.addr.eq(Mux(dec_slot_wr, slot4, seq.scrub_addr)),
             s_wr.data.eq(Mux(dec_slot_wr, slot_new.as_value(), 0)),
             c_wr.en.eq(commit & cnp_send),
             c_wr.addr.eq(Cat(r4, j4)),
             c_wr.data.eq(h4.time),
             x_wr.en.eq(commit & registered & rtx_write),
             x_wr.addr.eq(Cat(r4, j4)),
-            x_wr.data.eq(rtx_new),
+            x_wr.data.eq(dk.rtx_new),
         ]
 
         # ============================================================ release scheduler
         dec_push = commit & release_now
-        sch_push = Signal()
         rel_w = data.View(self.rel_layout, relq.w_data)
-        js = Signal(self.job_bits)
-        sch_rel_job = Signal(J)
-        sch_data = data.View(self.slot_layout, s_rd2.data)
+        m.d.comb += [sch.chain.eq(Cat(*[chain_busy[j] for j in range(J)])),
+                     sch.fifo_ready.eq(relq.w_rdy),
+                     sch.dec_push.eq(dec_push), s_rd2.addr.eq(sch.rd_addr),
+                     s_rd2.en.eq(sch.rd_en), sch.rd_data.eq(s_rd2.data)]
+        for j in range(J):
+            m.d.comb += [sch.rel[j].eq(rel[j]), sch.base[j].eq(j_base[j]), sch.w[j].eq(j_w[j]),
+                         sch.n[j].eq(j_n[j]), sch.npend[j].eq(npend[j])]
+        js, sch_rel_job, chain_done = sch.job, sch.rel_job, sch.done
         sch_cmd = Signal(self.rel_layout)
-        m.d.comb += [
-            sch_cmd.job.eq(js), sch_cmd.slot.eq(j_base[js] + (rel[js] & (j_w[js] - 1))),
-            sch_cmd.index.eq(rel[js]), sch_cmd.n.eq(j_n[js]), sch_cmd.plen.eq(sch_data.plen),
-        ]
+        m.d.comb += sch_cmd.eq(sch.cmd)
         dec_cmd = Signal(self.rel_layout)
         m.d.comb += [dec_cmd.job.eq(j4), dec_cmd.slot.eq(slot4), dec_cmd.index.eq(k4),
                      dec_cmd.n.eq(n_cur), dec_cmd.plen.eq(h4.plen)]
@@ -742,214 +585,37 @@ class AggControl(wiring.Component):
         m.d.sync += n_commit.eq(n_commit + commit)
         m.d.comb += [dec_cmd.seq.eq(n_commit + 1), sch_cmd.seq.eq(n_commit + commit)]
         if self.ports > 1:
-            m.d.comb += [sch_cmd.ports.eq(sch_data.ports), dec_cmd.ports.eq(slot_new.ports)]
-        m.d.comb += [relq.w_en.eq(dec_push | sch_push),
+            m.d.comb += dec_cmd.ports.eq(slot_new.ports)
+        m.d.comb += [relq.w_en.eq(dec_push | sch.push),
                      rel_w.eq(Mux(dec_push, dec_cmd.as_value(), sch_cmd.as_value()))]
-        any_chain = Cat(*(chain_busy[j] for j in range(J))).any()
-        pick = Const(0, self.job_bits)
-        for j in reversed(range(J)):
-            pick = Mux(chain_busy[j], j, pick)
-        m.d.comb += s_rd2.addr.eq(j_base[js] + (rel[js] & (j_w[js] - 1)))
-        chain_done = Signal()
-        with m.FSM(name="release"):
-            with m.State("IDLE"):
-                with m.If(any_chain):
-                    m.d.sync += js.eq(pick)
-                    m.next = "READ"
-            with m.State("READ"):
-                m.d.comb += s_rd2.en.eq(1)
-                m.next = "CHECK"
-            with m.State("CHECK"):
-                ok = (sch_data.valid & (sch_data.index == rel[js])
-                      & (sch_data.bitmap == fullmask(j_n[js])))
-                with m.If(~ok):
-                    m.d.comb += chain_done.eq(1)
-                    m.next = "IDLE"
-                with m.Elif(relq.w_rdy & ~dec_push):
-                    m.d.comb += [sch_push.eq(1), sch_rel_job.eq(1 << js)]
-                    with m.If(npend[js] == 1):
-                        m.d.comb += chain_done.eq(1)
-                        m.next = "IDLE"
-                    with m.Else():
-                        m.next = "READ"
 
         # ============================================================ free_j (min tree)
         f_valid = Signal()
         f_job = Signal(self.job_bits)
         m.d.sync += [f_valid.eq(commit & registered & ack_take), f_job.eq(j4)]
-        vals = []
-        for r in range(WD):
-            dist = (acked[f_job][r] - free[f_job])[:self.w_bits]
-            vals.append(Mux(j_n[f_job] > r, dist, (1 << self.w_bits) - 1))
-        # absolute result: snapshot of free_j (consistent with the acked values read) + min;
-        # later computations of the same job start from newer acked values, so results only grow
-        tv, tj, tf, level = f_valid, f_job, Signal(PSN_BITS), 0
-        m.d.comb += tf.eq(free[f_job])
-        while len(vals) > 1:
-            nxt = [Mux(vals[i] < vals[i + 1], vals[i], vals[i + 1])
-                   for i in range(0, len(vals) - 1, 2)]
-            if len(vals) % 2:
-                nxt.append(vals[-1])
-            vals, level = nxt, level + 1
-            if level % self.free_levels == 0 and len(vals) > 1:
-                regs = [Signal(self.w_bits, name=f"fmin{level}_{i}") for i in range(len(vals))]
-                nv, nj = Signal(name=f"fv{level}"), Signal(self.job_bits, name=f"fj{level}")
-                nf = Signal(PSN_BITS, name=f"ff{level}")
-                m.d.sync += [r_.eq(v) for r_, v in zip(regs, vals, strict=True)]
-                m.d.sync += [nv.eq(tv), nj.eq(tj), nf.eq(tf)]
-                vals, tv, tj, tf = regs, nv, nj, nf
-        a_free = Signal(PSN_BITS)
-        a_valid, a_job = Signal(), Signal(self.job_bits)
-        m.d.sync += [a_free.eq(tf + vals[0]), a_valid.eq(tv), a_job.eq(tj)]
+        m.d.comb += [fmin.i_valid.eq(f_valid), fmin.i_job.eq(f_job), fmin.free.eq(free[f_job]),
+                     fmin.n.eq(j_n[f_job])]
+        m.d.comb += [fmin.acked[r].eq(acked[f_job][r]) for r in range(WD)]
+        a_free, a_valid, a_job = fmin.o_free, fmin.o_valid, fmin.o_job
         step = Signal(self.w_bits)  # indices freed by the result being applied
         m.d.comb += step.eq(a_free - free[a_job])
 
         # ============================================================ enable sequencer
-        cfg = self.job_cfg
-        level_en = Cat(*(cfg[j].ctrl.enable for j in range(J)))
-        prev_en = Signal(J)
-        req_en, req_dis = Signal(J), Signal(J)
-        m.d.sync += prev_en.eq(level_en)
-        rise, fall = level_en & ~prev_en, ~level_en & prev_en
-        clr_en, clr_dis = Signal(J), Signal(J)
-        m.d.sync += [req_en.eq((req_en & ~clr_en) | rise), req_dis.eq((req_dis & ~clr_dis) | fall)]
-
-        sq = Signal(self.job_bits)  # job being processed
-        qcfg = cfg[sq]
-        seq_reset = Signal()  # reset the dynamic state of job sq (at commit)
-        seq_enable = Signal()
-        seq_disable = Signal()
-        seq_err = Signal(8)
-        seq_set_err = Signal()
-        # job-level checks, in the model's order
-        c_n, c_w, c_base = qcfg.world.n, qcfg.window.w, qcfg.slot_base.base
-        c_pmtu, c_op = qcfg.pmtu.pmtu, qcfg.op.op
-        overlap = Cat(*(enabled[o] & (c_base < j_base[o] + j_w[o])
-                        & (j_base[o] < c_base + c_w) for o in range(J))).any()
-        pmtu_ok = Cat(*((c_pmtu == v) for v in PMTU_VALUES if v <= self.pmtu_max)).any()
-        job_err = Signal(8)
-        with m.If((c_n < 1) | (c_n > WD)):
-            m.d.comb += job_err.eq(JobError.WORLD)
-        with m.Elif((c_w == 0) | ((c_w & (c_w - 1)) != 0)):
-            m.d.comb += job_err.eq(JobError.WINDOW)
-        with m.Elif(c_base + c_w > self.slots):
-            m.d.comb += job_err.eq(JobError.SLOT_RANGE)
-        with m.Elif(overlap):
-            m.d.comb += job_err.eq(JobError.SLOT_OVERLAP)
-        with m.Elif(~pmtu_ok):
-            m.d.comb += job_err.eq(JobError.PMTU)
-        with m.Elif(c_op > 2):
-            m.d.comb += job_err.eq(JobError.OP)
-
-        # flow scan: stage A reads entry e of the bank, stage B checks and binds it. The bank's
-        # flow RAM answers one cycle after the address, so the address runs one entry ahead
-        # (entry 0 is addressed in CHECK): stage A sees entry scan_e as before.
-        scan_e = Signal(range(F + 1))
-        sa_valid = Signal()
-        sa_e = Signal(self.entry_bits)
-        sa_cfg = Signal(self.flow_cfg_layout)
-        rank_seen = Signal(WD)
-        flows_bad = Signal()
-        conflict = Signal()
-        ecfg = self.flow_rd.data
-        m.d.comb += self.flow_rd.addr.eq((scan_e + 1)[:self.entry_bits])
-        fwd_key = Cat(sa_cfg.fwd_qpn.qpn, sa_cfg.fwd_ip.ip)
-        rev_key = Cat(sa_cfg.rev_qpn.qpn, sa_cfg.rev_ip.ip)
-        sa_rank = sa_cfg.cfg.rank
-        m.d.comb += [ft.chk_fwd.eq(fwd_key), ft.chk_rev.eq(rev_key),
-                     ft.bind_entry.eq(sa_e), ft.bind_job.eq(sq),
-                     ft.bind_fwd.eq(fwd_key), ft.bind_rev.eq(rev_key),
-                     ft.bind_data.job.eq(sq), ft.bind_data.rank.eq(sa_rank),
-                     ft.bind_data.start.eq(sa_cfg.start_psn.psn),
-                     ft.bind_data.rev_qpn.eq(sa_cfg.rev_qpn.qpn),
-                     ft.commit_job.eq(sq), ft.drop_job.eq(sq)]
-        mine = ecfg.cfg.valid & (ecfg.cfg.job == sq)
-        scrub_cnt = Signal(self.w_bits)
-
-        with m.FSM(name="sequencer"):
-            with m.State("IDLE"):
-                # disables first (a 1 -> 0 -> 1 bounce discards and restarts the job)
-                dis_pick = Const(0, self.job_bits)
-                en_pick = Const(0, self.job_bits)
-                for j in reversed(range(J)):
-                    dis_pick = Mux(req_dis[j], j, dis_pick)
-                    en_pick = Mux(req_en[j], j, en_pick)
-                with m.If(req_dis.any()):
-                    m.d.sync += sq.eq(dis_pick)
-                    m.next = "DISABLE"
-                with m.Elif(req_en.any()):
-                    m.d.sync += sq.eq(en_pick)
-                    m.next = "CHECK"
-            with m.State("DISABLE"):
-                m.d.comb += self.busy.eq(1)
-                with m.If(~enabled[sq]):
-                    m.d.comb += clr_dis.eq(1 << sq)
-                    m.next = "IDLE"
-                with m.Else():
-                    m.d.comb += quiesce.eq(1)
-                    with m.If(pipe_empty & ~chain_busy[sq] & (free_busy[sq] == 0)):
-                        m.d.comb += [clr_dis.eq(1 << sq), ft.drop_en.eq(1), seq_disable.eq(1)]
-                        m.next = "IDLE"
-            with m.State("CHECK"):
-                m.d.comb += [self.busy.eq(1), self.flow_rd.addr.eq(0)]
-                with m.If(~level_en.bit_select(sq, 1) | enabled[sq]):
-                    m.d.comb += clr_en.eq(1 << sq)
-                    m.next = "IDLE"
-                with m.Elif(job_err != 0):
-                    m.d.comb += [clr_en.eq(1 << sq), seq_set_err.eq(1), seq_err.eq(job_err)]
-                    m.next = "IDLE"
-                with m.Else():
-                    # a new attempt: an error of an earlier refused one no longer applies
-                    m.d.sync += error[sq].eq(JobError.NONE)
-                    m.d.sync += [j_n[sq].eq(c_n), j_w[sq].eq(c_w), j_base[sq].eq(c_base),
-                                 j_pmtu[sq].eq(c_pmtu), j_op[sq].eq(c_op),
-                                 j_cnp[sq].eq(qcfg.cnp_interval.cycles),
-                                 scan_e.eq(0), sa_valid.eq(0), rank_seen.eq(0),
-                                 flows_bad.eq(0), conflict.eq(0)]
-                    m.next = "SCAN"
-            with m.State("SCAN"):
-                m.d.comb += self.busy.eq(1)
-                m.d.sync += [sa_valid.eq((scan_e < F) & mine), sa_e.eq(scan_e), sa_cfg.eq(ecfg)]
-                with m.If(scan_e < F):
-                    m.d.sync += scan_e.eq(scan_e + 1)
-                with m.Elif(~sa_valid):
-                    m.next = "VERDICT"
-                with m.If(sa_valid):
-                    # ranks >= max_world are >= n as well: no bit to set, flows_bad anyway
-                    rbit = Mux(sa_rank < WD, (Const(1, WD) << sa_rank[:self.rank_bits])[:WD], 0)
-                    with m.If((sa_rank >= j_n[sq]) | (rank_seen & rbit).any()):
-                        m.d.sync += flows_bad.eq(1)
-                    m.d.sync += rank_seen.eq(rank_seen | rbit)
-                    is_live = ft.live.bit_select(sa_e, 1)
-                    with m.If(ft.chk_fwd_hit | ft.chk_rev_hit | is_live):
-                        m.d.sync += conflict.eq(1)
-                    with m.If(~is_live):
-                        m.d.comb += ft.bind_en.eq(1)
-            with m.State("VERDICT"):
-                m.d.comb += self.busy.eq(1)
-                with m.If(flows_bad | (rank_seen != fullmask(j_n[sq]))):
-                    m.d.comb += [clr_en.eq(1 << sq), seq_set_err.eq(1),
-                                 seq_err.eq(JobError.FLOWS), ft.drop_en.eq(1)]
-                    m.next = "IDLE"
-                with m.Elif(conflict):
-                    m.d.comb += [clr_en.eq(1 << sq), seq_set_err.eq(1),
-                                 seq_err.eq(JobError.KEY_CONFLICT), ft.drop_en.eq(1)]
-                    m.next = "IDLE"
-                with m.Else():
-                    m.d.sync += [scrub_addr.eq(j_base[sq]), scrub_cnt.eq(j_w[sq])]
-                    m.next = "SCRUB"
-            with m.State("SCRUB"):
-                m.d.comb += [self.busy.eq(1), scrub_want.eq(1)]
-                with m.If(scrub_go):
-                    m.d.sync += [scrub_addr.eq(scrub_addr + 1), scrub_cnt.eq(scrub_cnt - 1)]
-                    with m.If(scrub_cnt == 1):
-                        m.next = "COMMIT"
-            with m.State("COMMIT"):
-                m.d.comb += [self.busy.eq(1), quiesce.eq(1)]
-                with m.If(pipe_empty):
-                    m.d.comb += [clr_en.eq(1 << sq), ft.commit_en.eq(1), seq_enable.eq(1),
-                                 seq_reset.eq(1)]
-                    m.next = "IDLE"
+        m.d.comb += [seq.job_cfg.eq(self.job_cfg),
+                     seq.enabled.eq(Cat(*[enabled[j] for j in range(J)])),
+                     seq.pipe_empty.eq(pipe_empty),
+                     seq.job_idle.eq(Cat(*[~chain_busy[j] & (free_busy[j] == 0)
+                                          for j in range(J)]))]
+        m.d.comb += [seq.base[j].eq(j_base[j]) for j in range(J)]
+        m.d.comb += [seq.w[j].eq(j_w[j]) for j in range(J)]
+        with m.If(seq.load):
+            # a new attempt: an error of an earlier refused one no longer applies
+            m.d.sync += error[sq].eq(JobError.NONE)
+            m.d.sync += [j_n[sq].eq(seq.cfg_n), j_w[sq].eq(seq.cfg_w),
+                         j_base[sq].eq(seq.cfg_base), j_pmtu[sq].eq(seq.cfg_pmtu),
+                         j_op[sq].eq(seq.cfg_op), j_cnp[sq].eq(seq.cfg_cnp)]
+        seq_enable, seq_disable, seq_reset = seq.enable, seq.disable, seq.reset
+        seq_set_err, seq_err = seq.set_err, seq.err
 
         # ============================================================ per-job state updates
         for j in range(J):

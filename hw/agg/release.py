@@ -1,0 +1,142 @@
+"""Release scheduler and free-pointer tree of the aggregation control path.
+
+:class:`ReleaseScheduler` releases, in index order, the COMPLETE slots that completed out of
+order (model step 5: a slot is released when it and every slot before it are complete). An
+in-order completion is released by the decision stage itself; the scheduler only runs the
+*chains* that follow it.
+
+:class:`FreeMinTree` computes ``free_j`` = min over the job's flows of ``acked_f`` (model D7) as a
+pipelined minimum tree, after each ACK/NAK that advanced some ``acked_f``.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from .types import PSN_BITS
+
+__all__ = ["ReleaseScheduler", "FreeMinTree"]
+
+
+class ReleaseScheduler(wiring.Component):
+    """Chained releases, one job at a time.
+
+    Inputs (registered per-job state of :class:`~.control.AggControl`, one entry per job):
+    ``chain`` (the job has a chain to run: its decision stage released an index while COMPLETE
+    slots were pending beyond it), ``rel`` (release pointer), ``base`` / ``w`` (slot range),
+    ``n`` (world size), ``npend`` (COMPLETE slots beyond ``rel``); the slot RAM's second read
+    port (``rd_en`` / ``rd_addr`` -> ``rd_data`` one cycle later); ``fifo_ready`` (the release
+    FIFO has room) and ``dec_push`` (the decision stage pushes a release command this cycle: it
+    has priority on the FIFO).
+
+    Outputs: ``push`` with ``cmd`` (a release command; ``seq`` is left 0 for the caller), and in
+    the same cycle ``rel_job`` (one-hot: advance that job's ``rel`` and decrement its
+    ``npend``); ``done`` with ``job``: the chain of ``job`` ended (clear its ``chain`` flag).
+
+    Contract: latency: a chain starts one cycle after ``chain`` is seen (lowest job first), then
+    takes 2 cycles per released index (READ: slot RAM read, CHECK: the word must be valid, hold
+    index ``rel`` and a full bitmap). Throughput: one index per 2 cycles. Backpressure: waits in
+    CHECK while ``fifo_ready`` is low or ``dec_push`` is high. Errors: none (a slot that is not
+    COMPLETE ends the chain).
+    """
+
+    def __init__(self, ctl):
+        c = self._ctl = ctl
+        J = c.jobs
+        super().__init__({
+            "chain": In(J), "rel": In(data.ArrayLayout(PSN_BITS, J)),
+            "base": In(data.ArrayLayout(c.slot_bits, J)), "w": In(data.ArrayLayout(c.w_bits, J)),
+            "n": In(data.ArrayLayout(c.n_bits, J)), "npend": In(data.ArrayLayout(c.w_bits, J)),
+            "rd_en": Out(1), "rd_addr": Out(c.slot_bits), "rd_data": In(c.slot_layout),
+            "fifo_ready": In(1), "dec_push": In(1),
+            "push": Out(1), "cmd": Out(c.rel_layout), "rel_job": Out(J),
+            "done": Out(1), "job": Out(c.job_bits),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        c = self._ctl
+        J, WD = c.jobs, c.max_world
+        js = self.job
+        rel_js, base_js, w_js, n_js = self.rel[js], self.base[js], self.w[js], self.n[js]
+        slot_js = Signal(c.slot_bits)
+        m.d.comb += [slot_js.eq(base_js + (rel_js & (w_js - 1))), self.rd_addr.eq(slot_js)]
+        cmd, word = self.cmd, self.rd_data
+        m.d.comb += [cmd.job.eq(js), cmd.slot.eq(slot_js), cmd.index.eq(rel_js),
+                     cmd.n.eq(n_js), cmd.plen.eq(word.plen)]
+        if c.ports > 1:
+            m.d.comb += cmd.ports.eq(word.ports)
+        pick = Const(0, c.job_bits)
+        for j in reversed(range(J)):
+            pick = Mux(self.chain[j], j, pick)
+        full = Cat(*(n_js > i for i in range(WD)))
+        with m.FSM(name="release"):
+            with m.State("IDLE"):
+                with m.If(self.chain.any()):
+                    m.d.sync += js.eq(pick)
+                    m.next = "READ"
+            with m.State("READ"):
+                m.d.comb += self.rd_en.eq(1)
+                m.next = "CHECK"
+            with m.State("CHECK"):
+                ok = word.valid & (word.index == rel_js) & (word.bitmap == full)
+                with m.If(~ok):
+                    m.d.comb += self.done.eq(1)
+                    m.next = "IDLE"
+                with m.Elif(self.fifo_ready & ~self.dec_push):
+                    m.d.comb += [self.push.eq(1), self.rel_job.eq(1 << js)]
+                    with m.If(self.npend[js] == 1):
+                        m.d.comb += self.done.eq(1)
+                        m.next = "IDLE"
+                    with m.Else():
+                        m.next = "READ"
+        return m
+
+
+class FreeMinTree(wiring.Component):
+    """``free_j`` after an ACK/NAK: ``free + min_r (acked[r] - free)`` over the job's ``n`` ranks
+    (distances modulo 2**24, cut to ``w_bits``; ranks >= ``n`` do not count).
+
+    Inputs (a snapshot of one job, valid with ``i_valid``): ``i_job``, ``free`` (its free_j),
+    ``n``, ``acked`` (acked_f of ranks 0..max_world-1). Outputs: ``o_valid``, ``o_job``,
+    ``o_free`` (the new free_j).
+
+    Contract: latency ``ctl.free_latency - 1`` cycles (a register every ``free_levels`` levels of
+    the tree plus the output register); throughput one snapshot per cycle; no backpressure;
+    results of one job only grow (a later snapshot starts from newer acked values).
+    """
+
+    def __init__(self, ctl):
+        c = self._ctl = ctl
+        super().__init__({
+            "i_valid": In(1), "i_job": In(c.job_bits), "free": In(PSN_BITS), "n": In(c.n_bits),
+            "acked": In(data.ArrayLayout(PSN_BITS, c.max_world)),
+            "o_valid": Out(1), "o_job": Out(c.job_bits), "o_free": Out(PSN_BITS),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        c = self._ctl
+        wb = c.w_bits
+        vals = []
+        for r in range(c.max_world):
+            dist = (self.acked[r] - self.free)[:wb]
+            vals.append(Mux(self.n > r, dist, (1 << wb) - 1))
+        tv, tj, tf, level = self.i_valid, self.i_job, self.free, 0
+        while len(vals) > 1:
+            nxt = [Mux(vals[i] < vals[i + 1], vals[i], vals[i + 1])
+                   for i in range(0, len(vals) - 1, 2)]
+            if len(vals) % 2:
+                nxt.append(vals[-1])
+            vals, level = nxt, level + 1
+            if level % c.free_levels == 0 and len(vals) > 1:
+                regs = [Signal(wb, name=f"fmin{level}_{i}") for i in range(len(vals))]
+                nv, nj = Signal(name=f"fv{level}"), Signal(c.job_bits, name=f"fj{level}")
+                nf = Signal(PSN_BITS, name=f"ff{level}")
+                m.d.sync += [r_.eq(v) for r_, v in zip(regs, vals, strict=True)]
+                m.d.sync += [nv.eq(tv), nj.eq(tj), nf.eq(tf)]
+                vals, tv, tj, tf = regs, nv, nj, nf
+        m.d.sync += [self.o_free.eq(tf + vals[0]), self.o_valid.eq(tv), self.o_job.eq(tj)]
+        return m

@@ -1,0 +1,227 @@
+"""The enable sequencer of the aggregation control path (model decision D9).
+
+:class:`EnableSequencer` watches ``JOB.CTRL.enable`` of every job. On 0 -> 1 it checks the job's
+registers, scans the flow table configuration for the job's entries (checking ranks and keys and
+binding each entry into the :class:`~.flowtable.FlowTable`), clears the job's W slots and commits
+the job; on 1 -> 0 it waits for the job's work in flight and discards it.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from netreduce.regmap import PMTU_VALUES, JobError
+
+from ..csr.bank import cfg_read_signature
+from .flowtable import KEY_BITS
+
+__all__ = ["EnableSequencer", "flow_bind_signature"]
+
+
+def flow_bind_signature(ft) -> wiring.Signature:
+    """The flow table's check / bind / commit / drop ports, as the sequencer drives them."""
+    return wiring.Signature({
+        "chk_fwd": Out(KEY_BITS), "chk_rev": Out(KEY_BITS), "chk_fwd_hit": In(1),
+        "chk_rev_hit": In(1), "bind_en": Out(1), "bind_entry": Out(ft.entry_bits),
+        "bind_job": Out(ft.job_bits), "bind_fwd": Out(KEY_BITS), "bind_rev": Out(KEY_BITS),
+        "bind_data": Out(ft.data_layout), "commit_en": Out(1), "commit_job": Out(ft.job_bits),
+        "drop_en": Out(1), "drop_job": Out(ft.job_bits), "live": In(ft.flows),
+    })
+
+
+class EnableSequencer(wiring.Component):
+    """Validate and latch a job on enable, discard it on disable (one job at a time).
+
+    Inputs: ``job_cfg`` (the bank's RW job fields), ``flow_rd`` (the bank's flow RAM read port:
+    data one cycle after the address), ``enabled`` (per job), ``base`` / ``w`` (latched slot
+    ranges of the jobs, for the overlap check), ``pipe_empty`` (no header in the decision
+    pipeline), ``job_idle`` (per job: no chained release and no free_j computation in flight),
+    ``scrub_go`` (the slot write port took the scrub's write this cycle).
+
+    Outputs: ``job`` (the job being processed) and single-cycle strobes for it: ``load`` (latch
+    the job configuration ``cfg_*`` and clear its error), ``enable`` (+ ``reset``: the job's
+    dynamic state starts from zero), ``disable``, ``set_err`` with ``err`` (refused: JobError);
+    ``busy``; ``quiesce`` (stop taking headers: the sequencer waits for ``pipe_empty``);
+    ``scrub_want`` / ``scrub_addr`` (clear this slot word); ``ft`` (the flow table's bind side).
+
+    Contract: latency: a change of ``enable`` is seen one cycle after the bank's write; CHECK
+    takes 1 cycle, SCAN one per flow entry (+1), VERDICT 1, SCRUB one per slot of the window
+    (while the decision stage writes no slot), COMMIT waits for an empty pipeline. Disables go
+    before enables (a 1 -> 0 -> 1 bounce discards and restarts the job). Errors: a refused job
+    gets ``set_err`` with the model's JobError, in the model's check order; nothing else changes.
+    """
+
+    def __init__(self, ctl, ft):
+        c = self._ctl = ctl
+        J = c.jobs
+        super().__init__({
+            "job_cfg": In(data.ArrayLayout(c.job_cfg_layout, J)),
+            "flow_rd": Out(cfg_read_signature(c.entry_bits, c.flow_cfg_layout)),
+            "enabled": In(J), "base": In(data.ArrayLayout(c.slot_bits, J)),
+            "w": In(data.ArrayLayout(c.w_bits, J)), "pipe_empty": In(1), "job_idle": In(J),
+            "scrub_go": In(1),
+            "job": Out(c.job_bits), "load": Out(1), "enable": Out(1), "reset": Out(1),
+            "disable": Out(1), "set_err": Out(1), "err": Out(8), "busy": Out(1),
+            "quiesce": Out(1), "scrub_want": Out(1), "scrub_addr": Out(c.slot_bits),
+            "cfg_n": Out(c.n_bits), "cfg_w": Out(c.w_bits), "cfg_base": Out(c.slot_bits),
+            "cfg_pmtu": Out(13), "cfg_op": Out(2), "cfg_cnp": Out(32),
+            "ft": Out(flow_bind_signature(ft)),
+        })
+
+    def elaborate(self, platform):  # noqa: C901 (one FSM, the model's checks in order)
+        m = Module()
+        c = self._ctl
+        J, F, WD = c.jobs, c.flows, c.max_world
+        cfg = self.job_cfg
+        ft = self.ft
+        level_en = Cat(*(cfg[j].ctrl.enable for j in range(J)))
+        prev_en = Signal(J)
+        req_en, req_dis = Signal(J), Signal(J)
+        m.d.sync += prev_en.eq(level_en)
+        rise, fall = level_en & ~prev_en, ~level_en & prev_en
+        clr_en, clr_dis = Signal(J), Signal(J)
+        m.d.sync += [req_en.eq((req_en & ~clr_en) | rise), req_dis.eq((req_dis & ~clr_dis) | fall)]
+
+        sq = self.job
+        qcfg = cfg[sq]
+        enabled = self.enabled
+        # job-level checks, in the model's order
+        c_n, c_w, c_base = qcfg.world.n, qcfg.window.w, qcfg.slot_base.base
+        c_pmtu, c_op = qcfg.pmtu.pmtu, qcfg.op.op
+        m.d.comb += [self.cfg_n.eq(c_n), self.cfg_w.eq(c_w), self.cfg_base.eq(c_base),
+                     self.cfg_pmtu.eq(c_pmtu), self.cfg_op.eq(c_op),
+                     self.cfg_cnp.eq(qcfg.cnp_interval.cycles)]
+        overlap = Cat(*(enabled[o] & (c_base < self.base[o] + self.w[o])
+                        & (self.base[o] < c_base + c_w) for o in range(J))).any()
+        pmtu_ok = Cat(*((c_pmtu == v) for v in PMTU_VALUES if v <= c.pmtu_max)).any()
+        job_err = Signal(8)
+        with m.If((c_n < 1) | (c_n > WD)):
+            m.d.comb += job_err.eq(JobError.WORLD)
+        with m.Elif((c_w == 0) | ((c_w & (c_w - 1)) != 0)):
+            m.d.comb += job_err.eq(JobError.WINDOW)
+        with m.Elif(c_base + c_w > c.slots):
+            m.d.comb += job_err.eq(JobError.SLOT_RANGE)
+        with m.Elif(overlap):
+            m.d.comb += job_err.eq(JobError.SLOT_OVERLAP)
+        with m.Elif(~pmtu_ok):
+            m.d.comb += job_err.eq(JobError.PMTU)
+        with m.Elif(c_op > 2):
+            m.d.comb += job_err.eq(JobError.OP)
+
+        # the latched n / base / W of the job being enabled (the values loaded into the job)
+        l_n, l_w, l_base = Signal(c.n_bits), Signal(c.w_bits), Signal(c.slot_bits)
+        with m.If(self.load):
+            m.d.sync += [l_n.eq(c_n), l_w.eq(c_w), l_base.eq(c_base)]
+
+        def fullmask(n):
+            return Cat(*(n > i for i in range(WD)))
+
+        # flow scan: stage A reads entry e of the bank, stage B checks and binds it. The bank's
+        # flow RAM answers one cycle after the address, so the address runs one entry ahead
+        # (entry 0 is addressed in CHECK): stage A sees entry scan_e as before.
+        scan_e = Signal(range(F + 1))
+        sa_valid = Signal()
+        sa_e = Signal(c.entry_bits)
+        sa_cfg = Signal(c.flow_cfg_layout)
+        rank_seen = Signal(WD)
+        flows_bad = Signal()
+        conflict = Signal()
+        ecfg = self.flow_rd.data
+        m.d.comb += self.flow_rd.addr.eq((scan_e + 1)[:c.entry_bits])
+        fwd_key = Cat(sa_cfg.fwd_qpn.qpn, sa_cfg.fwd_ip.ip)
+        rev_key = Cat(sa_cfg.rev_qpn.qpn, sa_cfg.rev_ip.ip)
+        sa_rank = sa_cfg.cfg.rank
+        m.d.comb += [ft.chk_fwd.eq(fwd_key), ft.chk_rev.eq(rev_key),
+                     ft.bind_entry.eq(sa_e), ft.bind_job.eq(sq),
+                     ft.bind_fwd.eq(fwd_key), ft.bind_rev.eq(rev_key),
+                     ft.bind_data.job.eq(sq), ft.bind_data.rank.eq(sa_rank),
+                     ft.bind_data.start.eq(sa_cfg.start_psn.psn),
+                     ft.bind_data.rev_qpn.eq(sa_cfg.rev_qpn.qpn),
+                     ft.commit_job.eq(sq), ft.drop_job.eq(sq)]
+        mine = ecfg.cfg.valid & (ecfg.cfg.job == sq)
+        scrub_cnt = Signal(c.w_bits)
+        scrub_addr = self.scrub_addr
+
+        with m.FSM(name="sequencer"):
+            with m.State("IDLE"):
+                dis_pick = Const(0, c.job_bits)
+                en_pick = Const(0, c.job_bits)
+                for j in reversed(range(J)):
+                    dis_pick = Mux(req_dis[j], j, dis_pick)
+                    en_pick = Mux(req_en[j], j, en_pick)
+                with m.If(req_dis.any()):
+                    m.d.sync += sq.eq(dis_pick)
+                    m.next = "DISABLE"
+                with m.Elif(req_en.any()):
+                    m.d.sync += sq.eq(en_pick)
+                    m.next = "CHECK"
+            with m.State("DISABLE"):
+                m.d.comb += self.busy.eq(1)
+                with m.If(~enabled.bit_select(sq, 1)):
+                    m.d.comb += clr_dis.eq(1 << sq)
+                    m.next = "IDLE"
+                with m.Else():
+                    m.d.comb += self.quiesce.eq(1)
+                    with m.If(self.pipe_empty & self.job_idle.bit_select(sq, 1)):
+                        m.d.comb += [clr_dis.eq(1 << sq), ft.drop_en.eq(1), self.disable.eq(1)]
+                        m.next = "IDLE"
+            with m.State("CHECK"):
+                m.d.comb += [self.busy.eq(1), self.flow_rd.addr.eq(0)]
+                with m.If(~level_en.bit_select(sq, 1) | enabled.bit_select(sq, 1)):
+                    m.d.comb += clr_en.eq(1 << sq)
+                    m.next = "IDLE"
+                with m.Elif(job_err != 0):
+                    m.d.comb += [clr_en.eq(1 << sq), self.set_err.eq(1), self.err.eq(job_err)]
+                    m.next = "IDLE"
+                with m.Else():
+                    # a new attempt: an error of an earlier refused one no longer applies
+                    m.d.comb += self.load.eq(1)
+                    m.d.sync += [scan_e.eq(0), sa_valid.eq(0), rank_seen.eq(0),
+                                 flows_bad.eq(0), conflict.eq(0)]
+                    m.next = "SCAN"
+            with m.State("SCAN"):
+                m.d.comb += self.busy.eq(1)
+                m.d.sync += [sa_valid.eq((scan_e < F) & mine), sa_e.eq(scan_e), sa_cfg.eq(ecfg)]
+                with m.If(scan_e < F):
+                    m.d.sync += scan_e.eq(scan_e + 1)
+                with m.Elif(~sa_valid):
+                    m.next = "VERDICT"
+                with m.If(sa_valid):
+                    # ranks >= max_world are >= n as well: no bit to set, flows_bad anyway
+                    rbit = Mux(sa_rank < WD, (Const(1, WD) << sa_rank[:c.rank_bits])[:WD], 0)
+                    with m.If((sa_rank >= l_n) | (rank_seen & rbit).any()):
+                        m.d.sync += flows_bad.eq(1)
+                    m.d.sync += rank_seen.eq(rank_seen | rbit)
+                    is_live = ft.live.bit_select(sa_e, 1)
+                    with m.If(ft.chk_fwd_hit | ft.chk_rev_hit | is_live):
+                        m.d.sync += conflict.eq(1)
+                    with m.If(~is_live):
+                        m.d.comb += ft.bind_en.eq(1)
+            with m.State("VERDICT"):
+                m.d.comb += self.busy.eq(1)
+                with m.If(flows_bad | (rank_seen != fullmask(l_n))):
+                    m.d.comb += [clr_en.eq(1 << sq), self.set_err.eq(1),
+                                 self.err.eq(JobError.FLOWS), ft.drop_en.eq(1)]
+                    m.next = "IDLE"
+                with m.Elif(conflict):
+                    m.d.comb += [clr_en.eq(1 << sq), self.set_err.eq(1),
+                                 self.err.eq(JobError.KEY_CONFLICT), ft.drop_en.eq(1)]
+                    m.next = "IDLE"
+                with m.Else():
+                    m.d.sync += [scrub_addr.eq(l_base), scrub_cnt.eq(l_w)]
+                    m.next = "SCRUB"
+            with m.State("SCRUB"):
+                m.d.comb += [self.busy.eq(1), self.scrub_want.eq(1)]
+                with m.If(self.scrub_go):
+                    m.d.sync += [scrub_addr.eq(scrub_addr + 1), scrub_cnt.eq(scrub_cnt - 1)]
+                    with m.If(scrub_cnt == 1):
+                        m.next = "COMMIT"
+            with m.State("COMMIT"):
+                m.d.comb += [self.busy.eq(1), self.quiesce.eq(1)]
+                with m.If(self.pipe_empty):
+                    m.d.comb += [clr_en.eq(1 << sq), ft.commit_en.eq(1), self.enable.eq(1),
+                                 self.reset.eq(1)]
+                    m.next = "IDLE"
+        return m
