@@ -388,42 +388,6 @@ def _flowtable(p):
     return FlowTable(rm.params["flows"], jobs=rm.params["jobs"], max_world=rm.params["max_world"])
 
 
-class _HeaderStore:
-    """The engine's header store alone: ``slots x 2**ceil(log2(max_world))`` entries of the
-    stored header bytes + length, one write and one read port (as in the engine top)."""
-
-    def __new__(cls, p):
-        from amaranth.hdl import Module
-        from amaranth.lib import data, wiring
-        from amaranth.lib.memory import Memory
-        from amaranth.lib.wiring import In, Out
-        from amaranth.utils import ceil_log2
-
-        from .packet.layout import HDR_CAP
-
-        rm = _regmap(p)
-        depth = rm.params["slots"] * (1 << max(1, ceil_log2(rm.params["max_world"])))
-        layout = data.StructLayout({"raw": data.ArrayLayout(8, HDR_CAP),
-                                    "hdr_len": range(HDR_CAP + 1)})
-        abits = ceil_log2(depth)
-
-        class HeaderStore(wiring.Component):
-            def __init__(self):
-                super().__init__({"w_en": In(1), "w_addr": In(abits), "w_data": In(layout),
-                                  "r_addr": In(abits), "r_data": Out(layout)})
-
-            def elaborate(self, platform):
-                m = Module()
-                m.submodules.mem = mem = Memory(shape=layout, depth=depth, init=[])
-                wr, rd = mem.write_port(), mem.read_port()
-                m.d.comb += [wr.en.eq(self.w_en), wr.addr.eq(self.w_addr),
-                             wr.data.eq(self.w_data), rd.addr.eq(self.r_addr),
-                             self.r_data.eq(rd.data)]
-                return m
-
-        return HeaderStore()
-
-
 def _parser(p):
     from netreduce.hw.packet.parser import Parser
     return Parser(p["data_width"])
@@ -450,7 +414,9 @@ def _slotmem(p):
 
 
 def _hstore(p):
-    return _HeaderStore(p)
+    from .hstore import HeaderStore
+    rm = _regmap(p)
+    return HeaderStore(rm.params["slots"], rm.params["max_world"])
 
 
 def _rxfifo(p):
@@ -525,7 +491,8 @@ def make_design(spec: str, **params):
 
 ENGINE_TOP = "netreduce_engine"
 # direct children of the engine top estimated on their own (fnmatch patterns), and below them
-ENGINE_BLOCKS = ("ctl", "ctl.ft", "bank", "parser*", "parser*.checker", "slotmem", "deparser")
+ENGINE_BLOCKS = ("ctl", "ctl.ft", "bank", "parser*", "parser*.checker", "slotmem", "deparser",
+                 "dispatch", "emitter", "txarb*")
 
 
 def cache_dir(sub: str = "") -> Path:

@@ -1,0 +1,314 @@
+"""The engine's emitter: frames built from frame jobs and release commands, into the deparser.
+
+:class:`Emitter` turns the dispatcher's *frame jobs* (re-emit, duplicate probe, CNP; model D8,
+D15, D16) and the control path's *release commands* (one result frame per rank) into deparser
+headers and payload beats. Frame bytes come from the job (the stored header of the frame that
+caused it) or from the :class:`~netreduce.hw.hstore.HeaderStore`; payload from the slot memory's
+result port or zeros.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2, exact_log2
+
+from netreduce.wire import ETHERTYPE_VLAN, ROCEV2_UDP_PORT, Opcode
+from netreduce.wire import fields as wf
+
+from .packet.layout import HDR_CAP, L2_TAGGED, L2_UNTAGGED, deparse_header_layout
+from .stream import beat_signature
+
+__all__ = ["Emitter", "frame_job_layout", "seq_before", "SEQ_BITS", "JOB_NONE", "JOB_REEMIT",
+           "JOB_PROBE", "is_vlan"]
+
+SEQ_BITS = 16
+JOB_NONE, JOB_REEMIT, JOB_PROBE = 0, 1, 2
+_BECN = 0x40   # BTH byte 4 of a CNP: the BECN bit
+
+
+def _bits(n: int) -> int:
+    return max(1, ceil_log2(n))
+
+
+def seq_before(a, b):
+    """a < b for sequence numbers modulo 2**SEQ_BITS (distances below 2**15)."""
+    d = (b - a)[:SEQ_BITS]
+    return (d != 0) & ~d[SEQ_BITS - 1]
+
+
+def is_vlan(raw):
+    """The stored header bytes carry an 802.1Q tag."""
+    return (raw[12] == ETHERTYPE_VLAN >> 8) & (raw[13] == ETHERTYPE_VLAN & 0xFF)
+
+
+def frame_job_layout(ports: int, slots: int) -> data.StructLayout:
+    """A frame job: ``kind`` (JOB_NONE / JOB_REEMIT / JOB_PROBE), ``cnp`` (also send a CNP), the
+    frame's stored header ``raw`` / ``hdr_len``, ``rev_qpn`` (the CNP's DestQP), the slot and
+    payload length (re-emit), output ``port``, ``seq`` (the decision's ordinal) and the probe's
+    PSN override ``ov`` / ``psn`` (D16's ACK request)."""
+    return data.StructLayout({
+        "kind": 2, "cnp": 1, "raw": data.ArrayLayout(8, HDR_CAP), "hdr_len": range(HDR_CAP + 1),
+        "rev_qpn": 24, "slot": _bits(slots), "plen": 16, "port": _bits(ports), "seq": SEQ_BITS,
+        "ov": 1, "psn": 24})
+
+
+def _probe_bytes(raw, l2: int, ov=None, psn=None) -> list:
+    """Header bytes of the duplicate probe of a data frame (model ``_probe``, D15): opcode
+    WRITE MIDDLE, PadCnt 0 (the deparser rewrites lengths, checksum, PadCnt and ICRC); with
+    ``ov`` set, BTH PSN ``psn`` (D16's ACK request)."""
+    b = l2 + wf.IPV4.size + wf.UDP.size
+    out = [raw[i] for i in range(HDR_CAP)]
+    out[b] = Const(int(Opcode.WRITE_MIDDLE), 8)
+    out[b + 1] = raw[b + 1] & 0xCF
+    if ov is not None:
+        for i in range(3):
+            out[b + 9 + i] = Mux(ov, psn[8 * (2 - i):8 * (3 - i)], raw[b + 9 + i])
+    return out
+
+
+def _cnp_bytes(raw, l2: int, dqpn) -> list:
+    """Header bytes (Ethernet .. BTH) of the CNP answering a CE-marked data frame (model
+    ``_cnp_frame``, D8); the 16 zero bytes after the BTH are the deparser's payload."""
+    out = [Const(0, 8)] * HDR_CAP
+    for i in range(6):
+        out[i], out[6 + i] = raw[6 + i], raw[i]
+    for i in range(12, l2):
+        out[i] = raw[i]
+    ip = l2
+    for i in range(wf.IPV4.size):
+        out[ip + i] = raw[ip + i]
+    out[ip + 1] = raw[ip + 1] & 0xFC            # DSCP kept, not-ECT
+    out[ip + 4], out[ip + 5] = Const(0, 8), Const(0, 8)         # id 0
+    out[ip + 6], out[ip + 7] = Const(0x40, 8), Const(0, 8)      # DF
+    out[ip + 8] = Const(64, 8)                                  # TTL
+    for i in range(4):                                          # receiver -> sender
+        out[ip + 12 + i], out[ip + 16 + i] = raw[ip + 16 + i], raw[ip + 12 + i]
+    u = ip + wf.IPV4.size
+    out[u], out[u + 1] = raw[u], raw[u + 1]                     # UDP source port kept
+    out[u + 2], out[u + 3] = Const(ROCEV2_UDP_PORT >> 8, 8), Const(ROCEV2_UDP_PORT & 0xFF, 8)
+    out[u + 6], out[u + 7] = Const(0, 8), Const(0, 8)           # UDP checksum 0
+    b = u + wf.UDP.size
+    out[b], out[b + 1] = Const(int(Opcode.CNP), 8), Const(0, 8)
+    out[b + 2], out[b + 3] = raw[b + 2], raw[b + 3]             # P_Key
+    out[b + 4] = Const(_BECN, 8)
+    out[b + 5], out[b + 6], out[b + 7] = dqpn[16:24], dqpn[8:16], dqpn[0:8]
+    return out
+
+
+class Emitter(wiring.Component):
+    """Frame jobs and release commands -> deparser headers and payload beats.
+
+    Members: ``jobs`` (In, stream of :func:`frame_job_layout`), ``rel`` (In, stream of the
+    control path's release layout), ``done_seen`` (In: decisions whose payload writes are visible
+    to the slot memory's result port), ``hs_en`` / ``hs_addr`` -> ``hs_data`` (the header store's
+    read port, data one cycle after), ``dep_hdr`` / ``dep_payload`` (Out: the deparser's inputs),
+    ``port`` (Out, stream: the output port of each deparser frame, in order), ``req`` / ``res``
+    (the slot memory's result port).
+
+    Contract:
+
+    * Order: a frame job goes before a release command with a later ``seq``; a release command
+      goes only once ``done_seen`` has reached its ``seq`` (every decision before it has its
+      payload in the slot memory). Frames leave in that order.
+    * Throughput: one header command per cycle into a 4-deep queue (a release command makes
+      ``n`` of them, one per rank); headers take 2 cycles each (store read, deparser hand-over);
+      payload one beat per cycle (slot reads pipelined through the result port).
+    * Latency: release command accepted in cycle t -> first header command t + 1, deparser
+      header t + 3 (queue, store read).
+    * Backpressure: from the deparser and the port FIFO; never drops. Errors: none.
+    """
+
+    def __init__(self, width: int, *, ports: int, slots: int, max_world: int, rel_layout,
+                 hs_layout, req_layout, res_layout, read_latency: int):
+        self.width, self.ports, self.slots, self.max_world = width, ports, slots, max_world
+        self.read_latency = read_latency
+        self.job_layout = frame_job_layout(ports, slots)
+        self.hs_layout, self.rel_layout = hs_layout, rel_layout
+        self.rank_bits = _bits(max_world)
+        self.slot_bits = _bits(slots)
+        super().__init__({
+            "jobs": In(stream.Signature(self.job_layout)),
+            "rel": In(stream.Signature(rel_layout)),
+            "done_seen": In(SEQ_BITS),
+            "hs_en": Out(1), "hs_addr": Out(self.slot_bits + self.rank_bits),
+            "hs_data": In(hs_layout),
+            "dep_hdr": Out(stream.Signature(deparse_header_layout())),
+            "dep_payload": Out(beat_signature(width)),
+            "port": Out(stream.Signature(_bits(ports))),
+            "req": Out(stream.Signature(req_layout)),
+            "res": In(stream.Signature(res_layout)),
+        })
+
+    def elaborate(self, platform):  # noqa: C901 (three small FSMs)
+        m = Module()
+        P, w = self.ports, self.width
+        nb = w // 8
+        pb, rank_bits, slot_bits = _bits(P), self.rank_bits, self.slot_bits
+        nb_bits = ceil_log2(nb + 1)
+        beat_shift = exact_log2(nb)
+        rl = self.read_latency
+        raw_layout = data.ArrayLayout(8, HDR_CAP)
+        hcmd_layout = data.StructLayout({"store": 1, "addr": slot_bits + rank_bits,
+                                         "raw": raw_layout, "hdr_len": range(HDR_CAP + 1),
+                                         "plen": 16, "ce": 1, "port": pb})
+        pcmd_layout = data.StructLayout({"from_slot": 1, "slot": slot_bits, "plen": 16})
+
+        def q(name, layout, depth):
+            f = fifo.SyncFIFOBuffered(width=layout.size, depth=depth)
+            m.submodules[name] = f
+            return f, data.View(layout, f.w_data), data.View(layout, f.r_data)
+
+        hq, hq_w, hq_r = q("hcmdq", hcmd_layout, 4)
+        pcq, pc_w, pc_r = q("pcmdq", pcmd_layout, 4)
+        jobs, jq_r = self.jobs, self.jobs.payload
+        rel = self.rel.payload
+        ejob = Signal(self.job_layout, name="ejob")
+        erel = Signal(self.rel_layout, name="erel")
+        rank = Signal(rank_bits + 1)
+        can_push = hq.w_rdy & pcq.w_rdy
+        push = Signal()
+        m.d.comb += [hq.w_en.eq(push), pcq.w_en.eq(push)]
+        job_first = jobs.valid & (~self.rel.valid | seq_before(jq_r.seq, rel.seq))
+        rel_ok = self.rel.valid & ~job_first & ~seq_before(self.done_seen, rel.seq)
+
+        def put_raw(dst, byte_list_u, byte_list_t, vlan):
+            return [dst[i].eq(Mux(vlan, byte_list_t[i], byte_list_u[i])) for i in range(HDR_CAP)]
+
+        bth_len = {l2: l2 + wf.IPV4.size + wf.UDP.size + wf.BTH.size
+                   for l2 in (L2_UNTAGGED, L2_TAGGED)}
+        with m.FSM(name="emit"):
+            with m.State("IDLE"):
+                with m.If(job_first):
+                    m.d.comb += jobs.ready.eq(1)
+                    m.d.sync += ejob.eq(jq_r)
+                    with m.If(jq_r.kind != JOB_NONE):
+                        m.next = "JOB_FRAME"
+                    with m.Else():
+                        m.next = "JOB_CNP"
+                with m.Elif(rel_ok):
+                    m.d.comb += self.rel.ready.eq(1)
+                    m.d.sync += [erel.eq(rel), rank.eq(0)]
+                    m.next = "RESULTS"
+            with m.State("JOB_FRAME"):
+                vl = is_vlan(ejob.raw)
+                probe = ejob.kind == JOB_PROBE
+                m.d.comb += [
+                    hq_w.store.eq(0), hq_w.port.eq(ejob.port), pc_w.slot.eq(ejob.slot),
+                    hq_w.plen.eq(Mux(probe, 0, ejob.plen)), hq_w.ce.eq(~probe),
+                    hq_w.hdr_len.eq(Mux(probe, Mux(vl, bth_len[L2_TAGGED],
+                                                   bth_len[L2_UNTAGGED]), ejob.hdr_len)),
+                    pc_w.from_slot.eq(~probe), pc_w.plen.eq(Mux(probe, 0, ejob.plen)),
+                ]
+                pu = _probe_bytes(ejob.raw, L2_UNTAGGED, ejob.ov, ejob.psn)
+                pt = _probe_bytes(ejob.raw, L2_TAGGED, ejob.ov, ejob.psn)
+                with m.If(probe):
+                    m.d.comb += put_raw(hq_w.raw, pu, pt, vl)
+                with m.Else():
+                    m.d.comb += hq_w.raw.eq(ejob.raw)
+                with m.If(can_push):
+                    m.d.comb += push.eq(1)
+                    m.next = "JOB_CNP"
+                    with m.If(~ejob.cnp):
+                        m.next = "IDLE"
+            with m.State("JOB_CNP"):
+                vl = is_vlan(ejob.raw)
+                cu = _cnp_bytes(ejob.raw, L2_UNTAGGED, ejob.rev_qpn)
+                ct = _cnp_bytes(ejob.raw, L2_TAGGED, ejob.rev_qpn)
+                m.d.comb += [
+                    hq_w.store.eq(0), hq_w.port.eq(ejob.port), hq_w.plen.eq(16), hq_w.ce.eq(0),
+                    hq_w.hdr_len.eq(Mux(vl, bth_len[L2_TAGGED], bth_len[L2_UNTAGGED])),
+                    pc_w.from_slot.eq(0), pc_w.plen.eq(16),
+                    *put_raw(hq_w.raw, cu, ct, vl),
+                ]
+                with m.If(can_push):
+                    m.d.comb += push.eq(1)
+                    m.next = "IDLE"
+            with m.State("RESULTS"):
+                ports_r = (erel.ports[rank[:rank_bits]] if P > 1 else Const(0, 1))
+                m.d.comb += [
+                    hq_w.store.eq(1), hq_w.addr.eq(Cat(rank[:rank_bits], erel.slot[:slot_bits])),
+                    hq_w.plen.eq(erel.plen), hq_w.ce.eq(1), hq_w.port.eq(ports_r),
+                    pc_w.from_slot.eq(1), pc_w.slot.eq(erel.slot), pc_w.plen.eq(erel.plen),
+                ]
+                with m.If(can_push):
+                    m.d.comb += push.eq(1)
+                    m.d.sync += rank.eq(rank + 1)
+                    with m.If(rank + 1 >= erel.n):
+                        m.next = "IDLE"
+
+        # header path: header store read (1 cycle) -> deparser header + output port
+        hcur = Signal(hcmd_layout, name="hcur")
+        hs_data = self.hs_data
+        dh = self.dep_hdr.payload
+        with m.FSM(name="hdr"):
+            with m.State("IDLE"):
+                with m.If(hq.r_rdy):
+                    m.d.comb += [hq.r_en.eq(1), self.hs_en.eq(1), self.hs_addr.eq(hq_r.addr)]
+                    m.d.sync += hcur.eq(hq_r)
+                    m.next = "OUT"
+            with m.State("OUT"):
+                m.d.comb += [
+                    self.dep_hdr.valid.eq(self.port.ready),
+                    dh.raw.eq(Mux(hcur.store, hs_data.raw.as_value(), hcur.raw.as_value())),
+                    dh.hdr_len.eq(Mux(hcur.store, hs_data.hdr_len, hcur.hdr_len)),
+                    dh.plen.eq(hcur.plen), dh.ce_to_ect0.eq(hcur.ce),
+                    self.port.payload.eq(hcur.port),
+                ]
+                with m.If(self.dep_hdr.ready & self.port.ready):
+                    m.d.comb += self.port.valid.eq(1)
+                    m.next = "IDLE"
+
+        # payload path: slot beats through the result port, or zero beats (probe, CNP)
+        pcur = Signal(pcmd_layout, name="pcur")
+        pbeat = Signal(16)
+        nbeats = Signal(16)
+        plen_beats = (pc_r.plen + nb - 1) >> beat_shift
+        p_last = pbeat + 1 >= nbeats
+        p_bytes = Mux(p_last, pcur.plen - (pbeat << beat_shift), nb)
+        pending = Signal(range(rl + 8))
+        req, res = self.req, self.res
+        dep_p = self.dep_payload
+        m.d.comb += [req.payload.slot.eq(pcur.slot), req.payload.beat.eq(pbeat),
+                     req.payload.tag.eq(Cat(p_bytes[:nb_bits], p_last))]
+        zero_drive = Signal()
+        with m.FSM(name="payload"):
+            with m.State("IDLE"):
+                with m.If(pcq.r_rdy):
+                    m.d.comb += pcq.r_en.eq(1)
+                    m.d.sync += [pcur.eq(pc_r), pbeat.eq(0),
+                                 nbeats.eq(Mux(pc_r.plen == 0, 1, plen_beats))]
+                    with m.If(pc_r.from_slot):
+                        m.next = "SLOT"
+                    with m.Else():
+                        m.next = "ZERO"
+            with m.State("SLOT"):
+                m.d.comb += req.valid.eq(1)
+                with m.If(req.ready):
+                    m.d.sync += pbeat.eq(pbeat + 1)
+                    with m.If(p_last):
+                        m.next = "IDLE"
+            with m.State("ZERO"):
+                m.d.comb += zero_drive.eq((pending == 0) & ~res.valid)
+                with m.If(zero_drive & dep_p.ready):
+                    m.d.sync += pbeat.eq(pbeat + 1)
+                    with m.If(p_last):
+                        m.next = "IDLE"
+        m.d.sync += pending.eq(pending + (req.valid & req.ready) - (res.valid & res.ready))
+        rtag_bytes = res.payload.tag[:nb_bits]
+        rtag_last = res.payload.tag[nb_bits]
+
+        def therm(n):
+            return Cat(*[n > i for i in range(nb)])
+
+        dp = dep_p.payload
+        with m.If(zero_drive):
+            m.d.comb += [dep_p.valid.eq(1), dp.data.eq(0), dp.keep.eq(therm(p_bytes)),
+                         dp.last.eq(p_last), dp.first.eq(pbeat == 0)]
+        with m.Else():
+            m.d.comb += [dep_p.valid.eq(res.valid), dp.data.eq(res.payload.data),
+                         dp.keep.eq(therm(rtag_bytes)), dp.last.eq(rtag_last),
+                         dp.first.eq(res.payload.beat == 0),
+                         res.ready.eq(dep_p.ready)]
+        return m
