@@ -44,8 +44,9 @@ Interfaces
     (:class:`FrameError`, in the model's step-3 order: lengths/truncation/PadCnt, IPv4 checksum,
     TVer/unknown opcode, ICRC), source IPv4, BTH DestQP / opcode / PSN, IPv4 ECN, AETH syndrome
     (ACK), payload length without pad ``plen``, arrival ``port`` and arrival ``time`` (cycles of
-    a free-running counter, used by the CNP limiter; the model's ``time``). ``hdr.ready``
-    depends combinationally on ``dec.ready`` and registered state, never on ``hdr.valid``.
+    a free-running counter, used by the CNP limiter; the model's ``time``). ``hdr`` and ``dec``
+    end in skid buffers (:class:`~netreduce.hw.skid.SkidBuffer`): ``hdr.ready``, ``dec.valid``
+    and ``dec.payload`` are flip-flop outputs (no combinational path through the block).
 ``dec`` (Out, stream of :attr:`dec_layout`)
     One decision per header, in the same order: :class:`Action` (FORWARD unchanged, DROP,
     CONTRIBUTE, REEMIT), the disposition counter ``disp`` (:data:`Disp`, named after
@@ -60,7 +61,8 @@ Interfaces
 ``rel`` (Out, stream of :attr:`rel_layout`)
     Release commands in release order: "emit the result of slot ``slot`` (job, index, payload
     length, N) to ranks 0..N-1", each rank on ``ports[r]`` (arrival port, D13). The command for
-    an index is issued at the decision of the frame that completes it (or later); the consumer
+    an index is issued at the decision of the frame that completes it (or later; it may leave
+    before that decision, and one more, have left the ``dec`` skid buffer); the consumer
     must not read the slot before that frame's last payload beat has been written (its slot
     memory event). Buffered in a FIFO of ``rel_depth``; when the FIFO is full the decision stage
     stalls.
@@ -77,8 +79,8 @@ than 1).
 
 Timing
 ------
-* Latency: header accepted in cycle t -> decision valid in cycle t + 5 (registers: input,
-  CAM match, entry RAM data, index/slot + slot RAM data, decision output), when
+* Latency: header accepted in cycle t -> decision valid in cycle t + 7 (registers: input
+  skid, input, CAM match, entry RAM data, index/slot + slot RAM data, decision, output skid), when
   nothing stalls. Counter increments and status set strobes are registered from the same
   clock edge: they are valid in the cycle the decision becomes valid (chained releases and
   free_j results count when they happen).
@@ -147,6 +149,7 @@ from netreduce.regmap import (
 from netreduce.wire import ETHERTYPE_IPV4, IP_PROTO_UDP, ROCEV2_UDP_PORT
 
 from ..csr.bank import cfg_read_signature
+from ..skid import SkidBuffer
 from .decide import OP_ACK, OP_CNP, Decide
 from .flowtable import FlowTable
 from .release import FreeMinTree, ReleaseScheduler
@@ -424,18 +427,24 @@ class AggControl(wiring.Component):
         m.d.comb += self.busy.eq(seq.busy)
 
         # ============================================================ pipeline registers
+        # registered block boundaries: neither stream's ready reaches the other combinationally
+        m.submodules.hdr_skid = hdr_skid = SkidBuffer(self.hdr_layout)
+        m.submodules.dec_skid = dec_skid = SkidBuffer(self.dec_layout)
+        wiring.connect(m, wiring.flipped(self.hdr), hdr_skid.i)
+        wiring.connect(m, dec_skid.o, wiring.flipped(self.dec))
+        hdr, dec_o = hdr_skid.o, dec_skid.i
         advance = Signal()
         block4 = Signal()
         v1, v2, v3, v4 = (Signal(name=f"v{i}") for i in range(1, 5))
         h1, h2, h3, h4 = (Signal(self.hdr_layout, name=f"h{i}") for i in range(1, 5))
         ov = Signal()  # output register valid
         m.d.comb += [
-            self.hdr.ready.eq(advance & ~quiesce),
-            self.dec.valid.eq(ov),
-            advance.eq((~ov | self.dec.ready) & ~(v4 & block4)),
+            hdr.ready.eq(advance & ~quiesce),
+            dec_o.valid.eq(ov),
+            advance.eq((~ov | dec_o.ready) & ~(v4 & block4)),
         ]
         with m.If(advance):
-            m.d.sync += [v1.eq(self.hdr.valid & self.hdr.ready), h1.eq(self.hdr.payload),
+            m.d.sync += [v1.eq(hdr.valid & hdr.ready), h1.eq(hdr.payload),
                          v2.eq(v1), h2.eq(h1), v3.eq(v2), h3.eq(h2), v4.eq(v3), h4.eq(h3)]
         pipe_empty = ~(v1 | v2 | v3 | v4)
 
@@ -533,7 +542,7 @@ class AggControl(wiring.Component):
         m.d.comb += cj.eq(Mux(commit & registered, 1 << j4, 0))
 
         # ---- decision output register
-        dec = self.dec.payload
+        dec = dec_o.payload
         beats = (h4.plen + self.beat_bytes - 1) >> self.beat_shift
         with m.If(advance):
             m.d.sync += [ov.eq(v4), dec.action.eq(action), dec.disp.eq(disp), dec.job.eq(j4),
@@ -543,7 +552,7 @@ class AggControl(wiring.Component):
                          dec.port.eq(h4.port), dec.release.eq(release_now),
                          dec.nak.eq(registered & nak_fire), dec.nak_x.eq(dk.nak_x),
                          dec.solicit.eq(registered & solicit), dec.sol_psn.eq(dk.sol_psn)]
-        with m.Elif(self.dec.ready):
+        with m.Elif(dec_o.ready):
             m.d.sync += ov.eq(0)
 
         # ---- RAM writes of the decision stage (slot memory shared with the scrub)
