@@ -69,6 +69,7 @@ from .mgmt_path import PATH_COUNTERS, attach_mgmt
 from .packet.deparser import Deparser
 from .packet.layout import HDR_CAP, Kind
 from .packet.parser import Parser
+from .skid import SkidBuffer
 from .stream import beat_layout, beat_signature
 from .txarb import TxArbiter
 from .verilog import AxisTop, generate
@@ -322,7 +323,14 @@ class NetReduceEngine(wiring.Component):
                      em.port.ready.eq(portq.w_rdy)]
         wiring.connect(m, ctl.rel, em.rel)
         wiring.connect(m, em.dep_hdr, dep.hdr)
-        wiring.connect(m, em.dep_payload, dep.payload)
+        # registered boundaries on the TX chain (port -> TX arbiter -> deparser -> emitter ->
+        # slot memory read enable): a skid buffer at each hop
+        m.submodules.pay_skid = pay_skid = SkidBuffer(beat_l)
+        m.submodules.dep_skid = dep_skid = SkidBuffer(beat_l)
+        wiring.connect(m, em.dep_payload, pay_skid.i)
+        wiring.connect(m, pay_skid.o, dep.payload)
+        wiring.connect(m, dep.o, dep_skid.i)
+        dep_o = dep_skid.o
         wiring.connect(m, em.req, slotmem.result_req)
         wiring.connect(m, slotmem.result, em.res)
 
@@ -334,17 +342,19 @@ class NetReduceEngine(wiring.Component):
         for k in range(P):
             o = getattr(self, f"o_p{k}") if mg is None else mg.tx[k]
             m.submodules[f"txarb{k}"] = arb = TxArbiter(w)
+            m.submodules[f"tx_skid{k}"] = tx_skid = SkidBuffer(beat_l)
             fq_k = fwd[k][0]
             m.d.comb += [arb.fwd.valid.eq(fq_k.r_rdy), arb.fwd.payload.eq(fq_k.r_data),
                          fq_k.r_en.eq(arb.fwd.ready),
-                         arb.dep.valid.eq(dep.o.valid & portq.r_rdy & (head == k)),
-                         arb.dep.payload.eq(dep.o.payload)]
-            m.d.comb += [o.valid.eq(arb.o.valid), o.payload.eq(arb.o.payload),
-                         arb.o.ready.eq(o.ready)]
-            tx_last.append(arb.last)
+                         arb.dep.valid.eq(dep_o.valid & portq.r_rdy & (head == k)),
+                         arb.dep.payload.eq(dep_o.payload)]
+            wiring.connect(m, arb.o, tx_skid.i)
+            m.d.comb += [o.valid.eq(tx_skid.o.valid), o.payload.eq(tx_skid.o.payload),
+                         tx_skid.o.ready.eq(o.ready)]
+            tx_last.append(tx_skid.o.valid & o.ready & tx_skid.o.payload.last)
             dep_ready.append(arb.dep.ready)
-        m.d.comb += dep.o.ready.eq(Array(dep_ready)[head] & portq.r_rdy)
-        m.d.comb += portq.r_en.eq(dep.o.valid & dep.o.ready & dep.o.payload.last)
+        m.d.comb += dep_o.ready.eq(Array(dep_ready)[head] & portq.r_rdy)
+        m.d.comb += portq.r_en.eq(dep_o.valid & dep_o.ready & dep_o.payload.last)
         tx_count = sum(tx_last)
         if mg is not None:
             tx_count = tx_count + mg.inc.tx_frames
