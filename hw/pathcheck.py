@@ -1,0 +1,254 @@
+"""Paths between blocks: combinational input -> output paths and fanout, from a gate-level netlist.
+
+A per-block logic depth says nothing about a path that runs through several blocks. This module
+flattens a component to single-bit gates with Yosys (``proc; flatten; memory -nomap; techmap``),
+then walks the netlist:
+
+* :func:`comb_paths`: the (input port, output port) pairs of the component joined by a path of
+  combinational gates only (flip-flops and synchronous memory read ports end a path; an
+  asynchronous read port passes its address to its data). A block whose ports are all registered
+  has none.
+* :func:`port_fanout`: for every port of every direct sub-block (the nets between blocks), the
+  largest number of gate inputs one of its bits drives in the flattened design.
+
+Both need the native Yosys (:func:`netreduce.hw.estimate.find_yosys`); keep parameters small.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+__all__ = ["gate_netlist", "comb_paths", "port_fanout", "Netlist", "xilinx_levels", "levels"]
+
+SCRIPT = ("read_rtlil {il}; hierarchy -top {top}; proc; flatten; memory -nomap; "
+          "opt -fast; techmap; opt -fast; opt_clean -purge; write_json {out}")
+
+
+class Netlist:
+    """A flattened single-bit gate netlist (Yosys JSON) of module ``top``."""
+
+    def __init__(self, doc: dict, top: str, module_ports: dict[str, set[str]] | None = None):
+        mod = doc["modules"][top]
+        self.module_ports = module_ports or {}   # pre-flatten module name -> its port names
+        self.ports = {n: (p["direction"], p["bits"]) for n, p in mod["ports"].items()}
+        self.names = {n: d["bits"] for n, d in mod["netnames"].items()}
+        self.readers: dict[int, list[str]] = defaultdict(list)   # bit -> comb cells reading it
+        self.loads: dict[int, int] = defaultdict(int)            # bit -> gate inputs it drives
+        self.outputs: dict[str, list[int]] = {}                  # comb cell -> its output bits
+        for cname, cell in mod["cells"].items():
+            if cell["type"] == "$mem_v2":
+                self._memory(cname, cell)
+                continue
+            seq = "DFF" in cell["type"] or "DLATCH" in cell["type"] or "FF" in cell["type"]
+            dirs = cell.get("port_directions", {})
+            outs = []
+            for pin, bits in cell["connections"].items():
+                if dirs.get(pin) == "output":
+                    outs += [b for b in bits if isinstance(b, int)]
+                else:
+                    for b in bits:
+                        if isinstance(b, int):
+                            self.loads[b] += 1
+                            if not seq:
+                                self.readers[b].append(cname)
+            if not seq:
+                self.outputs[cname] = outs
+        for _, (d, bits) in self.ports.items():
+            if d == "output":
+                for b in bits:
+                    if isinstance(b, int):
+                        self.loads[b] += 1
+
+    def _memory(self, cname: str, cell: dict) -> None:
+        """A memory: synchronous read ports end a path; an asynchronous one is a combinational
+        cell from its address to its data."""
+        p, c = cell["parameters"], cell["connections"]
+        n = int(p["RD_PORTS"], 2) if isinstance(p["RD_PORTS"], str) else p["RD_PORTS"]
+        clk_en = str(p["RD_CLK_ENABLE"]).zfill(n)[::-1] if n else ""
+        abits = len(c["RD_ADDR"]) // max(n, 1)
+        dbits = len(c["RD_DATA"]) // max(n, 1)
+        for pin in ("WR_ADDR", "WR_DATA", "WR_EN", "RD_ADDR", "RD_EN", "RD_ARST", "RD_SRST"):
+            for b in c.get(pin, ()):
+                if isinstance(b, int):
+                    self.loads[b] += 1
+        for i in range(n):
+            if clk_en[i] == "1":
+                continue
+            name = f"{cname}#rd{i}"
+            self.outputs[name] = [b for b in c["RD_DATA"][i * dbits:(i + 1) * dbits]
+                                  if isinstance(b, int)]
+            for b in c["RD_ADDR"][i * abits:(i + 1) * abits]:
+                if isinstance(b, int):
+                    self.readers[b].append(name)
+
+    def reach(self, bits) -> set[int]:
+        """Bits reachable from ``bits`` through combinational gates (``bits`` included)."""
+        seen = set(b for b in bits if isinstance(b, int))
+        todo = list(seen)
+        done_cells = set()
+        while todo:
+            b = todo.pop()
+            for c in self.readers.get(b, ()):
+                if c in done_cells:
+                    continue
+                done_cells.add(c)
+                for o in self.outputs[c]:
+                    if o not in seen:
+                        seen.add(o)
+                        todo.append(o)
+        return seen
+
+
+def gate_netlist(component, *, top: str = "top", timeout: float = 1800) -> Netlist:
+    """:class:`Netlist` of an Amaranth component (converted to RTLIL, flattened by Yosys)."""
+    from amaranth.back import rtlil
+
+    from .estimate import find_yosys
+
+    cmd, _ = find_yosys()
+    text = rtlil.convert(component, name=top, emit_src=False)
+    with tempfile.TemporaryDirectory(prefix="nr-paths-") as d:
+        il, out = Path(d) / "design.il", Path(d) / "net.json"
+        il.write_text(text)
+        script = SCRIPT.format(il=il, top=top, out=out)
+        r = subprocess.run([*cmd, "-q", "-p", script], capture_output=True, text=True,
+                           timeout=timeout)
+        if r.returncode != 0:
+            raise RuntimeError(f"yosys failed ({r.returncode}): {(r.stderr or r.stdout)[-2000:]}")
+        ports = {}
+        for mname, body in re.findall(r"^module \\(\S+)\n(.*?)^end$", text, re.M | re.S):
+            ports[mname] = set(re.findall(r"^  wire .*\b(?:input|output) \d+ \\(\S+)$", body,
+                                          re.M))
+        return Netlist(json.loads(out.read_text()), top, ports)
+
+
+def _is_clock_or_reset(name: str) -> bool:
+    return name in ("clk", "rst")
+
+
+def comb_paths(net: Netlist) -> list[tuple[str, str]]:
+    """``(input, output)`` port pairs joined by a combinational path (sorted)."""
+    out_of = {}
+    for name, (d, bits) in net.ports.items():
+        if d == "output":
+            for b in bits:
+                if isinstance(b, int):
+                    out_of.setdefault(b, name)
+    pairs = set()
+    for name, (d, bits) in net.ports.items():
+        if d != "input" or _is_clock_or_reset(name):
+            continue
+        for b in net.reach(bits):
+            if b in out_of:
+                pairs.add((name, out_of[b]))
+    return sorted(pairs)
+
+
+def port_fanout(net: Netlist, children, top: str = "top") -> dict[str, int]:
+    """``{"<child>.<port>": largest gate-input count of one of its bits}`` for the ports of the
+    direct sub-blocks ``children`` (instance names) of the flattened design."""
+    fan = {}
+    for child in children:
+        for port in net.module_ports.get(f"{top}.{child}", ()):
+            bits = net.names.get(f"{child}.{port}")
+            ints = [b for b in bits or () if isinstance(b, int)]
+            if ints:
+                fan[f"{child}.{port}"] = max(net.loads.get(b, 0) for b in ints)
+    return fan
+
+
+# ---- logic levels on the Xilinx mapping -------------------------------------------------------
+
+LEVELS_SCRIPT = ("read_rtlil {il}; synth_xilinx -family xcup -top {top} -flatten -noiopad "
+                 "-noclkbuf; opt_clean -purge; write_json {out}")
+_LUT_CLASS = re.compile(r"^(LUT[1-6]|MUXF[789]|INV)$")
+_CARRY = re.compile(r"^CARRY(4|8)$")
+
+
+def xilinx_levels(doc: dict, top: str) -> dict:
+    """Longest register-to-register path of a ``synth_xilinx`` netlist (Yosys JSON), counted two
+    ways: ``lut_levels`` (LUT / MUXF / INV cells on the path; carry cells pass through) and
+    ``carry_levels`` (carry cells on the path; LUT-class cells pass through); ``lut_path``: the
+    cell names of one deepest LUT path, source first (to show a path cell by cell).
+
+    Every other cell (flip-flops, RAMs, DSPs, black boxes) and the ports end a path."""
+    mod = doc["modules"][top]
+    drivers: dict[int, str] = {}
+    ins: dict[str, list[int]] = {}
+    kind: dict[str, str] = {}
+    for cname, cell in mod["cells"].items():
+        t = cell["type"]
+        k = "lut" if _LUT_CLASS.match(t) else "carry" if _CARRY.match(t) else None
+        if k is None:
+            continue
+        kind[cname] = k
+        dirs = cell.get("port_directions", {})
+        ins[cname] = []
+        for pin, bits in cell["connections"].items():
+            for b in bits:
+                if not isinstance(b, int):
+                    continue
+                if dirs.get(pin) == "output":
+                    drivers[b] = cname
+                else:
+                    ins[cname].append(b)
+    memo: dict[str, tuple[int, int, str | None]] = {}
+
+    def depth(c):    # iterative DFS: (lut levels, carry levels, predecessor on the lut path)
+        stack, onstack = [c], {c}
+        while stack:
+            x = stack[-1]
+            if x in memo:
+                stack.pop()
+                onstack.discard(x)
+                continue
+            preds = [drivers[b] for b in ins[x] if b in drivers]
+            todo = [p for p in preds if p not in memo and p not in onstack]
+            if todo:
+                stack += todo
+                onstack.update(todo)
+                continue
+            preds = [p for p in preds if p in memo]   # (a combinational loop is cut)
+            lut = max((memo[p][0] for p in preds), default=0)
+            car = max((memo[p][1] for p in preds), default=0)
+            best = max(preds, key=lambda p: memo[p][0], default=None)
+            memo[x] = (lut + (kind[x] == "lut"), car + (kind[x] == "carry"), best)
+            stack.pop()
+            onstack.discard(x)
+        return memo[c]
+
+    worst_l, worst_c, end = 0, 0, None
+    for c in kind:
+        lv, cv, _ = depth(c)
+        if lv > worst_l:
+            worst_l, end = lv, c
+        worst_c = max(worst_c, cv)
+    path = []
+    while end is not None:
+        path.append(f"{mod['cells'][end]['type']}:{end}")
+        end = memo[end][2]
+    return {"lut_levels": worst_l, "carry_levels": worst_c, "lut_path": path[::-1]}
+
+
+def levels(component, *, top: str = "top", timeout: float = 3600) -> dict:
+    """:func:`xilinx_levels` of an Amaranth component after ``synth_xilinx -family xcup``."""
+    from amaranth.back import rtlil
+
+    from .estimate import find_yosys, no_zero_meminit
+
+    cmd, _ = find_yosys()
+    with no_zero_meminit():
+        text = rtlil.convert(component, name=top, emit_src=False)
+    with tempfile.TemporaryDirectory(prefix="nr-levels-") as d:
+        il, out = Path(d) / "design.il", Path(d) / "net.json"
+        il.write_text(text)
+        r = subprocess.run([*cmd, "-q", "-p", LEVELS_SCRIPT.format(il=il, top=top, out=out)],
+                           capture_output=True, text=True, timeout=timeout)
+        if r.returncode != 0:
+            raise RuntimeError(f"yosys failed ({r.returncode}): {(r.stderr or r.stdout)[-2000:]}")
+        return xilinx_levels(json.loads(out.read_text()), top)
