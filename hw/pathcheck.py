@@ -26,7 +26,7 @@ from pathlib import Path
 __all__ = ["gate_netlist", "comb_paths", "port_fanout", "Netlist", "xilinx_levels", "levels"]
 
 SCRIPT = ("read_rtlil {il}; hierarchy -top {top}; proc; flatten; memory -nomap; "
-          "opt -fast; techmap; opt -fast; opt_clean -purge; write_json {out}")
+          "opt -fast; techmap; opt -fast; opt_clean; write_json {out}")
 
 
 class Netlist:
@@ -122,7 +122,7 @@ def gate_netlist(component, *, top: str = "top", timeout: float = 1800) -> Netli
             raise RuntimeError(f"yosys failed ({r.returncode}): {(r.stderr or r.stdout)[-2000:]}")
         ports = {}
         for mname, body in re.findall(r"^module \\(\S+)\n(.*?)^end$", text, re.M | re.S):
-            ports[mname] = set(re.findall(r"^  wire .*\b(?:input|output) \d+ \\(\S+)$", body,
+            ports[mname] = set(re.findall(r"^  wire .*\b(?:input|output) \d+ +\\(\S+)$", body,
                                           re.M))
         return Netlist(json.loads(out.read_text()), top, ports)
 
