@@ -165,7 +165,7 @@ def port_fanout(net: Netlist, children, top: str = "top") -> dict[str, int]:
 # ---- logic levels on the Xilinx mapping -------------------------------------------------------
 
 LEVELS_SCRIPT = ("read_rtlil {il}; synth_xilinx -family xcup -top {top} -flatten -noiopad "
-                 "-noclkbuf; opt_clean -purge; write_json {out}")
+                 "-noclkbuf; opt_clean; write_json {out}")
 _LUT_CLASS = re.compile(r"^(LUT[1-6]|MUXF[789]|INV)$")
 _CARRY = re.compile(r"^CARRY(4|8)$")
 
@@ -222,6 +222,21 @@ def xilinx_levels(doc: dict, top: str) -> dict:
             onstack.discard(x)
         return memo[c]
 
+    bitname: dict[int, str] = {}
+    for name, d in mod["netnames"].items():
+        for i, b in enumerate(d["bits"]):
+            if isinstance(b, int) and (b not in bitname or "$" in bitname[b]):
+                bitname[b] = f"{name}[{i}]" if len(d["bits"]) > 1 else name
+
+    def label(c):
+        cell = mod["cells"][c]
+        dirs = cell.get("port_directions", {})
+        outs = [b for p, bits in cell["connections"].items() if dirs.get(p) == "output"
+                for b in bits if isinstance(b, int)]
+        names = [bitname[b] for b in outs if b in bitname]
+        best = min(names, key=lambda n: ("$" in n, len(n)), default="?")
+        return f"{cell['type']} -> {best}"
+
     worst_l, worst_c, end = 0, 0, None
     for c in kind:
         lv, cv, _ = depth(c)
@@ -230,7 +245,7 @@ def xilinx_levels(doc: dict, top: str) -> dict:
         worst_c = max(worst_c, cv)
     path = []
     while end is not None:
-        path.append(f"{mod['cells'][end]['type']}:{end}")
+        path.append(label(end))
         end = memo[end][2]
     return {"lut_levels": worst_l, "carry_levels": worst_c, "lut_path": path[::-1]}
 

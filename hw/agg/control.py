@@ -97,8 +97,8 @@ Timing
     after each ACK/NAK that advanced some acked_f; ACK/NAK acceptance never reads free_j, so
     back-to-back ACKs/NAKs do not wait);
   - while ``dec`` is not ready, or the release FIFO is full;
-  - every other cycle while the enable sequencer clears the slots of a job being enabled, if
-    the decision stage wants to write a slot in that cycle;
+  - every other cycle while the enable sequencer clears the slots of a job being enabled (the
+    stall does not wait for the decision, so the decision logic stays off the pipeline enable);
   - while the sequencer commits or discards a job (it stops taking headers until the pipeline
     is empty).
 * Enable: ``JOB.CTRL.enable`` 0 -> 1 is seen one cycle after the bank's write; the sequencer
@@ -533,7 +533,8 @@ class AggControl(wiring.Component):
             # free_j; everything waits for a chained release (it moves rel_j)
             (registered & (chain_busy[j4] | ((free_busy[j4] != 0) & ~dk.ctrl)))
             | ~relq.w_rdy
-            | (scrub_want & scrub_turn & slot_write))
+            # (any header, not only one writing a slot: keeps the decision off the stall path)
+            | (scrub_want & scrub_turn))
         commit = Signal()
         m.d.comb += commit.eq(v4 & advance)
         m.d.sync += [aw_en.eq(commit & registered & ack_take), aw_addr.eq(Cat(r4, j4)),
