@@ -337,6 +337,8 @@ class ProcessGroupNetReduce(dist.ProcessGroup):
                                           len(groups[h]), self.timeout)
             members, me, tag = [g[li] for g in groups], h, f"shard{li}"
         self.members = members
+        self._store, self._shard = store, (0 if groups is None else self.local_rank)
+        self._shards = 1 if groups is None else self.local_size
         # shard communicators register their engine jobs one after the other (one configuring
         # client at a time: EngineControl picks the first free job)
         shard = 0 if groups is None else self.local_rank
@@ -622,8 +624,22 @@ class ProcessGroupNetReduce(dist.ProcessGroup):
         self._drain()
         self._q.put(None)
         self._thread.join(5)
+        c = self.comm
         try:
-            self.comm.close(barrier=False)
+            if c.rank == 0 and c.jobs:
+                # shard communicators share the management source: one after the other, each
+                # resynchronising its sequence number first (bounded: a dead peer costs 5 s)
+                if self._shard > 0:
+                    try:
+                        self._store.wait([f"nr-closed/shard{self._shard - 1}"],
+                                         timedelta(seconds=5))
+                    except Exception:  # noqa: BLE001 (remove ours anyway)
+                        pass
+                bus = c.ctrl.bus
+                getattr(bus, "client", bus).synced = False
+            c.close(barrier=False)
+            if c.rank == 0 and self._shards > 1:
+                self._store.set(f"nr-closed/shard{self._shard}", b"1")
         except Exception as e:  # noqa: BLE001 (best effort at exit)
             log.warning("rank %d: closing the engine communicator: %s", self._rank, e)
 
