@@ -52,7 +52,8 @@ def load_digits_split(seed: int = 0):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--backend", choices=["netreduce", "netreduce-hook", "gloo"], default="netreduce")
+    ap.add_argument("--backend", choices=["netreduce", "netreduce-hook", "gloo"],
+                    default="netreduce")
     ap.add_argument("--switch", default="127.0.0.1:7000", help="the switch service, HOST:PORT")
     ap.add_argument("--epochs", type=int, default=15)
     ap.add_argument("--batch", type=int, default=16, help="per-rank batch size")

@@ -45,8 +45,9 @@ store. ``NETREDUCE_HIERARCHICAL=0`` forces the flat path, ``=1`` requires the hi
 
 Configuration: :class:`Options` (``pg_options=`` of ``init_process_group``) or the environment
 (``NETREDUCE_SWITCH`` = HOST:PORT, required; ``NETREDUCE_OP_TIMEOUT_S``,
-``NETREDUCE_INIT_TIMEOUT_S``, ``NETREDUCE_RC_TIMEOUT``, ``NETREDUCE_RC_RETRIES``, ``NETREDUCE_INT=0`` to register no integer
-job (engines with few jobs), ``NETREDUCE_EXACT=1`` to refuse the quantised float sums).
+``NETREDUCE_INIT_TIMEOUT_S``, ``NETREDUCE_RC_TIMEOUT``, ``NETREDUCE_RC_RETRIES``,
+``NETREDUCE_INT=0`` to register no integer job (engines with few jobs), ``NETREDUCE_EXACT=1``
+to refuse the quantised float sums).
 
 Errors are ``RuntimeError`` naming the rank, the op and the QP: a dead rank (RC retries run out,
 ``(retry_cnt + 1) x 4.096 us x 2^timeout``), an unsupported op, a dtype that cannot be exact, a
@@ -134,8 +135,7 @@ class Options:
                 op_timeout_s=_env_float("NETREDUCE_OP_TIMEOUT_S", min(pg_s, 120.0)),
                 max_bytes=4 << 20, int32=ints, exp_bytes=1 << 20)
         else:
-            comm = replace(comm, int32=ints if self.ints is not None else comm.int32,
-                           exp_bytes=max(comm.exp_bytes, 1 << 16))
+            comm = replace(comm, int32=ints if self.ints is not None else comm.int32)
         hier = self.hierarchical
         if hier is None and env.get("NETREDUCE_HIERARCHICAL", "") not in ("", "auto"):
             hier = env["NETREDUCE_HIERARCHICAL"] != "0"
@@ -539,12 +539,11 @@ class ProcessGroupNetReduce(dist.ProcessGroup):
             if a.dtype == np.int64:
                 return _int64_sum(c, a)
         else:
+            fl = a.dtype.kind == "f"  # NaN rule: only floats have a NaN key
             if a.dtype in (np.int32, np.float32):
-                k = _key32(a)
-                return _unkey32(_max32(c, k, op), a.dtype)
+                return _unkey32(_max32(c, _key32(a), op, fl), a.dtype)
             if a.dtype in (np.int64, np.float64):
-                k = _key64(a)
-                return _unkey64(_max64(c, k, op), a.dtype)
+                return _unkey64(_max64(c, _key64(a), op, fl), a.dtype)
         raise AssertionError(f"no engine path for {a.dtype} {op}")  # _check() prevents it
 
     # ------------------------------------------------------------------ delegated to gloo
@@ -570,6 +569,23 @@ class ProcessGroupNetReduce(dist.ProcessGroup):
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts):
         return self._gl().allgather_into_tensor_coalesced(outputs, inputs, opts)
+
+    # torch >= 2.10 names of the single-tensor collectives
+    def all_gather_single(self, output, input, opts):
+        return self._gl()._allgather_base(output, input, opts)
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts):
+        return self._gl().allgather_into_tensor_coalesced(outputs, inputs, opts)
+
+    def reduce_scatter_single(self, output, input, opts):
+        return self._gl()._reduce_scatter_base(output, input, opts)
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts):
+        return self._gl().reduce_scatter_tensor_coalesced(outputs, inputs, opts)
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts):
+        return self._gl().alltoall_base(output, input, output_split_sizes, input_split_sizes,
+                                        opts)
 
     def gather(self, output_tensors, input_tensors, opts):
         return self._gl().gather(output_tensors, input_tensors, opts)
@@ -682,12 +698,14 @@ def _int64_sum(c: _EngineComm, a: np.ndarray) -> np.ndarray:
 
 def _key32(a: np.ndarray) -> np.ndarray:
     """Order-preserving int32 image: ints as they are; floats sign-magnitude -> two's
-    complement, every NaN first made the positive quiet NaN (so it wins MAX)."""
+    complement, every NaN the largest key (so it wins MAX, and MIN through the NaN rule of
+    :func:`_max32`)."""
     if a.dtype == np.int32:
         return a.copy()
-    f = np.where(np.isnan(a), np.float32(np.nan), a).astype(np.float32)
-    i = f.view(np.int32)
-    return np.where(i < 0, i ^ np.int32(INT32_MAX), i)
+    i = a.view(np.int32)
+    k = np.where(i < 0, i ^ np.int32(INT32_MAX), i)
+    k[np.isnan(a)] = INT32_MAX  # a NaN bit pattern too: the key no number reaches
+    return k
 
 
 def _unkey32(k: np.ndarray, dt) -> np.ndarray:
@@ -696,25 +714,27 @@ def _unkey32(k: np.ndarray, dt) -> np.ndarray:
     return np.where(k < 0, k ^ np.int32(INT32_MAX), k).view(np.float32)
 
 
-def _max32(c: _EngineComm, k: np.ndarray, op) -> np.ndarray:
+def _max32(c: _EngineComm, k: np.ndarray, op, floats: bool) -> np.ndarray:
     if op == RedOp.MAX:
         return c.ring_reduce("exp", k)
-    # MIN = NOT(MAX(NOT k)); a NaN (the largest key) is kept largest so it still wins
-    nan = k == INT32_MAX
+    # MIN = NOT(MAX(NOT k)); for floats a NaN (the largest key) stays largest so it still wins
     m = np.invert(k)
-    m[nan] = INT32_MAX
+    if floats:
+        m[k == INT32_MAX] = INT32_MAX
     r = c.ring_reduce("exp", m)
     out = np.invert(r)
-    out[r == INT32_MAX] = INT32_MAX
+    if floats:
+        out[r == INT32_MAX] = INT32_MAX
     return out
 
 
 def _key64(a: np.ndarray) -> np.ndarray:
     if a.dtype == np.int64:
         return a.copy()
-    f = np.where(np.isnan(a), np.float64(np.nan), a).astype(np.float64)
-    i = f.view(np.int64)
-    return np.where(i < 0, i ^ np.int64((1 << 63) - 1), i)
+    i = a.view(np.int64)
+    k = np.where(i < 0, i ^ np.int64((1 << 63) - 1), i)
+    k[np.isnan(a)] = (1 << 63) - 1
+    return k
 
 
 def _unkey64(k: np.ndarray, dt) -> np.ndarray:
@@ -723,14 +743,15 @@ def _unkey64(k: np.ndarray, dt) -> np.ndarray:
     return np.where(k < 0, k ^ np.int64((1 << 63) - 1), k).view(np.float64)
 
 
-def _max64(c: _EngineComm, k: np.ndarray, op) -> np.ndarray:
+def _max64(c: _EngineComm, k: np.ndarray, op, floats: bool) -> np.ndarray:
     """int64 MAX/MIN in two int32 MAX passes: the high words, then the low words (unsigned order
     mapped to signed) of the ranks holding the maximal high word."""
     imax = np.int64((1 << 63) - 1)
     if op == RedOp.MIN:
         nan = k == imax
         k = np.invert(k)
-        k[nan] = imax
+        if floats:
+            k[nan] = imax
     hi = (k >> np.int64(32)).astype(np.int32)
     lo = ((k & np.int64(0xFFFFFFFF)).astype(np.uint32) ^ np.uint32(0x80000000)).view(np.int32)
     mh = c.ring_reduce("exp", hi)
@@ -739,7 +760,8 @@ def _max64(c: _EngineComm, k: np.ndarray, op) -> np.ndarray:
         ml.view(np.uint32) ^ np.uint32(0x80000000)).astype(np.int64)
     if op == RedOp.MIN:
         out = np.invert(r)
-        out[r == imax] = imax
+        if floats:
+            out[r == imax] = imax
         return out
     return r
 
