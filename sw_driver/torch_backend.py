@@ -101,9 +101,12 @@ class Options:
     """Backend options (``init_process_group(..., pg_options=Options(...))``); every field left
     at None is read from the environment (module docstring), then the default.
 
-    The rings default to a window of 128 packets of 1 KiB, 32-packet messages (8192-element
-    quantisation chunks): 320 engine slots and 3 jobs per communicator, so two shard
-    communicators (hierarchy with 2 ranks per host) fit the default engine (8 jobs, 1024 slots).
+    The rings default to a window of 128 packets of 1 KiB, 16-packet messages (4096-element
+    quantisation chunks) and a margin of 64 packets (4 messages: ranks in different processes
+    see each other's ACKs late; a margin of one message let packets reach the engine ahead of
+    its window under load, each costing an RC timeout): 384 engine slots and 3 jobs per
+    communicator, so two shard communicators (hierarchy with 2 ranks per host) fit the default
+    engine (8 jobs, 1024 slots).
     """
 
     switch: str | None = None
@@ -129,7 +132,7 @@ class Options:
         comm = self.comm
         if comm is None:
             comm = RankCommConfig(
-                window=128, margin=32, msg_packets=32, exp_window=64,
+                window=128, margin=64, msg_packets=16, exp_window=128,
                 timeout=int(_env_float("NETREDUCE_RC_TIMEOUT", 17)),
                 retry_cnt=int(_env_float("NETREDUCE_RC_RETRIES", 7)),
                 op_timeout_s=_env_float("NETREDUCE_OP_TIMEOUT_S", min(pg_s, 120.0)),
@@ -298,8 +301,13 @@ class _EngineComm(RankComm):
         return out
 
     def qp_label(self, name: str) -> str:
-        ring = self.rings.get(name) or self.rings["sum"]
-        return f"QP {ring.sq.qpn:#08x} ({ring.name} ring, engine job {ring.job})"
+        """The send QP(s) and engine job(s) an op uses ("float": exponents, then values)."""
+        names = ("exp", "sum") if name == "float" else (name if name in self.rings else "sum",)
+        rings = [self.rings[n] for n in names]
+        return (f"QP {'/'.join(f'{r.sq.qpn:#08x}' for r in rings)} ("
+                f"{'+'.join(r.name for r in rings)} ring{'s' if len(rings) > 1 else ''}, "
+                f"engine job{'s' if len(rings) > 1 else ''} "
+                f"{', '.join(str(r.job) for r in rings)})")
 
 
 class ProcessGroupNetReduce(dist.ProcessGroup):
@@ -394,12 +402,13 @@ class ProcessGroupNetReduce(dist.ProcessGroup):
                 return
             try:
                 if self._error is not None:
-                    raise self._error
+                    raise RuntimeError(f"{job.what}: the communicator failed earlier: "
+                                       f"{self._error}")
                 job.fn()
             except BaseException as e:  # noqa: BLE001 (set on the future, raised by wait)
                 err = e if isinstance(e, RuntimeError) and str(e).startswith(job.what) else \
                     RuntimeError(f"{job.what}: {e}")
-                if isinstance(e, CollectiveError | TimeoutError):
+                if isinstance(e, CollectiveError | TimeoutError) and self._error is None:
                     self._error = err  # the communicator is broken for good
                 job.error = err
                 job.done.set()
@@ -676,7 +685,7 @@ def _ring_of(op, t: torch.Tensor) -> str:
     if op in (RedOp.MAX, RedOp.MIN):
         return "exp"
     if t.dtype in _FLOAT_Q:
-        return "sum"
+        return "float"
     return "int" if t.dtype in _INT_EXACT or t.dtype == torch.int64 else "sum"
 
 

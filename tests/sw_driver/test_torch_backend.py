@@ -87,7 +87,7 @@ def _all(key):
 
 def _float_bound(xs: list[np.ndarray], y: np.ndarray, world: int) -> np.ndarray:
     """quant.error_bound of the flat path: segments of SEG bytes, one exponent per chunk."""
-    seg, chunk = _worker().SEG // 4, 32 * 1024 // 4
+    seg, chunk = _worker().SEG // 4, _worker().CHUNK
     out = []
     for s in range(0, y.size, seg):
         e = np.max([quant.chunk_exponents(x[s:s + seg], chunk) for x in xs], axis=0)
@@ -200,8 +200,9 @@ def test_other_collectives_go_to_gloo(flat):
     assert res[0]["reduce"] == float(np.prod(range(1, W3 + 1)))  # PRODUCT: gloo's reduce
 
 
-def _engine_sum(xs: list[np.ndarray], chunk: int = 32 * 1024 // 4) -> np.ndarray:
+def _engine_sum(xs: list[np.ndarray]) -> np.ndarray:
     """What the flat float path computes (one segment): shared exponents, exact integer sum."""
+    chunk = _worker().CHUNK
     e = quant.scales(np.max([quant.chunk_exponents(x, chunk) for x in xs], axis=0), len(xs))
     q = np.sum([quant.quantize(x, e, chunk).astype(np.int64) for x in xs], axis=0)
     return quant.dequantize(q.astype(np.int32), e, chunk)

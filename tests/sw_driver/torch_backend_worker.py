@@ -22,6 +22,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 SEG = 64 << 10  # max_bytes of the flat scenario: a 100k-element all-reduce crosses 7 segments
+CHUNK = 16 * 1024 // 4  # quantisation chunk: one 16-packet message of int32
 
 
 def inputs(rank: int) -> dict[str, np.ndarray]:
@@ -232,7 +233,8 @@ def main(rank: int, world: int, cfg: dict) -> None:
         store = dist.TCPStore("127.0.0.1", cfg["store_port"], world, rank == 0,
                               timeout=timedelta(seconds=60))
         cfg["store"] = store
-        comm = RankCommConfig(window=128, margin=32, msg_packets=32, max_bytes=SEG,
+        comm = RankCommConfig(window=128, margin=64, msg_packets=16, exp_window=128,
+                              max_bytes=SEG,
                               exp_bytes=SEG // 4, int32=cfg.get("ints", True),
                               timeout=cfg.get("rc_timeout", 16), retry_cnt=4,
                               op_timeout_s=cfg.get("op_timeout_s", 60))
