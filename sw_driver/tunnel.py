@@ -498,6 +498,9 @@ class RankCommConfig:
         if self.max_bytes < self.msg_bytes or self.max_bytes % 4:
             raise ValueError(f"max_bytes must be a multiple of 4 and >= one message "
                              f"({self.msg_bytes} B), got {self.max_bytes!r}")
+        if not isinstance(self.exp_bytes, int) or self.exp_bytes < 0 or self.exp_bytes % 4:
+            raise ValueError(f"exp_bytes must be a multiple of 4 and >= 0, got "
+                             f"{self.exp_bytes!r}")
 
     @property
     def msg_bytes(self) -> int:
