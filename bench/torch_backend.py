@@ -96,7 +96,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "torch_backend.json"))
     args = ap.parse_args()
     import torch.multiprocessing as mp
-    from netreduce.sim.switch import SwitchThread
+    from netreduce.sim.emu.switch import SwitchThread
 
     sizes = [int(s) for s in args.sizes.split(",")]
     tmp = Path(args.out).with_suffix(".rows.tmp")

@@ -22,7 +22,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch not installed: pip install '.[torch]'")
 
-from netreduce.sim.switch import SwitchThread  # noqa: E402
+from netreduce.sim.emu.switch import SwitchThread  # noqa: E402
 from netreduce.sw_driver import quant  # noqa: E402
 
 HERE = Path(__file__).parent
@@ -308,8 +308,8 @@ def test_hierarchy_results(hier):
 # ============================================================================ RTL, briefly
 @functools.cache
 def _rtl_unavailable() -> str | None:
+    from netreduce.sim.net.simrun import BackendUnavailable
     from netreduce.sim.rtl.fabric import probe_rtl
-    from netreduce.sim.simrun import BackendUnavailable
 
     try:
         probe_rtl("verilator")
@@ -322,9 +322,9 @@ def _rtl_unavailable() -> str | None:
 def test_rtl_switch_backend(tmp_path):
     if _rtl_unavailable():
         pytest.skip(_rtl_unavailable())
+    from netreduce.sim.net.simrun import SimConfig
     from netreduce.sim.rtl.fabric import rtl_params
     from netreduce.sim.rtl.switch_engine import RtlSwitchEngine
-    from netreduce.sim.simrun import SimConfig
 
     # the small build of tests/sim/test_switch_rtl.py (2 jobs: no integer job)
     small = {**rtl_params(SimConfig(workers=4)), "data_width": 64, "pmtu_max": 1024}

@@ -224,8 +224,8 @@ def _save(cfg: dict, rank: int, res: dict) -> None:
 
 def main(rank: int, world: int, cfg: dict) -> None:
     """``torch.multiprocessing.start_processes`` entry: one rank of ``cfg["scenario"]``."""
+    from netreduce.sim.emu.tunnel import RankCommConfig
     from netreduce.sw_driver.torch_backend import Options
-    from netreduce.sw_driver.tunnel import RankCommConfig
 
     torch.set_num_threads(1)
     os.environ.update(cfg.get("env", {}))
