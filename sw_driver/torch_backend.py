@@ -63,7 +63,7 @@ import pickle
 import queue
 import socket
 import threading
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 import numpy as np
@@ -124,7 +124,6 @@ class Options:
     ints: bool | None = None  # register the integer (SUM_WRAP) job
     exact: bool | None = None  # refuse the quantised float sums
     seed: int | None = None
-    extra: dict = field(default_factory=dict)
 
     def resolved(self, timeout: timedelta | None) -> Options:
         env = os.environ
@@ -426,8 +425,13 @@ class ProcessGroupNetReduce(dist.ProcessGroup):
         if self._closed:
             raise RuntimeError(f"{what}: the process group was shut down")
         job = _Job(fn, result, what)
+        # each ring pass of each segment is bounded by op_timeout_s (RankComm); wait() allows
+        # all of them (int64: 1.5x the bytes; MAX of 64-bit values and floats: 2 passes)
+        cc = self.opts.comm
+        nbytes = sum(t.numel() * 8 for t in result)
+        passes = 2 * (1 + nbytes // min(cc.max_bytes, max(cc.exp_bytes, cc.msg_bytes)))
         self._q.put(job)
-        return _NRWork(job, self.opts.comm.op_timeout_s * 4 + 30)
+        return _NRWork(job, cc.op_timeout_s * passes + 30)
 
     def _drain(self) -> None:
         """Wait (bounded) for every queued engine all-reduce of this rank."""
