@@ -24,6 +24,7 @@ torch = pytest.importorskip("torch", reason="torch not installed: pip install '.
 
 from netreduce.sim.emu.switch import SwitchThread  # noqa: E402
 from netreduce.sw_driver import quant  # noqa: E402
+from netreduce.sw_driver.control import EngineControl  # noqa: E402
 
 HERE = Path(__file__).parent
 pytestmark = pytest.mark.xdist_group("torch_backend")
@@ -62,6 +63,8 @@ def _launch(out: Path, scenario: str, world: int, engine=None, limit_s: float = 
                 p.kill()
                 p.join(5)
         counters = sw.counters()
+        counters["jobs_left"] = sw.call(lambda: EngineControl(sw.service.engine.bus)
+                                        .enabled_jobs())
     res = []
     for r in range(world):
         f = out / f"rank{r}.pkl"
@@ -282,6 +285,7 @@ def test_hierarchy_groups_hosts_and_uses_one_job_set_per_shard(hier):
     assert res[0]["jobs"] == res[2]["jobs"] and res[1]["jobs"] == res[3]["jobs"]
     assert not set(res[0]["jobs"]) & set(res[1]["jobs"])  # two shards, two job sets
     assert counters["engine.results_sent"] > 0
+    assert list(counters["jobs_left"]) == []  # destroy_process_group removed both job sets
 
 
 def test_hierarchy_results(hier):
