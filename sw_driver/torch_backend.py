@@ -357,6 +357,10 @@ class ProcessGroupNetReduce(dist.ProcessGroup):
         if shard > 0:
             self._wait_key(store, f"nr-ready/shard{shard - 1}", init_s, who)
         cex = _StoreExchange(store, f"nr-{tag}", me, len(members), init_s, who)
+        self.comm: _EngineComm | None = None
+        if size == 1:  # nothing to reduce with: no switch, no QP (the ops are checked alike)
+            self._start_worker(rank)
+            return
         try:
             tunnel = Tunnel(opts.switch, connect_timeout_s=opts.connect_timeout_s,
                             name=f"rank{rank}")
@@ -375,14 +379,17 @@ class ProcessGroupNetReduce(dist.ProcessGroup):
             raise RuntimeError(f"{who}: engine communicator: {e}") from None
         if groups is not None and me == 0:
             store.set(f"nr-ready/shard{shard}", b"1")
+        self._start_worker(rank)
+        log.info("rank %d/%d: netreduce backend ready (%s, hosts %s)", rank, size, tag,
+                 None if groups is None else len(groups))
+
+    def _start_worker(self, rank: int) -> None:
         self._q: queue.Queue = queue.Queue()
         self._error: RuntimeError | None = None
         self._closed = False
         self._thread = threading.Thread(target=self._worker, name=f"netreduce-pg-r{rank}",
                                         daemon=True)
         self._thread.start()
-        log.info("rank %d/%d: netreduce backend ready (%s, hosts %s)", rank, size, tag,
-                 None if groups is None else len(groups))
 
     @staticmethod
     def _wait_key(store, key: str, timeout_s: float, who: str) -> None:
@@ -442,8 +449,8 @@ class ProcessGroupNetReduce(dist.ProcessGroup):
     # ------------------------------------------------------------------ all-reduce
     def _what(self, op, t: torch.Tensor, ring: str = "sum") -> str:
         name = op.name if hasattr(op, "name") else str(op)
-        return (f"rank {self._rank}: all_reduce({name}, {t.dtype}{list(t.shape)}) on "
-                f"{self.comm.qp_label(ring)}")
+        qp = self.comm.qp_label(ring) if self.comm is not None else "no QP (world size 1)"
+        return f"rank {self._rank}: all_reduce({name}, {t.dtype}{list(t.shape)}) on {qp}"
 
     def allreduce(self, tensors, opts=None):
         if isinstance(tensors, torch.Tensor):
@@ -549,6 +556,8 @@ class ProcessGroupNetReduce(dist.ProcessGroup):
     # the engine side, on numpy arrays of the working dtype
     def _engine(self, a: np.ndarray, op) -> np.ndarray:
         c = self.comm
+        if c is None:
+            return a.copy()  # one rank: its own values are the sum, the maximum, the minimum
         if op == RedOp.SUM:
             if a.dtype == np.float32:
                 return c.allreduce(a)
@@ -659,6 +668,8 @@ class ProcessGroupNetReduce(dist.ProcessGroup):
         self._q.put(None)
         self._thread.join(5)
         c = self.comm
+        if c is None:
+            return
         try:
             if c.rank == 0 and c.jobs:
                 # shard communicators share the management source: one after the other, each
@@ -685,7 +696,8 @@ class ProcessGroupNetReduce(dist.ProcessGroup):
             if not self._closed:
                 self._closed = True
                 self._q.put(None)
-                self.comm.tunnel.close()
+                if self.comm is not None:
+                    self.comm.tunnel.close()
         except Exception:  # noqa: BLE001 (interpreter exit)
             pass
 

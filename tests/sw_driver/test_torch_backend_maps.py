@@ -1,6 +1,6 @@
-"""The torch backend's exact integer maps (MAX/MIN keys, int64 limbs) and host grouping, with
-ranks as threads and a fake engine (numpy MAX and wrapping SUM): fast, many values, edge cases.
-The real engine runs them in tests/sw_driver/test_torch_backend.py."""
+"""The torch backend's exact integer maps (MAX/MIN keys, int64 limbs) with ranks as threads and a
+fake engine (numpy MAX and wrapping SUM): fast, many values, edge cases; host grouping, options
+and a world of one. The real engine runs the maps in tests/sw_driver/test_torch_backend.py."""
 
 from __future__ import annotations
 
@@ -126,3 +126,22 @@ def test_the_backend_is_registered_for_cpu():
     assert "netreduce" in dist.Backend.backend_list
     assert dist.Backend.backend_capability["netreduce"] == ["cpu"]
     tb.register()  # idempotent
+
+
+def test_world_of_one_needs_no_switch():
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("netreduce", store=dist.HashStore(), rank=0, world_size=1,
+                            pg_options=tb.Options(switch="127.0.0.1:1"))  # nothing listens
+    try:
+        t = torch.tensor([3, -7], dtype=torch.int64)
+        dist.all_reduce(t, op=dist.ReduceOp.AVG)
+        assert t.tolist() == [3, -7]
+        h = torch.tensor([0.5, -2.0], dtype=torch.bfloat16)
+        dist.all_reduce(h, op=dist.ReduceOp.MAX, async_op=True).wait()
+        assert h.tolist() == [0.5, -2.0]
+        with pytest.raises(RuntimeError, match=r"rank 0: all_reduce\(PRODUCT.*no QP"):
+            dist.all_reduce(h, op=dist.ReduceOp.PRODUCT)
+    finally:
+        dist.destroy_process_group()
