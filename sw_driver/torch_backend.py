@@ -40,8 +40,9 @@ equal size L, an all-reduce is an intra-host reduce-scatter (gloo, in the engine
 L shard all-reduces across the H hosts through the engine (L engine job sets: local rank i of
 every host forms communicator i), and an intra-host all-gather. Host of a rank: the env var
 ``NETREDUCE_HOST`` if set, else ``NETREDUCE_LOCAL_SIZE=k`` (emulation: ranks r // k share a
-host), else torchrun's ``GROUP_RANK`` (the node rank), else the host name; exchanged through the
-store. ``NETREDUCE_HIERARCHICAL=0`` forces the flat path, ``=1`` requires the hierarchical one.
+host), else torchrun's ``GROUP_RANK`` (the node rank; its ``LOCAL_WORLD_SIZE`` is checked against
+the grouping), else the host name; exchanged through the store. ``NETREDUCE_HIERARCHICAL=0``
+forces the flat path, ``=1`` requires the hierarchical one.
 
 Configuration: :class:`Options` (``pg_options=`` of ``init_process_group``) or the environment
 (``NETREDUCE_SWITCH`` = HOST:PORT, required; ``NETREDUCE_OP_TIMEOUT_S``,
@@ -51,7 +52,7 @@ to refuse the quantised float sums).
 
 Errors are ``RuntimeError`` naming the rank, the op and the QP: a dead rank (RC retries run out,
 ``(retry_cnt + 1) x 4.096 us x 2^timeout``), an unsupported op, a dtype that cannot be exact, a
-switch that is not there (at init, within ``NETREDUCE_INIT_TIMEOUT_S``); a failed communicator
+switch that is not there (at init, within ``Options.connect_timeout_s``); a failed communicator
 stays failed. No call waits longer than its timeout.
 """
 
@@ -336,6 +337,12 @@ class ProcessGroupNetReduce(dist.ProcessGroup):
                                f"{keys} has not >= 2 hosts of equal size >= 2")
         if opts.hierarchical is False:
             groups = None
+        lws = os.environ.get("LOCAL_WORLD_SIZE")
+        if lws and not (opts.host or opts.local_size) and os.environ.get("GROUP_RANK"):
+            sizes = sorted({keys.count(k) for k in keys})
+            if sizes != [int(lws)]:
+                raise RuntimeError(f"{who}: torchrun's LOCAL_WORLD_SIZE={lws} disagrees with "
+                                   f"the ranks per node seen through the store ({sizes})")
         self.hosts = groups
         self.local = None  # the intra-host gloo group
         if groups is None:
