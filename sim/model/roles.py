@@ -1,0 +1,136 @@
+"""Flow roles of the reference model: leaf and spine jobs (decision D17, docs/spine-leaf.md).
+
+A job on one engine has only MEMBER flows and never reaches this module. A *leaf* job (one UP,
+one DOWN flow, the rest MEMBER) sums its rack's contributions, sends each complete slot's partial
+up on the UP flow in index order, takes the total from the DOWN flow and releases the MEMBER
+results from it. A *spine* job (RACK flows) is an ordinary job whose flows also pass other
+engines' duplicate probes through. :mod:`.engine` calls in here at four points: enable
+(:func:`roles_ok`, :func:`leaf_state`), a DOWN/RACK data frame (:func:`data`), a slot completed
+on a leaf (:func:`send_up`), a contribution already in its slot on a leaf (:func:`again`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from netreduce.regmap import Role
+from netreduce.wire import ECN_CE
+
+from .engine import _HALF, _OP_WRITE_MIDDLE, PSN_MASK, Emit, _probe, _result
+
+__all__ = ["LeafState", "roles_ok", "leaf_state", "data", "send_up", "again"]
+
+
+class LeafState:
+    """A leaf job's role bookkeeping: its UP and DOWN flows, the MEMBER ranks, the number of
+    contributors (MEMBER + UP) and the partial pointer (next index to send up)."""
+
+    __slots__ = ("up", "down", "members", "nloc", "upptr")
+
+    def __init__(self, up, down, members):
+        self.up, self.down, self.members = up, down, members
+        self.nloc = len(members) + 1
+        self.upptr = 0
+
+
+def roles_ok(roles: list[int]) -> bool:
+    """A job's roles fit one engine (all MEMBER), a spine (MEMBER/RACK) or a leaf (one UP, one
+    DOWN, MEMBER otherwise)."""
+    up, down, rack = (roles.count(r) for r in (Role.UP, Role.DOWN, Role.RACK))
+    if up or down:
+        return up == 1 and down == 1 and not rack
+    return True
+
+
+def leaf_state(flows) -> LeafState | None:
+    ups = [f for f in flows if f.role == Role.UP]
+    if not ups:
+        return None
+    down = next(f for f in flows if f.role == Role.DOWN)
+    return LeafState(ups[0], down, [f.rank for f in flows if f.role == Role.MEMBER])
+
+
+def _is_probe(p, plen: int) -> bool:
+    return plen == 0 and p.opcode == _OP_WRITE_MIDDLE
+
+
+def data(eng, job, fl, port: int, buf: bytes, l2: int, p, plen: int, time: int):
+    """A data frame that passed the per-packet checks on a DOWN or RACK flow. Returns the emits,
+    or None to let the engine treat it as an ordinary contribution (RACK)."""
+    if _is_probe(p, plen):  # another engine's duplicate probe (D15): the receiver decides
+        eng._count(job, "behind_window")
+        return [Emit(port, buf, time)]
+    if fl.role == Role.RACK:
+        return None
+    k = (p.psn - fl.start) & PSN_MASK
+    d = (k - job.free) & PSN_MASK
+    if d >= _HALF:
+        eng._count(job, "behind_window")
+        return [Emit(port, _probe(buf, l2), time)]
+    out: list[Emit] = []
+    if d >= job.w:
+        eng._count(job, "drop_ahead")
+    else:
+        slot = job.slots.get(job.base + (k & job.wmask))
+        if (slot is None or slot.index != k or not slot.sent_up or p.opcode != slot.opcode
+                or plen != slot.length):
+            eng._count(job, "drop_role")  # not a total this leaf can have caused
+        elif slot.total is None:
+            slot.total = np.frombuffer(buf, dtype="<i4", count=plen >> 2, offset=p.x).copy()
+            eng._count(job, "totals")
+            out.append(Emit(port, _result(buf[:p.x], l2, slot.total.tobytes()), time))
+            _release_members(eng, job, time, out)
+        else:
+            eng._count(job, "reemits")
+            out.append(Emit(port, _result(buf[:p.x], l2, slot.total.tobytes()), time))
+    if buf[l2 + 1] & 3 == ECN_CE:
+        eng._cnp(job, fl, buf, l2, port, time, out)
+    return out
+
+
+def send_up(eng, job, time: int, out: list[Emit]) -> None:
+    """Send every complete slot from the partial pointer on up, in index order: UP's stored
+    frame of the index with the partial as payload (D5's rewrite)."""
+    lf = job.leaf
+    slots, base, wmask, up = job.slots, job.base, job.wmask, lf.up.rank
+    while True:
+        slot = slots.get(base + (lf.upptr & wmask))
+        if slot is None or slot.index != lf.upptr or slot.count != lf.nloc or slot.sent_up:
+            return
+        out.append(Emit(slot.ports[up], _result(slot.hdrs[up], slot.l2[up], slot.acc.tobytes()),
+                        time))
+        slot.sent_up = True
+        lf.upptr = (lf.upptr + 1) & PSN_MASK
+        eng._count(job, "partials_up")
+
+
+def _release_members(eng, job, time: int, out: list[Emit]) -> None:
+    """Release the MEMBER results of every slot from rel_j on that holds its total."""
+    members = job.leaf.members
+    slots, base, wmask = job.slots, job.base, job.wmask
+    while True:
+        slot = slots.get(base + (job.rel & wmask))
+        if slot is None or slot.index != job.rel or slot.total is None or slot.released:
+            return
+        payload = slot.total.tobytes()
+        for r in members:
+            out.append(Emit(slot.ports[r], _result(slot.hdrs[r], slot.l2[r], payload), time))
+        slot.released = True
+        job.rel = (job.rel + 1) & PSN_MASK
+        eng._count(job, "released")
+        eng._count(job, "results_sent", len(members))
+
+
+def again(eng, job, fl, slot, port: int, buf: bytes, l2: int, p, time: int,
+          out: list[Emit]) -> None:
+    """A leaf contributor's frame whose contribution is already in the slot: the UP flow's
+    resent packet re-sends the partial once it went up (the spine may have lost it); a MEMBER's
+    gets its result re-emitted once released (D4); otherwise a duplicate."""
+    if fl.role == Role.UP and slot.sent_up:
+        eng._count(job, "reemits")
+        out.append(Emit(port, _result(buf[:p.x], l2, slot.acc.tobytes()), time))
+    elif fl.role == Role.MEMBER and slot.released:
+        eng._count(job, "reemits")
+        out.append(Emit(port, _result(buf[:p.x], l2, slot.total.tobytes()), time))
+    else:
+        eng._count(job, "duplicates")
