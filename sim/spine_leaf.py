@@ -180,9 +180,11 @@ class RackRun:
 
 
 def run_rack_sim(cfg: SimConfig, racks: int, pcap: str | Path | None = None,
-                 progress: Callable[[float], None] | None = None) -> RackRun:
+                 progress: Callable[[float], None] | None = None,
+                 setup: Callable[[RackFabric], None] | None = None) -> RackRun:
     """One all-reduce of ``cfg.workers`` ranks in ``racks`` racks (module doc). Model engines
-    only; ``cfg.ports`` and ``cfg.jobs`` must be their defaults (0, 1)."""
+    only; ``cfg.ports`` and ``cfg.jobs`` must be their defaults (0, 1). ``setup(fabric)`` runs
+    before the first frame (tests: targeted losses with :class:`~.network.DropOnce`)."""
     from netreduce.sw_driver.collective import CollectiveConfig
     from netreduce.sw_driver.collective import run as run_ops
     from netreduce.sw_driver.fabric import SimulationHang
@@ -210,6 +212,8 @@ def run_rack_sim(cfg: SimConfig, racks: int, pcap: str | Path | None = None,
         if c.paths is not None:
             out.pcaps += [str(p) for p in c.paths]
     fab = RackFabric(racks, m, engines, net_config(cfg), cfg.seed)
+    if setup is not None:
+        setup(fab)
     ccfg = CollectiveConfig(pmtu=cfg.pmtu, sim_timeout_ns=cfg.timeout_ns, timeout=cfg.qp_timeout)
     comm = RackCommunicator(fab, cfg.workers, racks, ccfg, seed=cfg.seed, name="g0")
     xs = make_inputs(cfg, 0)

@@ -1,0 +1,194 @@
+"""Spine-leaf (issue 19, model D17, docs/spine-leaf.md): flow roles frame by frame on the model,
+the driver programming several engines, and whole all-reduces across 2-4 racks with loss,
+duplication and reordering on every link (the inter-switch links included)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from netreduce.sim.model import Engine
+from netreduce.sim.model.kit import RingJob
+from netreduce.sim.simrun import SimConfig
+from netreduce.sim.spine_leaf import run_rack_sim
+from netreduce.sw_driver.control import ConfigError, EngineControl
+from netreduce.sw_driver.spine_leaf import SpineLeafControl, rack_flows
+
+from netreduce.regmap import JobError, Role
+from netreduce.wire import Opcode, parse
+
+RACK_OF = [0, 0, 1, 1]  # ranks 0,1 in rack 0; 2,3 in rack 1: flows 1 (1->2) and 3 (3->0) cross
+
+
+def _engines(job: RingJob):
+    engs = [Engine(ports=3), Engine(ports=3), Engine(ports=2)]
+    ctl = SpineLeafControl([EngineControl(e.bus) for e in engs[:2]], EngineControl(engs[2].bus))
+    cfg = job.config()
+    jobs = ctl.add_job(cfg.flows, RACK_OF, cfg.window, cfg.pmtu, cfg.op)
+    return engs, ctl, jobs
+
+
+def _payload(frame: bytes) -> np.ndarray:
+    return np.frombuffer(parse(frame).payload, dtype="<i4")
+
+
+def _key(frame: bytes) -> tuple[int, int]:
+    f = parse(frame)
+    return f.dqpn, f.psn
+
+
+def test_rack_flows_roles():
+    job = RingJob(world=4)
+    leaf0, leaf1, spine = rack_flows(job.config().flows, RACK_OF)
+    assert [f.role for f in leaf0] == [Role.MEMBER, Role.UP, Role.DOWN]
+    assert [f.role for f in leaf1] == [Role.DOWN, Role.MEMBER, Role.UP]
+    assert [f.role for f in spine] == [Role.RACK, Role.RACK]
+    assert [f.rank for f in leaf0] == [0, 1, 2] and [f.rank for f in spine] == [0, 1]
+    with pytest.raises(ConfigError, match="rack 0: 2 ring flows leave it"):
+        rack_flows(job.config().flows, [0, 1, 0, 1])
+
+
+def test_one_index_through_two_leaves_and_the_spine():
+    job = RingJob(world=4)
+    (l0, l1, sp), ctl, jobs = _engines(job)
+    xs = [np.arange(64, dtype=np.int32) * (r + 1) + r for r in range(4)]
+    total = sum(x.astype(np.int64) for x in xs).astype(np.int32)
+    assert l0.receive(0, job.data_bytes(0, 0, xs[0]), 0) == []
+    up0 = l0.receive(1, job.data_bytes(1, 0, xs[1]), 1)  # rank 1's flow leaves rack 0
+    assert len(up0) == 1 and _key(up0[0].frame) == _key(job.data_bytes(1, 0, xs[1]))
+    assert np.array_equal(_payload(up0[0].frame), xs[0] + xs[1])
+    assert l1.receive(1, job.data_bytes(2, 0, xs[2]), 2) == []
+    up1 = l1.receive(2, job.data_bytes(3, 0, xs[3]), 3)
+    assert np.array_equal(_payload(up1[0].frame), xs[2] + xs[3])
+    assert sp.receive(0, up0[0].frame, 4) == []
+    down = sp.receive(1, up1[0].frame, 5)  # the totals on flows 1 (into rack 1) and 3 (rack 0)
+    assert sorted(_key(e.frame) for e in down) == sorted(
+        [_key(up0[0].frame), _key(up1[0].frame)])
+    into = {_key(e.frame)[0]: e.frame for e in down}
+    # leaf 1 gets flow 1's total: forwards it (to rank 2) and releases rank 2's result (to rank 3)
+    out1 = l1.receive(0, into[job.rq(2)], 6)
+    out0 = l0.receive(2, into[job.rq(0)], 6)
+    got = {parse(e.frame).dqpn: _payload(e.frame) for e in out0 + out1}
+    assert sorted(got) == sorted(job.rq(s) for s in range(4))
+    for v in got.values():
+        assert np.array_equal(v, total)
+    assert l0.counters(jobs[0])["partials_up"] == 1 and l0.counters(jobs[0])["totals"] == 1
+    # ACKs of every flow at index 0 free the slot everywhere
+    for r in range(4):
+        a = job.ack(r, 0)
+        l0.receive(2, a, 10)
+        l1.receive(2, a, 10)
+        if r in (1, 3):
+            sp.receive(0, a, 10)
+    assert ctl.slots_in_use(jobs) == 0
+    # a resent packet of the UP flow now lies behind leaf 0's window: its probe passes the spine
+    # (RACK) and leaf 1 (DOWN) unchanged
+    probe = l0.receive(1, job.data_bytes(1, 0, xs[1]), 11)[0].frame
+    assert parse(probe).opcode == Opcode.WRITE_MIDDLE and not parse(probe).payload
+    assert [e.frame for e in sp.receive(0, probe, 12)] == [probe]
+    assert [e.frame for e in l1.receive(0, probe, 13)] == [probe]
+
+
+def test_lost_partial_is_resent_by_the_up_flows_retransmission():
+    job = RingJob(world=4)
+    (l0, l1, sp), ctl, jobs = _engines(job)
+    xs = [np.full(16, r + 1, np.int32) for r in range(4)]
+    l0.receive(0, job.data_bytes(0, 0, xs[0]), 0)
+    l0.receive(1, job.data_bytes(1, 0, xs[1]), 0)  # the partial is lost on the way up
+    again = l0.receive(1, job.data_bytes(1, 0, xs[1]), 9)  # rank 1 times out and resends
+    assert len(again) == 1 and np.array_equal(_payload(again[0].frame), xs[0] + xs[1])
+    assert l0.counters(jobs[0])["reemits"] == 1
+    assert l0.receive(0, job.data_bytes(0, 0, xs[0]), 9) == []  # a MEMBER's resend: duplicate
+    assert l0.counters(jobs[0])["duplicates"] == 1
+
+
+def test_wrong_role_frames_are_dropped_and_change_nothing():
+    job = RingJob(world=4)
+    (l0, l1, sp), ctl, jobs = _engines(job)
+    xs = [np.full(16, r + 1, np.int32) for r in range(4)]
+    # flow 3's packet (rack 1's raw contribution) reaching leaf 0 as a "total" before leaf 0's
+    # partial went up: not a total this leaf can have caused
+    assert l0.receive(2, job.data_bytes(3, 0, xs[3]), 0) == []
+    c = l0.counters(jobs[0])
+    assert c["drop_role"] == 1 and c["totals"] == 0
+    # a total of another length than the slot's partial
+    l0.receive(0, job.data_bytes(0, 0, xs[0]), 1)
+    l0.receive(1, job.data_bytes(1, 0, xs[1]), 1)
+    assert l0.receive(2, job.data_bytes(3, 0, np.zeros(8, np.int32)), 2) == []
+    assert l0.counters(jobs[0])["drop_role"] == 2
+    # the genuine total still completes the index
+    out = l0.receive(2, job.data_bytes(3, 0, np.full(16, 10, np.int32)), 3)
+    assert len(out) == 2 and all(np.array_equal(_payload(e.frame), np.full(16, 10)) for e in out)
+    # a rack-local flow's frame at the spine matches nothing there: forwarded, not aggregated
+    assert len(sp.receive(0, job.data_bytes(0, 1, xs[0]), 4)) == 1
+    assert sp.counters()["fwd_unregistered"] == 1 and sp.counters(jobs[2])["contributions"] == 0
+
+
+def test_engine_refuses_bad_role_sets():
+    eng = Engine(ports=2)
+    ctl = EngineControl(eng.bus)
+    job = RingJob(world=3)
+    cfg = job.config()
+    cfg.flows[0].role = Role.UP  # an UP flow without a DOWN flow
+    with pytest.raises(ConfigError, match="one UP and one DOWN"):
+        ctl.add_job(cfg)
+    # past the driver's check, the engine itself refuses (JOB.STATUS.error = ROLES)
+    rm = ctl.regmap
+    ctl.validate = lambda cfg: None
+    with pytest.raises(ConfigError, match="ROLES"):
+        ctl.add_job(cfg)
+    assert ctl.job_status(0).error == JobError.ROLES
+    assert rm.field("FLOW.CFG.role").get(eng.bus.read(rm.addr("FLOW.CFG", 0))) == 0
+
+
+@pytest.mark.parametrize("racks,workers,dtype,seed", [
+    (2, 4, "int32", 1), (3, 6, "float32", 2), (4, 8, "int32", 3), (2, 2, "int32", 4)])
+def test_all_reduce_across_racks_with_faults_everywhere(racks, workers, dtype, seed):
+    cfg = SimConfig(workers=workers, size=48 << 10, dtype=dtype, loss=0.02, dup=0.02,
+                    reorder=0.02, seed=seed, qp_timeout=4)
+    run = run_rack_sim(cfg, racks)
+    assert run.ok, (run.error, run.checks, run.slots_left)
+    assert set(run.slots_left) == {*(f"leaf{a}" for a in range(racks)), "spine"}
+    assert not any(run.slots_left.values())
+    isl = run.link_stats
+    for k in ("isl_up", "isl_down"):  # the faults hit the inter-switch links too
+        assert isl[k]["lost"] and isl[k]["duplicated"] and isl[k]["reordered"], isl[k]
+    for a in range(racks):
+        c = run.engines[f"leaf{a}"]
+        assert c["partials_up"] == c["totals"] == c["released"] > 0
+        assert c["drop_role"] == 0
+    assert run.engines["spine"]["released"] == run.engines["leaf0"]["released"]
+
+
+class _DropNth:
+    """Drops the n-th RC data frame with a payload that enters ``link`` (its first
+    transmission: the PSNs are random per QP, so count frames instead)."""
+
+    def __init__(self, link, n: int):
+        self.n, self.seen, self.dropped = n, 0, 0
+        inner = link.send
+
+        def send(frame, *a, **kw):
+            f = parse(frame)
+            if f.payload and not self.dropped:
+                self.seen += 1
+                if self.seen == self.n:
+                    self.dropped = 1
+                    return
+            inner(frame, *a, **kw)
+        link.send = send
+
+
+@pytest.mark.parametrize("where,n", [("isl_up", 5), ("isl_down", 5), ("isl_up", 32)])
+def test_one_lost_partial_or_total(where, n):
+    """One partial (leaf 0 -> spine) or one total (spine -> leaf 1) is lost; RC recovers it."""
+    cfg = SimConfig(workers=4, size=32 << 10, dtype="int32", seed=5, qp_timeout=4)
+    drops = []
+
+    def setup(fab):
+        drops.append(_DropNth(fab.isl_up[0] if where == "isl_up" else fab.isl_down[1], n))
+
+    run = run_rack_sim(cfg, 2, setup=setup)
+    assert run.ok, (run.error, run.checks, run.slots_left)
+    assert drops[0].dropped == 1
+    assert run.stats["retransmitted"] > 0  # the workers' own RC did the recovery
+    assert run.engines["leaf0"]["reemits"] > 0  # rank 1's resent packet sent the partial again
