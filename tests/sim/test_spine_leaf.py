@@ -192,3 +192,29 @@ def test_one_lost_partial_or_total(where, n):
     assert drops[0].dropped == 1
     assert run.stats["retransmitted"] > 0  # the workers' own RC did the recovery
     assert run.engines["leaf0"]["reemits"] > 0  # rank 1's resent packet sent the partial again
+
+
+def test_cli_racks_pcaps_one_pair_per_engine(tmp_path):
+    from click.testing import CliRunner
+    from netreduce.cli import main
+
+    scapy = pytest.importorskip("scapy.all")
+    pre = tmp_path / "sl"
+    r = CliRunner().invoke(main, ["sim", "--racks", "2", "-n", "4", "-s", "16KiB", "--dtype",
+                                  "int32", "--loss", "0.01", "--pcap", str(pre), "--json",
+                                  str(tmp_path / "r.json"), "--qp-timeout", "4"])
+    assert r.exit_code == 0, r.output
+    names = ["leaf0", "leaf1", "spine"]
+    for n in names:
+        for d in ("in", "out"):
+            assert (tmp_path / f"sl.{n}.{d}.pcap").stat().st_size > 24
+    # the spine sees only the two cross-rack flows (sources: ranks 1 and 3), leaves all four
+    spine_src = {p["IP"].src for p in scapy.rdpcap(str(tmp_path / "sl.spine.in.pcap"))
+                 if p.haslayer("UDP") and p["UDP"].dport == 4791 and len(p["UDP"].payload) > 64}
+    leaf_src = {p["IP"].src for p in scapy.rdpcap(str(tmp_path / "sl.leaf0.in.pcap"))
+                if p.haslayer("UDP") and p["UDP"].dport == 4791 and len(p["UDP"].payload) > 64}
+    assert len(spine_src) == 2 and len(leaf_src) == 3, (spine_src, leaf_src)
+    rep = __import__("json").loads((tmp_path / "r.json").read_text())
+    assert rep["ok"] and set(rep["slots_left"]) == set(names)
+    bad = CliRunner().invoke(main, ["sim", "--racks", "3", "-n", "4"])
+    assert bad.exit_code == 2 and "not a multiple of racks 3" in bad.output
