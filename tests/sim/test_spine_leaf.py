@@ -196,6 +196,7 @@ def test_one_lost_partial_or_total(where, n):
 
 def test_cli_racks_pcaps_one_pair_per_engine(tmp_path):
     from click.testing import CliRunner
+
     from netreduce.cli import main
 
     scapy = pytest.importorskip("scapy.all")
