@@ -12,21 +12,19 @@ rack); :class:`ConfigError` names the rack otherwise. Every engine's job is vali
 first register write of any engine; if an engine refuses its job, the jobs already added are
 removed again.
 
-:class:`RackCommunicator` is the collective's :class:`~.collective.Communicator` on a fabric
-with several engines (``fabric.buses``: the leaves' register buses in rack order, then the
-spine's); rank r lives in rack r // (N / R). Imports only the driver's own modules (layering).
+The simulation's collective uses it through
+:class:`netreduce.sim.net.spine_leaf.RackCommunicator`. Imports only the driver's own modules
+(layering).
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 
-from .collective import CollectiveConfig, Communicator
 from .control import ConfigError, EngineControl, FlowConfig, JobConfig, Op, Role
 
-__all__ = ["SpineLeafControl", "RackCommunicator", "rack_flows"]
+__all__ = ["SpineLeafControl", "rack_flows"]
 
 
 def rack_flows(flows: Sequence[FlowConfig], rack_of: Sequence[int]) -> list[list[FlowConfig]]:
@@ -108,43 +106,3 @@ class SpineLeafControl:
     def counters(self, jobs: Sequence[int]) -> list[dict[str, int]]:
         """Each engine's job counters (:attr:`engines` order)."""
         return [c.counters(j) for c, j in zip(self.engines, jobs, strict=True)]
-
-
-class RackCommunicator(Communicator):
-    """``world`` ranks in ``racks`` racks of consecutive ranks on a fabric with one engine per
-    leaf switch and a spine engine (``fabric.buses``: leaves in rack order, then the spine)."""
-
-    def __init__(self, fabric, world: int, racks: int, cfg: CollectiveConfig | None = None,
-                 seed: int = 0, name: str = "comm"):
-        if not isinstance(racks, int) or racks < 2 or world % racks:
-            raise ValueError(f"racks must be >= 2 and divide the world size {world}, "
-                             f"got {racks!r}")
-        buses = getattr(fabric, "buses", None)
-        if buses is None or len(buses) != racks + 1:
-            raise ValueError(f"the fabric needs {racks + 1} engine buses (leaves, spine), has "
-                             f"{0 if buses is None else len(buses)}")
-        if cfg is not None and cfg.fast_retx:
-            raise ValueError("fast_retx is not supported on spine-leaf jobs")
-        super().__init__(fabric, world, cfg, seed, name)
-        self.racks = racks
-        self.rack_of = [r * racks // world for r in range(world)]
-        self.multi = SpineLeafControl([EngineControl(b) for b in buses[:-1]],
-                                      EngineControl(buses[-1]))
-        self.stats_per_engine: list[Counter] = [Counter() for _ in self.multi.engines]
-        # slots each engine's job still held when it was removed, summed over the passes
-        self.slots_per_engine = [0] * len(self.multi.engines)
-
-    def add_job(self, p, flows):
-        return self.multi.add_job(flows, self.rack_of, p.window, self.cfg.pmtu, p.op)
-
-    def remove_job(self, jobs) -> tuple[int, dict]:
-        held = [c.slots_in_use(j) for c, j in zip(self.multi.engines, jobs, strict=True)]
-        self.slots_per_engine = [a + b for a, b in zip(self.slots_per_engine, held, strict=True)]
-        slots = sum(held)
-        per = self.multi.counters(jobs)
-        total: Counter = Counter()
-        for acc, c in zip(self.stats_per_engine, per, strict=True):
-            acc.update(c)
-            total.update(c)
-        self.multi.remove_job(jobs)
-        return slots, dict(total)

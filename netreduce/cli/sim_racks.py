@@ -1,4 +1,4 @@
-"""``netreduce sim --racks R``: the spine-leaf run (:mod:`netreduce.sim.spine_leaf`), glue only.
+"""``netreduce sim --racks R``: the spine-leaf run (:mod:`netreduce.sim.net.spine_leaf`); glue.
 
 Exit status as ``netreduce sim``: 0 pass; 1 wrong result or a slot left held by any engine;
 3 hang or RC error; 2 bad arguments (one line).
@@ -18,7 +18,7 @@ _SHOWN = ("contributions", "partials_up", "totals", "released", "results_sent", 
 def run_racks(cfg, racks: int, pcap, json_path, fail) -> None:
     from rich.table import Table
 
-    from netreduce.sim.spine_leaf import run_rack_sim
+    from netreduce.sim.net.spine_leaf import run_rack_sim
 
     con = console()
     con.print(f"[bold]netreduce sim[/]: {cfg.workers} ranks in {racks} racks x {cfg.size} B "

@@ -168,8 +168,6 @@ D17. (Spine-leaf, issue 19, docs/spine-leaf.md.) ``FLOW.CFG.role`` gives each fl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from netreduce.regmap import (
@@ -184,8 +182,11 @@ from netreduce.regmap import (
     Role,
     build_regmap,
 )
-from netreduce.wire import ECN_CE, ECN_ECT0, NAK_PSN_SEQ, OPCODES
+from netreduce.wire import ECN_CE, NAK_PSN_SEQ, OPCODES
 from netreduce.wire.icrc import icrc_bytes, ipv4_checksum
+
+from . import roles as _roles
+from .frames import Emit, _probe, _result
 
 __all__ = ["CLOCK_HZ", "Emit", "Engine", "DISPOSITIONS", "ns_to_cycles"]
 
@@ -193,21 +194,11 @@ PSN_MASK = (1 << 24) - 1
 _HALF = 1 << 23
 _I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
 _OP_ACK, _OP_CNP = 0x11, 0x81
-_OP_WRITE_MIDDLE = 0x07
 
 
 def ns_to_cycles(ns: int) -> int:
     """Nanoseconds to datapath clock cycles (floor)."""
     return ns * CLOCK_HZ // 1_000_000_000
-
-
-@dataclass(frozen=True)
-class Emit:
-    """A frame the engine sends out of ``port`` at ``time`` (cycles)."""
-
-    port: int
-    frame: bytes
-    time: int
 
 
 # Counter indices (per-job list JOB_COUNTERS; global list = GLOBAL_COUNTERS + JOB_COUNTERS).
@@ -791,25 +782,6 @@ def _cnp_frame(buf: bytes, l2: int, dqpn: int) -> bytes:
     return frame + bytes(max(0, 60 - len(frame)))
 
 
-def _probe(buf: bytes, l2: int, psn: int | None = None) -> bytes:
-    """The duplicate probe for the behind-window data frame ``buf`` (D15): BTH-only WRITE MIDDLE,
-    PadCnt 0, lengths, IPv4 checksum and ICRC recomputed, every other header field kept (the
-    PSN too, unless ``psn`` is given: D16's ACK request)."""
-    b = l2 + 28
-    h = bytearray(buf[:b + 12])
-    if psn is not None:
-        h[b + 9:b + 12] = psn.to_bytes(3, "big")
-    h[l2 + 2:l2 + 4] = (20 + 8 + 12 + 4).to_bytes(2, "big")
-    h[l2 + 10:l2 + 12] = ipv4_checksum(h[l2:l2 + 20]).to_bytes(2, "big")
-    h[l2 + 24:l2 + 26] = (8 + 12 + 4).to_bytes(2, "big")
-    h[b] = _OP_WRITE_MIDDLE
-    h[b + 1] &= 0xCF  # PadCnt 0 (SE, M and TVer kept)
-    h += icrc_bytes(memoryview(h)[l2:])
-    if len(h) < 60:
-        h += bytes(60 - len(h))
-    return bytes(h)
-
-
 def _nak_seq(buf: bytes, l3: int, psn: int) -> bytes:
     """The ACK ``buf`` rewritten as a NAK-sequence at ``psn`` (D16): BTH PSN and AETH syndrome
     (0x60) replaced, MSN and every other byte kept, ICRC recomputed (lengths are unchanged)."""
@@ -822,18 +794,3 @@ def _nak_seq(buf: bytes, l3: int, psn: int) -> bytes:
     return bytes(h)
 
 
-def _result(hdr: bytes, l2: int, payload: bytes) -> bytes:
-    """Flow f's header with ``payload``: CE -> ECT(0) (+ IPv4 checksum), ICRC, 60-byte minimum."""
-    h = bytearray(hdr)
-    tos = h[l2 + 1]
-    if tos & 3 == ECN_CE:
-        h[l2 + 1] = (tos & 0xFC) | ECN_ECT0
-        h[l2 + 10:l2 + 12] = ipv4_checksum(h[l2:l2 + 20]).to_bytes(2, "big")
-    h += payload
-    h += icrc_bytes(memoryview(h)[l2:])
-    if len(h) < 60:
-        h += bytes(60 - len(h))
-    return bytes(h)
-
-
-from . import roles as _roles  # noqa: E402  (D17; it uses the helpers above)

@@ -16,7 +16,10 @@ import numpy as np
 from netreduce.regmap import Role
 from netreduce.wire import ECN_CE
 
-from .engine import _HALF, _OP_WRITE_MIDDLE, PSN_MASK, Emit, _probe, _result
+from .frames import _OP_WRITE_MIDDLE, Emit, _probe, _result
+
+PSN_MASK = (1 << 24) - 1
+_HALF = 1 << 23
 
 __all__ = ["LeafState", "roles_ok", "leaf_state", "data", "send_up", "again"]
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from netreduce.sim.model import Engine
 from netreduce.sim.model.kit import RingJob
-from netreduce.sim.simrun import SimConfig
-from netreduce.sim.spine_leaf import run_rack_sim
+from netreduce.sim.net.simrun import SimConfig
+from netreduce.sim.net.spine_leaf import run_rack_sim
 from netreduce.sw_driver.control import ConfigError, EngineControl
 from netreduce.sw_driver.spine_leaf import SpineLeafControl, rack_flows
 

@@ -14,7 +14,8 @@ the run's bandwidth, latency and faults (loss, duplication, reordering), each wi
 random stream. ``engines=None`` makes plain switches (the ring baselines).
 
 :func:`run_rack_sim` runs one all-reduce through it with the collective driver
-(:class:`~netreduce.sw_driver.spine_leaf.RackCommunicator`), checks the result like
+(:class:`RackCommunicator`, which programs the engines through
+:class:`~netreduce.sw_driver.spine_leaf.SpineLeafControl`), checks the result like
 :func:`~netreduce.sim.simrun.run_sim`, and reports every engine's counters and the slots each
 held when its job was removed (must be 0). ``pcap=PREFIX`` writes one pair per engine:
 ``PREFIX.leaf<a>.in.pcap``/``.out.pcap`` and ``PREFIX.spine.in.pcap``/``.out.pcap``.
@@ -28,14 +29,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from netreduce.sw_driver.fabric import Scheduler, SchedulerMixin, frame_dmac, frame_smac, mac_str
-from netreduce.sw_driver.rnic import RCError
+from netreduce.sw_driver.control import EngineControl
+from netreduce.sw_driver.spine_leaf import SpineLeafControl
 
-from .fabric_model import cycles_to_ns, ns_to_cycles
+from .collective import CollectiveConfig, Communicator
+from .model_fabric import cycles_to_ns, ns_to_cycles
 from .network import Link, NetConfig
+from .rnic import RCError
+from .scheduler import Scheduler, SchedulerMixin, frame_dmac, frame_smac, mac_str
 from .simrun import Capture, SimConfig, TappedEngine, _check, make_inputs, net_config
 
-__all__ = ["RackFabric", "RackRun", "run_rack_sim", "engine_names", "MAX_RACKS"]
+__all__ = ["RackFabric", "RackCommunicator", "RackRun", "run_rack_sim", "engine_names",
+           "MAX_RACKS"]
 
 MAX_RACKS = 4
 
@@ -159,6 +164,46 @@ class RackFabric(SchedulerMixin):
         return out
 
 
+class RackCommunicator(Communicator):
+    """``world`` ranks in ``racks`` racks of consecutive ranks on a fabric with one engine per
+    leaf switch and a spine engine (``fabric.buses``: leaves in rack order, then the spine)."""
+
+    def __init__(self, fabric, world: int, racks: int, cfg: CollectiveConfig | None = None,
+                 seed: int = 0, name: str = "comm"):
+        if not isinstance(racks, int) or racks < 2 or world % racks:
+            raise ValueError(f"racks must be >= 2 and divide the world size {world}, "
+                             f"got {racks!r}")
+        buses = getattr(fabric, "buses", None)
+        if buses is None or len(buses) != racks + 1:
+            raise ValueError(f"the fabric needs {racks + 1} engine buses (leaves, spine), has "
+                             f"{0 if buses is None else len(buses)}")
+        if cfg is not None and cfg.fast_retx:
+            raise ValueError("fast_retx is not supported on spine-leaf jobs")
+        super().__init__(fabric, world, cfg, seed, name)
+        self.racks = racks
+        self.rack_of = [r * racks // world for r in range(world)]
+        self.multi = SpineLeafControl([EngineControl(b) for b in buses[:-1]],
+                                      EngineControl(buses[-1]))
+        self.stats_per_engine: list[Counter] = [Counter() for _ in self.multi.engines]
+        # slots each engine's job still held when it was removed, summed over the passes
+        self.slots_per_engine = [0] * len(self.multi.engines)
+
+    def add_job(self, p, flows):
+        return self.multi.add_job(flows, self.rack_of, p.window, self.cfg.pmtu, p.op)
+
+    def remove_job(self, jobs) -> tuple[int, dict]:
+        held = [c.slots_in_use(j) for c, j in zip(self.multi.engines, jobs, strict=True)]
+        self.slots_per_engine = [a + b for a, b in zip(self.slots_per_engine, held, strict=True)]
+        slots = sum(held)
+        per = self.multi.counters(jobs)
+        total: Counter = Counter()
+        for acc, c in zip(self.stats_per_engine, per, strict=True):
+            acc.update(c)
+            total.update(c)
+        self.multi.remove_job(jobs)
+        return slots, dict(total)
+
+
 @dataclass
 class RackRun:
     """Outcome of :func:`run_rack_sim`; ``engines[name]``: that engine's job counters summed
@@ -185,12 +230,9 @@ def run_rack_sim(cfg: SimConfig, racks: int, pcap: str | Path | None = None,
     """One all-reduce of ``cfg.workers`` ranks in ``racks`` racks (module doc). Model engines
     only; ``cfg.ports`` and ``cfg.jobs`` must be their defaults (0, 1). ``setup(fabric)`` runs
     before the first frame (tests: targeted losses with :class:`~.network.DropOnce`)."""
-    from netreduce.sw_driver.collective import CollectiveConfig
-    from netreduce.sw_driver.collective import run as run_ops
-    from netreduce.sw_driver.fabric import SimulationHang
-    from netreduce.sw_driver.spine_leaf import RackCommunicator
-
-    from .model import Engine
+    from ..model import Engine
+    from .collective import run as run_ops
+    from .scheduler import SimulationHang
 
     if not isinstance(racks, int) or not 2 <= racks <= MAX_RACKS:
         raise ValueError(f"racks must be 2..{MAX_RACKS}, got {racks!r}")
