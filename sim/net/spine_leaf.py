@@ -9,7 +9,8 @@ order they attach), each with its own up and down link to its leaf switch, and p
 inter-switch link pair (``isl``) to the spine switch. Every switch steers all traffic through its
 engine (assumption A1): a leaf's port p < M is its rank p, port M its uplink; the spine's port a
 is rack a. A frame an engine emits is routed by destination MAC: into the rack, or up; the spine
-sends it down to the rack that owns the MAC. Every link, the inter-switch links included, has
+sends it down to the rack that owns the MAC. ``placement(i)`` picks the rack of the i-th endpoint
+to attach (default i // M). Every link, the inter-switch links included, has
 the run's bandwidth, latency and faults (loss, duplication, reordering), each with its own seeded
 random stream. ``engines=None`` makes plain switches (the ring baselines).
 
@@ -58,7 +59,8 @@ class RackFabric(SchedulerMixin):
     """
 
     def __init__(self, racks: int, per_rack: int, engines: Sequence | None = None,
-                 net: NetConfig | None = None, seed: int = 0, sched: Scheduler | None = None):
+                 net: NetConfig | None = None, seed: int = 0, sched: Scheduler | None = None,
+                 placement: Callable[[int], int] | None = None):
         if not isinstance(racks, int) or not 2 <= racks <= MAX_RACKS:
             raise ValueError(f"racks must be 2..{MAX_RACKS}, got {racks!r}")
         if not isinstance(per_rack, int) or per_rack < 1:
@@ -75,6 +77,9 @@ class RackFabric(SchedulerMixin):
         self.rack_of_mac: dict[bytes, int] = {}
         self.port_of_mac: dict[bytes, int] = {}
         self.stats: Counter = Counter()
+        # attach order -> rack (default: consecutive blocks of per_rack)
+        self.placement = placement or (lambda i: i // per_rack)
+        self._in_rack = [0] * racks
         self.isl_up = [Link(self.sched, f"isl{a}/up", "up", self.net, seed,
                             lambda fr, a=a: self._at_spine(a, fr)) for a in range(racks)]
         self.isl_down = [Link(self.sched, f"isl{a}/down", "down", self.net, seed,
@@ -99,7 +104,11 @@ class RackFabric(SchedulerMixin):
         i = len(self.up)
         if i >= self.racks * self.per_rack:
             raise ValueError(f"all {self.racks} x {self.per_rack} endpoint ports are taken")
-        a, port = divmod(i, self.per_rack)
+        a = self.placement(i)
+        if not isinstance(a, int) or not 0 <= a < self.racks or self._in_rack[a] >= self.per_rack:
+            raise ValueError(f"endpoint {i}: placed in rack {a!r}, which has no free port")
+        port = self._in_rack[a]
+        self._in_rack[a] += 1
         self.rack_of_mac[mac], self.port_of_mac[mac] = a, port
         name = mac_str(mac)
         self.up[mac] = Link(self.sched, f"{name}/up", "up", self.net, self.seed,
