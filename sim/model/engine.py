@@ -162,8 +162,14 @@ D17. (Spine-leaf, issue 19, docs/spine-leaf.md.) ``FLOW.CFG.role`` gives each fl
     UP frame whose partial went up re-sends the partial (``reemits``). UP's ACKs are accepted up
     to the partial pointer, the others' up to rel_j. On DOWN and RACK flows a payload-free WRITE
     MIDDLE is another engine's duplicate probe (D15) and is forwarded unchanged
-    (``behind_window``). A job with RACK flows (a spine) is otherwise an ordinary job.
-    ``JOB.CTRL.fast_retx`` is ignored on leaf and spine jobs.
+    (``behind_window``; on DOWN with the stage mark cleared). A job with RACK flows (a spine) is
+    otherwise an ordinary job. Stage marks (BTH byte 4, whose 6 reserved bits the ICRC masks):
+    a partial carries MARK_PARTIAL, the spine's results and re-emits MARK_TOTAL (it rewrites a
+    RACK frame's mark before taking it), workers' frames none; a data frame of a leaf or spine
+    job whose mark is not its role's (none on MEMBER/UP, PARTIAL on RACK, TOTAL on DOWN) is
+    dropped, ``drop_role``: a frame of another stage, at the wrong engine. A leaf clears the
+    mark from everything it sends towards a worker. ``JOB.CTRL.fast_retx`` is ignored on leaf
+    and spine jobs.
 """
 
 from __future__ import annotations
@@ -580,10 +586,11 @@ class Engine:
         if plen & 3:
             self._count(job, "drop_align")
             return []
-        if fl.role >= Role.DOWN:  # D17: totals, and other engines' probes
+        if job.roles:  # D17: stage marks, totals, other engines' probes
             r = _roles.data(self, job, fl, port, buf, l2, p, plen, time)
-            if r is not None:
+            if isinstance(r, list):
                 return r
+            buf = r
         k = (p.psn - fl.start) & PSN_MASK
         d = (k - job.free) & PSN_MASK
         if d >= _HALF:

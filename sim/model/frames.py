@@ -8,9 +8,24 @@ from dataclasses import dataclass
 from netreduce.wire import ECN_CE, ECN_ECT0
 from netreduce.wire.icrc import icrc_bytes, ipv4_checksum
 
-__all__ = ["Emit"]
+__all__ = ["Emit", "MARK_PARTIAL", "MARK_TOTAL", "MARKS"]
 
 _OP_WRITE_MIDDLE = 0x07
+# D17's stage marks in BTH byte 4 (FECN, BECN, 6 reserved bits; the ICRC covers it as 0xFF):
+# a leaf's partial carries MARK_PARTIAL, the spine's total MARK_TOTAL; workers send neither and
+# a leaf clears them before a frame reaches a worker.
+MARK_PARTIAL, MARK_TOTAL = 0x01, 0x02
+MARKS = MARK_PARTIAL | MARK_TOTAL
+
+
+def _remark(buf: bytes, l2: int, mark: int) -> bytes:
+    """``buf`` with D17's stage mark set to ``mark`` (0: none); ICRC and checksums unchanged."""
+    b = l2 + 28 + 4
+    if buf[b] & MARKS == mark:
+        return buf
+    h = bytearray(buf)
+    h[b] = (h[b] & ~MARKS & 0xFF) | mark
+    return bytes(h)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,16 @@ import numpy as np
 from netreduce.regmap import Role
 from netreduce.wire import ECN_CE
 
-from .frames import _OP_WRITE_MIDDLE, Emit, _probe, _result
+from .frames import (
+    _OP_WRITE_MIDDLE,
+    MARK_PARTIAL,
+    MARK_TOTAL,
+    MARKS,
+    Emit,
+    _probe,
+    _remark,
+    _result,
+)
 
 PSN_MASK = (1 << 24) - 1
 _HALF = 1 << 23
@@ -58,13 +67,24 @@ def _is_probe(p, plen: int) -> bool:
 
 
 def data(eng, job, fl, port: int, buf: bytes, l2: int, p, plen: int, time: int):
-    """A data frame that passed the per-packet checks on a DOWN or RACK flow. Returns the emits,
-    or None to let the engine treat it as an ordinary contribution (RACK)."""
-    if _is_probe(p, plen):  # another engine's duplicate probe (D15): the receiver decides
+    """A data frame of a leaf or spine job that passed the per-packet checks. Returns the emits
+    (handled here), or the frame for the engine to treat as an ordinary contribution: a
+    worker's frame on MEMBER/UP, a leaf's partial on RACK with its mark turned into the
+    total's (the spine's results and re-emits then carry MARK_TOTAL)."""
+    mark = buf[l2 + 32] & MARKS
+    if fl.role in (Role.DOWN, Role.RACK) and _is_probe(p, plen):
+        # another engine's duplicate probe (D15): the receiver decides; marks stay on the ISLs
         eng._count(job, "behind_window")
-        return [Emit(port, buf, time)]
+        return [Emit(port, _remark(buf, l2, 0) if fl.role == Role.DOWN else buf, time)]
+    want = {Role.RACK: MARK_PARTIAL, Role.DOWN: MARK_TOTAL}.get(fl.role, 0)
+    if mark != want:  # a frame of another stage: at the wrong engine or on the wrong flow
+        eng._count(job, "drop_role")
+        return []
     if fl.role == Role.RACK:
-        return None
+        return _remark(buf, l2, MARK_TOTAL)
+    if fl.role != Role.DOWN:
+        return buf
+    buf = _remark(buf, l2, 0)  # what leaves towards the receiver carries no mark
     k = (p.psn - fl.start) & PSN_MASK
     d = (k - job.free) & PSN_MASK
     if d >= _HALF:
@@ -100,8 +120,9 @@ def send_up(eng, job, time: int, out: list[Emit]) -> None:
         slot = slots.get(base + (lf.upptr & wmask))
         if slot is None or slot.index != lf.upptr or slot.count != lf.nloc or slot.sent_up:
             return
-        out.append(Emit(slot.ports[up], _result(slot.hdrs[up], slot.l2[up], slot.acc.tobytes()),
-                        time))
+        l2 = slot.l2[up]
+        out.append(Emit(slot.ports[up], _result(_remark(slot.hdrs[up], l2, MARK_PARTIAL), l2,
+                                                slot.acc.tobytes()), time))
         slot.sent_up = True
         lf.upptr = (lf.upptr + 1) & PSN_MASK
         eng._count(job, "partials_up")
@@ -131,7 +152,8 @@ def again(eng, job, fl, slot, port: int, buf: bytes, l2: int, p, time: int,
     gets its result re-emitted once released (D4); otherwise a duplicate."""
     if fl.role == Role.UP and slot.sent_up:
         eng._count(job, "reemits")
-        out.append(Emit(port, _result(buf[:p.x], l2, slot.acc.tobytes()), time))
+        out.append(Emit(port, _result(_remark(buf[:p.x], l2, MARK_PARTIAL), l2,
+                                      slot.acc.tobytes()), time))
     elif fl.role == Role.MEMBER and slot.released:
         eng._count(job, "reemits")
         out.append(Emit(port, _result(buf[:p.x], l2, slot.total.tobytes()), time))

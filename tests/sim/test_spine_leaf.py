@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from netreduce.sim.model import Engine
+from netreduce.sim.model.frames import MARK_PARTIAL, MARK_TOTAL, MARKS, _remark
 from netreduce.sim.model.kit import RingJob
 from netreduce.sim.net.simrun import SimConfig
 from netreduce.sim.net.spine_leaf import run_rack_sim
@@ -101,26 +102,49 @@ def test_lost_partial_is_resent_by_the_up_flows_retransmission():
     assert l0.counters(jobs[0])["duplicates"] == 1
 
 
-def test_wrong_role_frames_are_dropped_and_change_nothing():
+def _mark(frame: bytes) -> int:
+    return frame[14 + 28 + 4] & MARKS
+
+
+def test_wrong_stage_or_engine_frames_are_dropped_and_change_nothing():
     job = RingJob(world=4)
     (l0, l1, sp), ctl, jobs = _engines(job)
     xs = [np.full(16, r + 1, np.int32) for r in range(4)]
-    # flow 3's packet (rack 1's raw contribution) reaching leaf 0 as a "total" before leaf 0's
-    # partial went up: not a total this leaf can have caused
+    total = sum(xs)
+    tot = lambda r, x: _remark(job.data_bytes(r, 0, x), 14, MARK_TOTAL)  # noqa: E731
+    # flow 3's raw packet (rack 1's worker frame, no mark) at leaf 0 on its DOWN flow
     assert l0.receive(2, job.data_bytes(3, 0, xs[3]), 0) == []
-    c = l0.counters(jobs[0])
-    assert c["drop_role"] == 1 and c["totals"] == 0
-    # a total of another length than the slot's partial
-    l0.receive(0, job.data_bytes(0, 0, xs[0]), 1)
-    l0.receive(1, job.data_bytes(1, 0, xs[1]), 1)
-    assert l0.receive(2, job.data_bytes(3, 0, np.zeros(8, np.int32)), 2) == []
+    # a marked total before leaf 0's partial went up: it cannot be genuine
+    assert l0.receive(2, tot(3, total), 0) == []
     assert l0.counters(jobs[0])["drop_role"] == 2
-    # the genuine total still completes the index
-    out = l0.receive(2, job.data_bytes(3, 0, np.full(16, 10, np.int32)), 3)
-    assert len(out) == 2 and all(np.array_equal(_payload(e.frame), np.full(16, 10)) for e in out)
+    l0.receive(0, job.data_bytes(0, 0, xs[0]), 1)
+    up0 = l0.receive(1, job.data_bytes(1, 0, xs[1]), 1)[0].frame
+    assert _mark(up0) == MARK_PARTIAL
+    l1.receive(1, job.data_bytes(2, 0, xs[2]), 1)
+    up1 = l1.receive(2, job.data_bytes(3, 0, xs[3]), 1)[0].frame
+    # leaf 1's partial bypassing the spine into leaf 0 (flow 3 is leaf 0's DOWN flow)
+    assert l0.receive(2, up1, 2) == []
+    # a total of another length than the slot's partial
+    assert l0.receive(2, tot(3, np.zeros(8, np.int32)), 2) == []
+    # the spine's total on flow 1 looped back into leaf 0, where flow 1 is the UP flow
+    assert l0.receive(2, tot(1, total), 2) == []
+    assert l0.counters(jobs[0])["drop_role"] == 5
+    assert l0.counters(jobs[0])["totals"] == 0
+    # a worker's raw frame of flow 1 at the spine (leaf 0 bypassed), a total sent up again
+    assert sp.receive(0, job.data_bytes(1, 0, xs[1]), 3) == []
+    assert sp.receive(1, tot(3, total), 3) == []
+    assert sp.counters(jobs[2])["drop_role"] == 2 and sp.counters(jobs[2])["contributions"] == 0
+    # the genuine stages still complete index 0, and no frame towards a worker carries a mark
+    sp.receive(0, up0, 4)
+    down = {parse(e.frame).dqpn: e.frame for e in sp.receive(1, up1, 4)}
+    assert all(_mark(f) == MARK_TOTAL for f in down.values())
+    out = l0.receive(2, down[job.rq(0)], 5) + l1.receive(0, down[job.rq(2)], 5)
+    assert len(out) == 4
+    for e in out:
+        assert np.array_equal(_payload(e.frame), total) and _mark(e.frame) == 0
     # a rack-local flow's frame at the spine matches nothing there: forwarded, not aggregated
-    assert len(sp.receive(0, job.data_bytes(0, 1, xs[0]), 4)) == 1
-    assert sp.counters()["fwd_unregistered"] == 1 and sp.counters(jobs[2])["contributions"] == 0
+    assert len(sp.receive(0, job.data_bytes(0, 1, xs[0]), 6)) == 1
+    assert sp.counters()["fwd_unregistered"] == 1
 
 
 def test_engine_refuses_bad_role_sets():
@@ -219,3 +243,54 @@ def test_cli_racks_pcaps_one_pair_per_engine(tmp_path):
     assert rep["ok"] and set(rep["slots_left"]) == set(names)
     bad = CliRunner().invoke(main, ["sim", "--racks", "3", "-n", "4"])
     assert bad.exit_code == 2 and "not a multiple of racks 3" in bad.output
+
+
+def test_ce_marks_on_every_link_become_cnps_from_the_engine_that_consumes_them():
+    """ECT frames, 5 % CE marking on every link (host and inter-switch): every engine answers
+    the CE-marked frames it consumes (contributions, partials at the spine, totals at a leaf)
+    with CNPs to the flow's sender; the frames the engines send carry no CE; result exact."""
+    from netreduce.sim.model import Engine
+    from netreduce.sim.net.collective import CollectiveConfig
+    from netreduce.sim.net.collective import run as run_ops
+    from netreduce.sim.net.network import LinkConfig, NetConfig
+    from netreduce.sim.net.spine_leaf import RackCommunicator, RackFabric
+
+    engs = [Engine(ports=3), Engine(ports=3), Engine(ports=2)]
+    fab = RackFabric(2, 2, engs, NetConfig(LinkConfig(ce=0.05)), seed=3)
+    comm = RackCommunicator(fab, 4, 2, CollectiveConfig(ecn=True, timeout=4), seed=3)
+    rng = np.random.default_rng(3)
+    xs = [rng.integers(-2**31, 2**31, 8192, dtype=np.int64).astype(np.int32) for _ in range(4)]
+    op = comm.allreduce_async(xs)
+    run_ops(fab, [op], timeout_ns=10**10)
+    res = op.result()
+    ref = np.sum(np.array(xs, dtype=np.int64), axis=0).astype(np.int32)
+    assert all(np.array_equal(y, ref) for y in res.results)
+    assert res.stats["slots_left"] == 0
+    for name, c in zip(("leaf0", "leaf1", "spine"), comm.stats_per_engine, strict=True):
+        assert c["cnp_sent"] > 0, (name, dict(c))
+    assert res.stats["cnps"] > 0
+    isl = fab.link_stats()
+    assert isl["isl_up"]["ce_marked"] > 0 and isl["isl_down"]["ce_marked"] > 0
+
+
+def test_psn_wrap_across_racks_with_loss():
+    """Start PSNs just below 2^24 on every QP: the leaves' partial pointers, the DOWN flows'
+    indices and the spine wrap with the PSNs; 3 % loss/dup/reorder everywhere."""
+    from netreduce.sim.model import Engine
+    from netreduce.sim.net.collective import CollectiveConfig
+    from netreduce.sim.net.collective import run as run_ops
+    from netreduce.sim.net.network import NetConfig
+    from netreduce.sim.net.spine_leaf import RackCommunicator, RackFabric
+
+    engs = [Engine(ports=3), Engine(ports=3), Engine(ports=2)]
+    fab = RackFabric(2, 2, engs, NetConfig.faulty(loss=0.03, dup=0.03, reorder=0.03), seed=9)
+    psns = tuple((1 << 24) - 5 - 7 * r for r in range(4))
+    comm = RackCommunicator(fab, 4, 2, CollectiveConfig(timeout=4, start_psns=psns), seed=9)
+    rng = np.random.default_rng(9)
+    xs = [rng.integers(-2**31, 2**31, 8192, dtype=np.int64).astype(np.int32) for _ in range(4)]
+    op = comm.allreduce_async(xs)
+    run_ops(fab, [op], timeout_ns=10**10)
+    res = op.result()
+    ref = np.sum(np.array(xs, dtype=np.int64), axis=0).astype(np.int32)
+    assert all(np.array_equal(y, ref) for y in res.results)
+    assert res.stats["slots_left"] == 0 and comm.slots_per_engine == [0, 0, 0]
