@@ -294,3 +294,41 @@ def test_psn_wrap_across_racks_with_loss():
     ref = np.sum(np.array(xs, dtype=np.int64), axis=0).astype(np.int32)
     assert all(np.array_equal(y, ref) for y in res.results)
     assert res.stats["slots_left"] == 0 and comm.slots_per_engine == [0, 0, 0]
+
+
+def test_frames_at_the_wrong_engine_never_change_a_result():
+    """A misbehaving fabric (an A1 violation): 5 % of the partials are also delivered straight
+    into the next rack's leaf (bypassing the spine), 5 % of the totals also go back up into the
+    spine, 5 % of the workers' frames also reach the spine directly (bypassing their leaf).
+    Every such copy is dropped by its stage mark (drop_role); the result stays exact."""
+    import random
+
+    cfg = SimConfig(workers=6, size=32 << 10, dtype="int32", seed=8, qp_timeout=4,
+                    loss=0.01)
+    rng = random.Random(8)
+
+    def setup(fab):
+        m, r = fab.per_rack, fab.racks
+        at_leaf, at_spine = fab._at_leaf, fab._at_spine
+
+        def leaf(a, port, frame):
+            if port < m and rng.random() < 0.05:  # a worker's frame, also at the spine
+                fab.sched.call_later(300, at_spine, a, frame)
+            if port == m and rng.random() < 0.05:  # a total, also back up into the spine
+                fab.sched.call_later(300, at_spine, a, frame)
+            at_leaf(a, port, frame)
+
+        def spine(a, frame):
+            if rng.random() < 0.05:  # a partial, also straight into the next rack's leaf
+                fab.sched.call_later(300, at_leaf, (a + 1) % r, m, frame)
+            at_spine(a, frame)
+
+        fab._at_leaf, fab._at_spine = leaf, spine
+        for a in range(r):  # the links were built with the original sinks
+            fab.isl_up[a].sink = lambda fr, a=a: spine(a, fr)
+            fab.isl_down[a].sink = lambda fr, a=a: leaf(a, m, fr)
+
+    run = run_rack_sim(cfg, 3, setup=setup)
+    assert run.ok, (run.error, run.checks, run.slots_left)
+    assert run.engines["spine"]["drop_role"] > 0
+    assert sum(run.engines[f"leaf{a}"]["drop_role"] for a in range(3)) > 0
