@@ -38,7 +38,8 @@ __all__ = [
 
 MAGIC = int.from_bytes(b"NRDC", "big")  # 0x4E524443
 VERSION = (1, 2)  # 1.1: JOB.CTRL.fast_retx, counters fast_retx and fast_retx_probes;
-#                  1.2: FLOW.CFG.role (spine-leaf, docs/spine-leaf.md), counters partials_up,
+#                  1.2: FLOW.CFG.role (spine-leaf, docs/spine-leaf.md), JOB.PARTIAL_PTR,
+#                  counters partials_up,
 #                  totals, drop_role, JobError.ROLES
 CLOCK_HZ = 322_265_625  # datapath clock (CMAC 100G user clock)
 PMTU_VALUES = (256, 512, 1024, 2048, 4096)
@@ -253,6 +254,8 @@ def build_regmap(**params) -> RegMap:
         _r("FREE_PTR", 0x20, "free_j: oldest index not yet freed", _f("index", 0, 24, "RO")),
         _r("RELEASE_PTR", 0x24, "next index to release", _f("index", 0, 24, "RO")),
         _r("SLOTS_BUSY", 0x28, "slots of the job not EMPTY", _f("count", 0, 24, "RO")),
+        _r("PARTIAL_PTR", 0x2C, "leaf job (flow roles): next index whose partial goes up on "
+           "the UP flow; 0 otherwise", _f("index", 0, 24, "RO")),
     ), "Job table")
 
     job_cnt = Table("JOB_CNT", 0x2000, 0x100, p["jobs"], _counter_regs(JOB_COUNTERS),

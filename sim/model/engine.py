@@ -321,6 +321,7 @@ class Engine:
             rf.bind(job.addr(j, "FREE_PTR"), lambda j=j: self._job_attr(j, "free"))
             rf.bind(job.addr(j, "RELEASE_PTR"), lambda j=j: self._job_attr(j, "rel"))
             rf.bind(job.addr(j, "SLOTS_BUSY"), lambda j=j: self.slots_in_use(j))
+            rf.bind(job.addr(j, "PARTIAL_PTR"), lambda j=j: _roles.partial_ptr(self._jobs[j]))
             rf.on_write(job.addr(j, "CTRL"), self._on_job_ctrl)
         for e in range(self.nflows):
             rf.bind(rm.addr("FLOW.ACKED", e), lambda e=e: self._flow_acked(e))

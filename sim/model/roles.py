@@ -30,7 +30,7 @@ from .frames import (
 PSN_MASK = (1 << 24) - 1
 _HALF = 1 << 23
 
-__all__ = ["LeafState", "roles_ok", "leaf_state", "data", "send_up", "again"]
+__all__ = ["LeafState", "roles_ok", "leaf_state", "partial_ptr", "data", "send_up", "again"]
 
 
 class LeafState:
@@ -60,6 +60,11 @@ def leaf_state(flows) -> LeafState | None:
         return None
     down = next(f for f in flows if f.role == Role.DOWN)
     return LeafState(ups[0], down, [f.rank for f in flows if f.role == Role.MEMBER])
+
+
+def partial_ptr(job) -> int:
+    """``JOB.PARTIAL_PTR``: a leaf job's partial pointer, else 0."""
+    return job.leaf.upptr if job is not None and job.leaf is not None else 0
 
 
 def _is_probe(p, plen: int) -> bool:

@@ -73,6 +73,8 @@ def test_one_index_through_two_leaves_and_the_spine():
     for v in got.values():
         assert np.array_equal(v, total)
     assert l0.counters(jobs[0])["partials_up"] == 1 and l0.counters(jobs[0])["totals"] == 1
+    st = ctl.leaves[0].job_status(jobs[0])
+    assert st.release_ptr == 1 and ctl.leaves[0]._rd("JOB.PARTIAL_PTR", jobs[0]) == 1
     # ACKs of every flow at index 0 free the slot everywhere
     for r in range(4):
         a = job.ack(r, 0)
