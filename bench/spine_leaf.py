@@ -19,7 +19,11 @@ data), simulated in one run:
 Every result is checked bit-exact against the integer sum. Output: a table and
 ``bench/results/spine_leaf.json``.
 
-    python bench/spine_leaf.py [--size 1MiB] [--shape 2x4 --shape 4x4 ...]
+With loss (``--loss P``, repeatable; ``--lossy-size``, default 256 KiB, ``--seeds``): the same
+per-frame loss, duplication and reordering probability P on every link (the inter-switch links
+too), QP timeout 8 (1.05 ms), spine-leaf against one engine and the flat ring, mean over seeds.
+
+    python bench/spine_leaf.py [--size 1MiB] [--shape 2x4 --shape 4x4 ...] [--loss 0.001 ...]
 """
 
 from __future__ import annotations
@@ -98,6 +102,32 @@ def measure(racks: int, per_rack: int, size: int, pmtu: int = 1024, seed: int = 
     return out
 
 
+def measure_lossy(racks: int, per_rack: int, size: int, loss: float, seeds: int,
+                  pmtu: int = 1024) -> dict:
+    n = racks * per_rack
+    acc: dict = {"spine_leaf_us": [], "one_engine_us": [], "ring_us": [],
+                 "spine_leaf_timeouts": [], "one_engine_timeouts": []}
+    for seed in range(1, seeds + 1):
+        cfg = SimConfig(workers=n, size=size, dtype="int32", pmtu=pmtu, seed=seed, loss=loss,
+                        dup=loss, reorder=loss)
+        sl = run_rack_sim(cfg, racks)
+        assert sl.ok, (sl.error, sl.checks, sl.slots_left)
+        one = run_sim(cfg)
+        assert one.ok, (one.error, one.checks)
+        xs = _inputs(n, size, seed)
+        t_ring, res = _rings(RackFabric(racks, per_rack, None, net_config(cfg), seed), [xs],
+                             pmtu)
+        assert all(np.array_equal(a, _exact(xs)) for a in res[0])
+        acc["spine_leaf_us"].append(sl.sim_ns / 1000)
+        acc["one_engine_us"].append(one.sim_ns / 1000)
+        acc["ring_us"].append(t_ring / 1000)
+        acc["spine_leaf_timeouts"].append(sl.stats["timeouts"])
+        acc["one_engine_timeouts"].append(one.stats["timeouts"])
+    return {"racks": racks, "per_rack": per_rack, "workers": n, "bytes_per_rank": size,
+            "loss": loss, "seeds": seeds, **{k: round(float(np.mean(v)), 1)
+                                             for k, v in acc.items()}}
+
+
 def _size(s: str) -> int:
     units = {"KiB": 1 << 10, "MiB": 1 << 20}
     for u, m in units.items():
@@ -111,6 +141,9 @@ def main() -> None:
     ap.add_argument("--size", type=_size, default=1 << 20)
     ap.add_argument("--shape", action="append", default=None,
                     help="RxM: R racks of M ranks (default 2x2, 2x4, 4x2, 4x4)")
+    ap.add_argument("--loss", type=float, action="append", default=None)
+    ap.add_argument("--lossy-size", type=_size, default=256 << 10)
+    ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--json", type=Path, default=OUT)
     a = ap.parse_args()
     shapes = a.shape or ["2x2", "2x4", "4x2", "4x4"]
@@ -124,11 +157,26 @@ def main() -> None:
         print(f"{sh:>6} {row['workers']:>3} {row['wire_bound_us']:8.1f} "
               f"{row['spine_leaf_us']:11.1f} {row['one_engine_us']:11.1f} {row['ring_us']:9.1f} "
               f"{row['hier_ring_us']:10.1f}", flush=True)
+    lossy = []
+    if a.loss:
+        print(f"\n{'R x M':>6} {'loss':>6} {'spine-leaf':>11} {'one engine':>11} {'ring':>9} "
+              f"{'timeouts sl/one':>16}   (us, {a.lossy_size} B per rank, {a.seeds} seeds)")
+    for p in a.loss or []:
+        for sh in shapes:
+            r, m = (int(x) for x in sh.split("x"))
+            row = measure_lossy(r, m, a.lossy_size, p, a.seeds)
+            lossy.append(row)
+            print(f"{sh:>6} {p:6g} {row['spine_leaf_us']:11.1f} {row['one_engine_us']:11.1f} "
+                  f"{row['ring_us']:9.1f} {row['spine_leaf_timeouts']:7.1f} / "
+                  f"{row['one_engine_timeouts']:.1f}", flush=True)
+    cmd = ("python bench/spine_leaf.py" + (f" --size {a.size}" if a.size != 1 << 20 else "")
+           + "".join(f" --shape {s}" for s in (a.shape or []))
+           + "".join(f" --loss {p}" for p in (a.loss or []))
+           + (f" --lossy-size {a.lossy_size}" if a.lossy_size != 256 << 10 else "")
+           + (f" --seeds {a.seeds}" if a.seeds != 2 else ""))
     a.json.parent.mkdir(parents=True, exist_ok=True)
-    a.json.write_text(json.dumps({"command": "python bench/spine_leaf.py"
-                                  + (f" --size {a.size}" if a.size != 1 << 20 else "")
-                                  + "".join(f" --shape {s}" for s in (a.shape or [])),
-                                  "rows": rows}, indent=1) + "\n")
+    a.json.write_text(json.dumps({"command": cmd, "rows": rows, "lossy": lossy}, indent=1)
+                      + "\n")
     print(f"wrote {a.json}")
 
 
