@@ -150,29 +150,11 @@ D16. (Changes DESIGN 4's "ACK ... forwarded unchanged" when ``JOB.CTRL.fast_retx
         after its RC timeout.
     NAKs, RNR NAKs, ACKs behind acked_f and CNPs are never rewritten; each hole gets at most one
     request and one NAK.
-D17. (Spine-leaf, issue 19, docs/spine-leaf.md.) ``FLOW.CFG.role`` gives each flow a role:
-    MEMBER (all of the above), UP, DOWN, RACK. A job with an UP or DOWN flow is a *leaf*: exactly
-    one UP and one DOWN, no RACK, else ``JobError.ROLES``. Its contributors are the MEMBER flows
-    and UP (N - 1 of them); a slot holding all of them is sent up in index order (the partial
-    pointer) as UP's stored frame with the partial as payload (D5's rewrite, ``partials_up``);
-    a DOWN frame of index k whose partial went up, of the slot's opcode and length, is the total:
-    it is forwarded to its receiver (``totals``; a later copy re-emits the stored total), and
-    the MEMBER results are released in index order from the total (``released``,
-    ``results_sent``). A DOWN frame otherwise in the window is dropped, ``drop_role``. A resent
-    UP frame whose partial went up re-sends the partial (``reemits``). UP's ACKs are accepted up
-    to the partial pointer, the others' up to rel_j. On DOWN and RACK flows a payload-free WRITE
-    MIDDLE is another engine's duplicate probe (D15) and is forwarded unchanged
-    (``behind_window``; on DOWN with the stage mark cleared). A job with RACK flows (a spine) is
-    otherwise an ordinary job. Stage marks (BTH byte 4, whose 6 reserved bits the ICRC masks):
-    a partial carries MARK_PARTIAL, the spine's results and re-emits MARK_TOTAL (it rewrites a
-    RACK frame's mark before taking it), workers' frames none; a data frame of a leaf or spine
-    job whose mark is not its role's (none on MEMBER/UP, PARTIAL on RACK, TOTAL on DOWN) is
-    dropped, ``drop_role``: a frame of another stage, at the wrong engine. A leaf clears the
-    mark from everything it sends towards a worker. ``JOB.CTRL.fast_retx`` is ignored on leaf
-    and spine jobs.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -188,11 +170,8 @@ from netreduce.regmap import (
     Role,
     build_regmap,
 )
-from netreduce.wire import ECN_CE, NAK_PSN_SEQ, OPCODES
+from netreduce.wire import ECN_CE, ECN_ECT0, NAK_PSN_SEQ, OPCODES
 from netreduce.wire.icrc import icrc_bytes, ipv4_checksum
-
-from . import roles as _roles
-from .frames import Emit, _probe, _result
 
 __all__ = ["CLOCK_HZ", "Emit", "Engine", "DISPOSITIONS", "ns_to_cycles"]
 
@@ -200,11 +179,21 @@ PSN_MASK = (1 << 24) - 1
 _HALF = 1 << 23
 _I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
 _OP_ACK, _OP_CNP = 0x11, 0x81
+_OP_WRITE_MIDDLE = 0x07
 
 
 def ns_to_cycles(ns: int) -> int:
     """Nanoseconds to datapath clock cycles (floor)."""
     return ns * CLOCK_HZ // 1_000_000_000
+
+
+@dataclass(frozen=True)
+class Emit:
+    """A frame the engine sends out of ``port`` at ``time`` (cycles)."""
+
+    port: int
+    frame: bytes
+    time: int
 
 
 # Counter indices (per-job list JOB_COUNTERS; global list = GLOBAL_COUNTERS + JOB_COUNTERS).
@@ -790,6 +779,25 @@ def _cnp_frame(buf: bytes, l2: int, dqpn: int) -> bytes:
     return frame + bytes(max(0, 60 - len(frame)))
 
 
+def _probe(buf: bytes, l2: int, psn: int | None = None) -> bytes:
+    """The duplicate probe for the behind-window data frame ``buf`` (D15): BTH-only WRITE MIDDLE,
+    PadCnt 0, lengths, IPv4 checksum and ICRC recomputed, every other header field kept (the
+    PSN too, unless ``psn`` is given: D16's ACK request)."""
+    b = l2 + 28
+    h = bytearray(buf[:b + 12])
+    if psn is not None:
+        h[b + 9:b + 12] = psn.to_bytes(3, "big")
+    h[l2 + 2:l2 + 4] = (20 + 8 + 12 + 4).to_bytes(2, "big")
+    h[l2 + 10:l2 + 12] = ipv4_checksum(h[l2:l2 + 20]).to_bytes(2, "big")
+    h[l2 + 24:l2 + 26] = (8 + 12 + 4).to_bytes(2, "big")
+    h[b] = _OP_WRITE_MIDDLE
+    h[b + 1] &= 0xCF  # PadCnt 0 (SE, M and TVer kept)
+    h += icrc_bytes(memoryview(h)[l2:])
+    if len(h) < 60:
+        h += bytes(60 - len(h))
+    return bytes(h)
+
+
 def _nak_seq(buf: bytes, l3: int, psn: int) -> bytes:
     """The ACK ``buf`` rewritten as a NAK-sequence at ``psn`` (D16): BTH PSN and AETH syndrome
     (0x60) replaced, MSN and every other byte kept, ICRC recomputed (lengths are unchanged)."""
@@ -802,3 +810,21 @@ def _nak_seq(buf: bytes, l3: int, psn: int) -> bytes:
     return bytes(h)
 
 
+def _result(hdr: bytes, l2: int, payload: bytes) -> bytes:
+    """Flow f's header with ``payload``: CE -> ECT(0) (+ IPv4 checksum), ICRC, 60-byte minimum."""
+    h = bytearray(hdr)
+    tos = h[l2 + 1]
+    if tos & 3 == ECN_CE:
+        h[l2 + 1] = (tos & 0xFC) | ECN_ECT0
+        h[l2 + 10:l2 + 12] = ipv4_checksum(h[l2:l2 + 20]).to_bytes(2, "big")
+    h += payload
+    h += icrc_bytes(memoryview(h)[l2:])
+    if len(h) < 60:
+        h += bytes(60 - len(h))
+    return bytes(h)
+
+
+# D17 (flow roles, spine-leaf) lives in .roles; it builds its frames with the helpers above
+from . import roles as _roles  # noqa: E402
+
+_roles.bind(Emit, _probe, _result)

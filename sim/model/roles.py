@@ -1,12 +1,30 @@
 """Flow roles of the reference model: leaf and spine jobs (decision D17, docs/spine-leaf.md).
 
-A job on one engine has only MEMBER flows and never reaches this module. A *leaf* job (one UP,
-one DOWN flow, the rest MEMBER) sums its rack's contributions, sends each complete slot's partial
-up on the UP flow in index order, takes the total from the DOWN flow and releases the MEMBER
-results from it. A *spine* job (RACK flows) is an ordinary job whose flows also pass other
-engines' duplicate probes through. :mod:`.engine` calls in here at four points: enable
-(:func:`roles_ok`, :func:`leaf_state`), a DOWN/RACK data frame (:func:`data`), a slot completed
-on a leaf (:func:`send_up`), a contribution already in its slot on a leaf (:func:`again`).
+D17. ``FLOW.CFG.role`` gives each flow a role: MEMBER (everything D1-D16 say), UP, DOWN, RACK.
+    A job with an UP or DOWN flow is a *leaf*: exactly one UP and one DOWN, no RACK, else
+    ``JobError.ROLES`` at enable. Its contributors are the MEMBER flows and UP (N - 1 of them);
+    a slot holding all of them is sent up in index order (the partial pointer,
+    ``JOB.PARTIAL_PTR``) as UP's stored frame with the partial as payload (D5's rewrite) and
+    MARK_PARTIAL (``partials_up``). A DOWN frame of index k marked MARK_TOTAL whose partial went
+    up, of the slot's opcode and length, is the total: it is forwarded to its receiver without
+    the mark (``totals``; a later copy re-emits the stored total, ``reemits``), and the MEMBER
+    results are released in index order from the total (``released``, ``results_sent``). A
+    DOWN frame otherwise in the window is dropped, ``drop_role``. A resent UP frame whose
+    partial went up re-sends the partial (``reemits``); a MEMBER's gets the total once released.
+    UP's ACKs are accepted up to the partial pointer, every other flow's up to rel_j. A job with
+    RACK flows is a *spine*, otherwise an ordinary job; it rewrites a RACK frame's mark to
+    MARK_TOTAL before taking it, so its results and re-emits carry it. On DOWN and RACK flows a
+    payload-free WRITE MIDDLE is another engine's duplicate probe (D15) and is forwarded
+    (``behind_window``; on DOWN with the mark cleared). Stage marks (:mod:`.marks`): a data frame
+    of a leaf or spine job whose mark is not its role's (none on MEMBER/UP, MARK_PARTIAL on
+    RACK, MARK_TOTAL on DOWN) is a frame of another stage, at the wrong engine or on the wrong
+    flow: dropped, ``drop_role``. ``JOB.CTRL.fast_retx`` is ignored on leaf and spine jobs.
+
+A job on one engine has only MEMBER flows and never reaches this module. :mod:`.engine` calls in
+here at enable (:func:`roles_ok`, :func:`leaf_state`), for every data frame of a leaf or spine
+job (:func:`data`), when a leaf's slot completes (:func:`send_up`) and for a leaf contribution
+already in its slot (:func:`again`); it hands over its frame builders with :func:`bind` (so this
+module does not import it back).
 """
 
 from __future__ import annotations
@@ -14,23 +32,25 @@ from __future__ import annotations
 import numpy as np
 
 from netreduce.regmap import Role
-from netreduce.wire import ECN_CE
+from netreduce.wire import ECN_CE, Opcode
 
-from .frames import (
-    _OP_WRITE_MIDDLE,
-    MARK_PARTIAL,
-    MARK_TOTAL,
-    MARKS,
-    Emit,
-    _probe,
-    _remark,
-    _result,
-)
+from .marks import MARK_PARTIAL, MARK_TOTAL, MARKS
+from .marks import remark as _remark
 
 PSN_MASK = (1 << 24) - 1
 _HALF = 1 << 23
 
-__all__ = ["LeafState", "roles_ok", "leaf_state", "partial_ptr", "data", "send_up", "again"]
+__all__ = ["LeafState", "bind", "roles_ok", "leaf_state", "partial_ptr", "data", "send_up",
+           "again"]
+
+# the engine's Emit record and frame builders (D15's probe, D5's result), set by bind()
+Emit = _probe = _result = None
+
+
+def bind(emit, probe, result) -> None:
+    """Called once by :mod:`.engine` with its ``Emit``, ``_probe`` and ``_result``."""
+    global Emit, _probe, _result
+    Emit, _probe, _result = emit, probe, result
 
 
 class LeafState:
@@ -68,7 +88,7 @@ def partial_ptr(job) -> int:
 
 
 def _is_probe(p, plen: int) -> bool:
-    return plen == 0 and p.opcode == _OP_WRITE_MIDDLE
+    return plen == 0 and p.opcode == Opcode.WRITE_MIDDLE
 
 
 def data(eng, job, fl, port: int, buf: bytes, l2: int, p, plen: int, time: int):

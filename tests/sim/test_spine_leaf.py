@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from netreduce.sim.model import Engine
-from netreduce.sim.model.frames import MARK_PARTIAL, MARK_TOTAL, MARKS, _remark
 from netreduce.sim.model.kit import RingJob
+from netreduce.sim.model.marks import MARK_PARTIAL, MARK_TOTAL, MARKS
+from netreduce.sim.model.marks import remark as _remark
 from netreduce.sim.net.simrun import SimConfig
 from netreduce.sim.net.spine_leaf import run_rack_sim
 from netreduce.sw_driver.control import ConfigError, EngineControl
