@@ -146,25 +146,6 @@ class Communicator:
                                    seed=self._rng.getrandbits(32)))
             host += 1
 
-    def add_job(self, p: _Pass, flows: list[FlowConfig]):
-        """Register pass ``p``'s flows as an engine job; returns its handle (the job id)."""
-        ctrl = self.ctrl
-        used = set(ctrl.enabled_jobs())
-        free = [j for j in range(self.info.jobs) if j not in used]
-        if not free:
-            raise RuntimeError(f"all {self.info.jobs} engine jobs are in use")
-        job = free[0]
-        ctrl.add_job(JobConfig(job=job, world=self.world, window=p.window,
-                               slot_base=ctrl.alloc_slots(p.window), pmtu=self.cfg.pmtu,
-                               op=p.op, flows=flows, fast_retx=self.cfg.fast_retx))
-        return job
-
-    def remove_job(self, job) -> tuple[int, dict]:
-        """Remove the job :meth:`add_job` made; returns (busy slots, job counters) before."""
-        slots, cnt = self.ctrl.slots_in_use(job), self.ctrl.counters(job)
-        self.ctrl.remove_job(job)
-        return slots, cnt
-
     def allreduce_async(self, arrays: Sequence[np.ndarray]) -> AllReduce:
         """Start an all-reduce (returns at once); drive it with :func:`run`."""
         op = AllReduce(self, arrays)
@@ -239,16 +220,28 @@ class _Pass:
             s = (r + 1) % n
             self.sq[r].connect(rn[s].mac, rn[s].ip, self.rq[s].qpn, self.rq[s].start_psn)
             self.rq[s].connect(rn[r].mac, rn[r].ip, self.sq[r].qpn, self.sq[r].start_psn)
+        ctrl = comm.ctrl
+        used = set(ctrl.enabled_jobs())
+        free = [j for j in range(comm.info.jobs) if j not in used]
+        if not free:
+            raise RuntimeError(f"all {comm.info.jobs} engine jobs are in use")
+        job = free[0]
         flows = [FlowConfig(rank=r, fwd_ip=rn[r].ip, fwd_qpn=self.rq[(r + 1) % n].qpn,
                             rev_ip=rn[(r + 1) % n].ip, rev_qpn=self.sq[r].qpn,
                             start_psn=self.sq[r].start_psn) for r in range(n)]
-        self.job = comm.add_job(self, flows)
+        ctrl.add_job(JobConfig(job=job, world=n, window=self.window,
+                               slot_base=ctrl.alloc_slots(self.window), pmtu=comm.cfg.pmtu,
+                               op=self.op, flows=flows, fast_retx=comm.cfg.fast_retx))
+        self.job = job
         for r in range(n):
             self._post(r)
 
     def teardown(self) -> None:
+        ctrl = self.comm.ctrl
         if self.job is not None:
-            self.slots_left, self.engine_counters = self.comm.remove_job(self.job)
+            self.slots_left = ctrl.slots_in_use(self.job)
+            self.engine_counters = ctrl.counters(self.job)
+            ctrl.remove_job(self.job)
             self.job = None
         for r, rnic in enumerate(self.comm.rnics):
             for qps in (self.sq, self.rq):

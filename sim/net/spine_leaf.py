@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from netreduce.sw_driver.control import EngineControl
+from netreduce.sw_driver.control import ConfigError, EngineControl
 from netreduce.sw_driver.spine_leaf import SpineLeafControl
 
 from .collective import CollectiveConfig, Communicator
@@ -173,9 +173,55 @@ class RackFabric(SchedulerMixin):
         return out
 
 
+class _FanOut:
+    """What the collective's pass asks of ``comm.ctrl`` (an :class:`EngineControl`), served by
+    several engines: a job of the pass is a *virtual* job id standing for one job per engine,
+    added and removed together through :class:`SpineLeafControl` (each engine picks its own job
+    id and slots). Records each engine's counters and the slots it held at removal."""
+
+    def __init__(self, comm: RackCommunicator, multi: SpineLeafControl):
+        self.comm, self.multi = comm, multi
+        self.jobs: dict[int, list[int]] = {}  # virtual job id -> job id per engine
+        self.stats_per_engine: list[Counter] = [Counter() for _ in multi.engines]
+        # slots each engine's job still held when it was removed, summed over the passes
+        self.slots_per_engine = [0] * len(multi.engines)
+
+    def enabled_jobs(self) -> list[int]:
+        return sorted(self.jobs)
+
+    def alloc_slots(self, window: int) -> int:
+        return 0  # every engine allocates its own in add_job
+
+    def add_job(self, cfg) -> None:
+        if cfg.fast_retx:
+            raise ConfigError("fast_retx is not supported on spine-leaf jobs")
+        self.jobs[cfg.job] = self.multi.add_job(cfg.flows, self.comm.rack_of, cfg.window,
+                                                cfg.pmtu, cfg.op)
+
+    def slots_in_use(self, job: int | None = None) -> int:
+        if job is None:
+            return self.multi.slots_in_use()
+        return self.multi.slots_in_use(self.jobs[job])
+
+    def counters(self, job: int) -> dict[str, int]:
+        total: Counter = Counter()
+        for c in self.multi.counters(self.jobs[job]):
+            total.update(c)
+        return dict(total)
+
+    def remove_job(self, job: int) -> None:
+        ids = self.jobs.pop(job)
+        held = [c.slots_in_use(j) for c, j in zip(self.multi.engines, ids, strict=True)]
+        self.slots_per_engine = [a + b for a, b in zip(self.slots_per_engine, held, strict=True)]
+        for acc, c in zip(self.stats_per_engine, self.multi.counters(ids), strict=True):
+            acc.update(c)
+        self.multi.remove_job(ids)
+
+
 class RackCommunicator(Communicator):
     """``world`` ranks in ``racks`` racks of consecutive ranks on a fabric with one engine per
-    leaf switch and a spine engine (``fabric.buses``: leaves in rack order, then the spine)."""
+    leaf switch and a spine engine (``fabric.buses``: leaves in rack order, then the spine).
+    The collective runs unchanged: its ``ctrl`` fans each job out to every engine."""
 
     def __init__(self, fabric, world: int, racks: int, cfg: CollectiveConfig | None = None,
                  seed: int = 0, name: str = "comm"):
@@ -191,26 +237,18 @@ class RackCommunicator(Communicator):
         super().__init__(fabric, world, cfg, seed, name)
         self.racks = racks
         self.rack_of = [r * racks // world for r in range(world)]
-        self.multi = SpineLeafControl([EngineControl(b) for b in buses[:-1]],
-                                      EngineControl(buses[-1]))
-        self.stats_per_engine: list[Counter] = [Counter() for _ in self.multi.engines]
-        # slots each engine's job still held when it was removed, summed over the passes
-        self.slots_per_engine = [0] * len(self.multi.engines)
+        self.ctrl = _FanOut(self, SpineLeafControl([EngineControl(b) for b in buses[:-1]],
+                                                   EngineControl(buses[-1])))
 
-    def add_job(self, p, flows):
-        return self.multi.add_job(flows, self.rack_of, p.window, self.cfg.pmtu, p.op)
+    @property
+    def stats_per_engine(self) -> list[Counter]:
+        """Each engine's job counters summed over the passes (leaves, then the spine)."""
+        return self.ctrl.stats_per_engine
 
-    def remove_job(self, jobs) -> tuple[int, dict]:
-        held = [c.slots_in_use(j) for c, j in zip(self.multi.engines, jobs, strict=True)]
-        self.slots_per_engine = [a + b for a, b in zip(self.slots_per_engine, held, strict=True)]
-        slots = sum(held)
-        per = self.multi.counters(jobs)
-        total: Counter = Counter()
-        for acc, c in zip(self.stats_per_engine, per, strict=True):
-            acc.update(c)
-            total.update(c)
-        self.multi.remove_job(jobs)
-        return slots, dict(total)
+    @property
+    def slots_per_engine(self) -> list[int]:
+        """Slots each engine's jobs held when they were removed, summed over the passes."""
+        return self.ctrl.slots_per_engine
 
 
 @dataclass
