@@ -16,8 +16,8 @@ data), simulated in one run:
   all-reduce *is* reduce-scatter then all-gather), so its time is simulated as the intra-rack
   ring all-reduce (R racks concurrently) plus the inter-rack phase, each on its own fabric.
 
-Every result is checked bit-exact against the integer sum. Output: a table and
-``bench/results/spine_leaf.json``.
+Every result is checked bit-exact against the integer sum. Output: a table,
+``bench/results/spine_leaf.json`` and ``spine_leaf.png`` (``--replot``: the PNG from the JSON).
 
 With loss (``--loss P``, repeatable; ``--lossy-size``, default 256 KiB, ``--seeds``): the same
 per-frame loss, duplication and reordering probability P on every link (the inter-switch links
@@ -128,6 +128,49 @@ def measure_lossy(racks: int, per_rack: int, size: int, loss: float, seeds: int,
                                              for k, v in acc.items()}}
 
 
+def plot(data: dict, path: Path) -> None:
+    """Bars per shape: loss-free times of the four ways, the wire bound as a line; with lossy
+    rows a second panel (log scale) per loss rate."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows, lossy = data["rows"], data.get("lossy", [])
+    keys = [("spine_leaf_us", "spine-leaf"), ("one_engine_us", "one engine"),
+            ("ring_us", "ring"), ("hier_ring_us", "hierarchical ring")]
+    fig, axes = plt.subplots(1, 2 if lossy else 1, figsize=(12 if lossy else 7, 4.2),
+                             squeeze=False)
+    ax = axes[0][0]
+    x = np.arange(len(rows))
+    for i, (k, lab) in enumerate(keys):
+        ax.bar(x + (i - 1.5) * 0.2, [r[k] for r in rows], 0.2, label=lab)
+    ax.plot(x, [r["wire_bound_us"] for r in rows], "k_", markersize=40, label="wire bound")
+    ax.set_xticks(x, [f"{r['racks']}x{r['per_rack']} (N={r['workers']})" for r in rows])
+    ax.set_ylabel("all-reduce time (us)")
+    ax.set_title(f"loss-free, {rows[0]['bytes_per_rank'] >> 10} KiB int32 per rank, 100 Gb/s")
+    ax.legend(fontsize=8)
+    if lossy:
+        ax = axes[0][1]
+        losses = sorted({r["loss"] for r in lossy})
+        shapes = list(dict.fromkeys(f"{r['racks']}x{r['per_rack']}" for r in lossy))
+        xl = np.arange(len(shapes) * len(losses))
+        for i, (k, lab) in enumerate(keys[:3]):
+            ys = [next(r[k] for r in lossy if r["loss"] == p
+                       and f"{r['racks']}x{r['per_rack']}" == sh)
+                  for p in losses for sh in shapes]
+            ax.bar(xl + (i - 1) * 0.27, ys, 0.27, label=lab)
+        ax.set_xticks(xl, [f"{sh}\n{p:g}" for p in losses for sh in shapes], fontsize=8)
+        ax.set_yscale("log")
+        ax.set_ylabel("all-reduce time (us), log")
+        ax.set_title(f"loss/dup/reorder on every link, {lossy[0]['bytes_per_rank'] >> 10} KiB, "
+                     f"QP timeout 1.05 ms")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def _size(s: str) -> int:
     units = {"KiB": 1 << 10, "MiB": 1 << 20}
     for u, m in units.items():
@@ -145,7 +188,13 @@ def main() -> None:
     ap.add_argument("--lossy-size", type=_size, default=256 << 10)
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--json", type=Path, default=OUT)
+    ap.add_argument("--replot", action="store_true", help="only redraw the PNG from --json")
     a = ap.parse_args()
+    png = a.json.with_suffix(".png")
+    if a.replot:
+        plot(json.loads(a.json.read_text()), png)
+        print(f"wrote {png}")
+        return
     shapes = a.shape or ["2x2", "2x4", "4x2", "4x4"]
     rows = []
     print(f"{'R x M':>6} {'N':>3} {'wire':>8} {'spine-leaf':>11} {'one engine':>11} "
@@ -175,9 +224,10 @@ def main() -> None:
            + (f" --lossy-size {a.lossy_size}" if a.lossy_size != 256 << 10 else "")
            + (f" --seeds {a.seeds}" if a.seeds != 2 else ""))
     a.json.parent.mkdir(parents=True, exist_ok=True)
-    a.json.write_text(json.dumps({"command": cmd, "rows": rows, "lossy": lossy}, indent=1)
-                      + "\n")
-    print(f"wrote {a.json}")
+    data = {"command": cmd, "rows": rows, "lossy": lossy}
+    a.json.write_text(json.dumps(data, indent=1) + "\n")
+    plot(data, png)
+    print(f"wrote {a.json}, {png}")
 
 
 if __name__ == "__main__":
