@@ -242,6 +242,17 @@ def test_cli_racks_pcaps_one_pair_per_engine(tmp_path):
     leaf_src = {p["IP"].src for p in scapy.rdpcap(str(tmp_path / "sl.leaf0.in.pcap"))
                 if p.haslayer("UDP") and p["UDP"].dport == 4791 and len(p["UDP"].payload) > 64}
     assert len(spine_src) == 2 and len(leaf_src) == 3, (spine_src, leaf_src)
+    # stage marks (BTH byte 4) only between switches: the spine's results carry MARK_TOTAL,
+    # nothing leaf 0 sends to its own ranks (10.0.0.1, 10.0.0.2) carries a mark
+    def roce(path):
+        return [p for p in scapy.rdpcap(str(path)) if p.haslayer("UDP")
+                and p["UDP"].dport == 4791 and len(p["UDP"].payload) > 64]
+
+    spine_out = roce(tmp_path / "sl.spine.out.pcap")
+    assert spine_out and all(bytes(p)[46] & MARKS == MARK_TOTAL for p in spine_out)
+    to_rack0 = [p for p in roce(tmp_path / "sl.leaf0.out.pcap")
+                if p["IP"].dst in ("10.0.0.1", "10.0.0.2")]
+    assert to_rack0 and all(bytes(p)[46] & MARKS == 0 for p in to_rack0)
     rep = __import__("json").loads((tmp_path / "r.json").read_text())
     assert rep["ok"] and set(rep["slots_left"]) == set(names)
     bad = CliRunner().invoke(main, ["sim", "--racks", "3", "-n", "4"])
