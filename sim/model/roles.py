@@ -18,7 +18,8 @@ D17. ``FLOW.CFG.role`` gives each flow a role: MEMBER (everything D1-D16 say), U
     (``behind_window``; on DOWN with the mark cleared). Stage marks (:mod:`.marks`): a data frame
     of a leaf or spine job whose mark is not its role's (none on MEMBER/UP, MARK_PARTIAL on
     RACK, MARK_TOTAL on DOWN) is a frame of another stage, at the wrong engine or on the wrong
-    flow: dropped, ``drop_role``. ``JOB.CTRL.fast_retx`` is ignored on leaf and spine jobs.
+    flow: dropped, ``drop_role`` (no CNP even if CE-marked: its flow's sender did not send it
+    on this path). ``JOB.CTRL.fast_retx`` is ignored on leaf and spine jobs.
 
 A job on one engine has only MEMBER flows and never reaches this module. :mod:`.engine` calls in
 here at enable (:func:`roles_ok`, :func:`leaf_state`), for every data frame of a leaf or spine
