@@ -121,7 +121,9 @@ Known differences from the model, all from the model being untimed: release comm
 frame arriving while its job is being enabled or disabled is classified by the state before the
 change; an enable refused by the model reads back ``JOB.CTRL.enable`` = 0, the bank keeps 1 (a
 retry must write 0 then 1); a flow entry bound to a running job cannot be bound by another job
-(refused as KEY_CONFLICT; the model rebinds it if the keys differ).
+(refused as KEY_CONFLICT; the model rebinds it if the keys differ). Not implemented: flow roles
+(model D17, spine-leaf): a job with any flow whose ``FLOW.CFG.role`` is not MEMBER is refused
+(``JobError.ROLES``), where the model runs it.
 
 Error behaviour: bad frames are counted and never change state (D14); a frame of a job being
 disabled while in flight is classified unregistered. Only the consumers' backpressure (``dec``,

@@ -51,6 +51,8 @@ class EnableSequencer(wiring.Component):
     (while the decision stage writes no slot), COMMIT waits for an empty pipeline. Disables go
     before enables (a 1 -> 0 -> 1 bounce discards and restarts the job). Errors: a refused job
     gets ``set_err`` with the model's JobError, in the model's check order; nothing else changes.
+    A flow whose ``FLOW.CFG.role`` is not MEMBER refuses the job (``JobError.ROLES``: model D17
+    is not implemented in the gateware).
     """
 
     def __init__(self, ctl, ft):
@@ -127,6 +129,7 @@ class EnableSequencer(wiring.Component):
         sa_cfg = Signal(c.flow_cfg_layout)
         rank_seen = Signal(WD)
         flows_bad = Signal()
+        roles_bad = Signal()  # a flow role other than MEMBER: D17 is not implemented here
         conflict = Signal()
         ecfg = self.flow_rd.data
         m.d.comb += self.flow_rd.addr.eq((scan_e + 1)[:c.entry_bits])
@@ -179,7 +182,7 @@ class EnableSequencer(wiring.Component):
                     # a new attempt: an error of an earlier refused one no longer applies
                     m.d.comb += self.load.eq(1)
                     m.d.sync += [scan_e.eq(0), sa_valid.eq(0), rank_seen.eq(0),
-                                 flows_bad.eq(0), conflict.eq(0)]
+                                 flows_bad.eq(0), roles_bad.eq(0), conflict.eq(0)]
                     m.next = "SCAN"
             with m.State("SCAN"):
                 m.d.comb += self.busy.eq(1)
@@ -194,6 +197,8 @@ class EnableSequencer(wiring.Component):
                     with m.If((sa_rank >= l_n) | (rank_seen & rbit).any()):
                         m.d.sync += flows_bad.eq(1)
                     m.d.sync += rank_seen.eq(rank_seen | rbit)
+                    with m.If(sa_cfg.cfg.role != 0):
+                        m.d.sync += roles_bad.eq(1)
                     is_live = ft.live.bit_select(sa_e, 1)
                     with m.If(ft.chk_fwd_hit | ft.chk_rev_hit | is_live):
                         m.d.sync += conflict.eq(1)
@@ -204,6 +209,10 @@ class EnableSequencer(wiring.Component):
                 with m.If(flows_bad | (rank_seen != fullmask(l_n))):
                     m.d.comb += [clr_en.eq(1 << sq), self.set_err.eq(1),
                                  self.err.eq(JobError.FLOWS), ft.drop_en.eq(1)]
+                    m.next = "IDLE"
+                with m.Elif(roles_bad):
+                    m.d.comb += [clr_en.eq(1 << sq), self.set_err.eq(1),
+                                 self.err.eq(JobError.ROLES), ft.drop_en.eq(1)]
                     m.next = "IDLE"
                 with m.Elif(conflict):
                     m.d.comb += [clr_en.eq(1 << sq), self.set_err.eq(1),

@@ -1,6 +1,6 @@
 """``netreduce sim``: the all-reduce of N RC endpoint models through the engine on a backend.
 
-Glue only: :mod:`netreduce.sim.simrun` runs it, :mod:`netreduce.sim.report` reports it.
+Glue only: :mod:`netreduce.sim.net.simrun` runs it, :mod:`netreduce.sim.net.report` reports it.
 Exit status: 0 pass; 1 wrong result or engine slot left allocated; 3 hang (watchdog) or RC error;
 2 bad arguments or an unavailable backend (one line, no traceback).
 """
@@ -69,8 +69,11 @@ class _Fail(click.ClickException):
 @click.option("--qp-timeout", type=click.IntRange(1, 31), default=8, show_default=True,
               help="RC local ACK timeout of the endpoints: 4.096 us x 2^T (8: 1.05 ms). Lower "
                    "it to shorten the idle waits after a tail loss on the slow RTL simulators.")
+@click.option("--racks", type=click.IntRange(0, 4), default=0, show_default=True,
+              help="Spine-leaf: the N workers in R racks (2..4), a leaf engine each and a spine "
+                   "engine; pcaps PREFIX.<engine>.in/out.pcap per engine (0: one engine).")
 def sim(workers, size, dtype, pmtu, jobs, loss, dup, reorder, seed, backend, ports, gbps,
-        ack_priority, pcap, json_path, plot_path, timeout_ms, qp_timeout):
+        ack_priority, pcap, json_path, plot_path, timeout_ms, qp_timeout, racks):
     """All-reduce SIZE bytes from each of N RC endpoint models through the NetReduce engine.
 
     The ranks behave like Linux soft-RoCE on 100 Gb/s links that can lose, duplicate and reorder
@@ -78,8 +81,8 @@ def sim(workers, size, dtype, pmtu, jobs, loss, dup, reorder, seed, backend, por
     recovery and engine counters, and checks the result (int32 bit-exact, float32 within the
     quantisation bound).
     """
-    from netreduce.sim import report
-    from netreduce.sim.simrun import BackendUnavailable, SimConfig, get_backend, run_sim
+    from netreduce.sim.net import report
+    from netreduce.sim.net.simrun import BackendUnavailable, SimConfig, get_backend, run_sim
 
     if workers * jobs * size > MAX_TOTAL:
         raise _Fail(f"--workers {workers} x --jobs {jobs} x --size {size} B = "
@@ -95,6 +98,13 @@ def sim(workers, size, dtype, pmtu, jobs, loss, dup, reorder, seed, backend, por
         get_backend(backend).probe()
     except (ValueError, BackendUnavailable) as e:
         raise _Fail(str(e)) from None
+    if racks:
+        from netreduce.cli.sim_racks import run_racks
+
+        if racks == 1 or plot_path is not None:
+            raise _Fail(f"--racks {racks}: 2..4 racks, without --plot" if racks == 1 else
+                        "--plot is not available with --racks")
+        return run_racks(cfg, racks, pcap, json_path, _Fail)
     con = console()
     con.print(f"[bold]netreduce sim[/]: {jobs} x {workers} ranks x {size} B {dtype}, PMTU {pmtu}, "
               f"loss {loss:g} dup {dup:g} reorder {reorder:g}, seed {seed}, backend {backend}")
