@@ -21,8 +21,8 @@ def header_entry_layout() -> data.StructLayout:
 
 class HeaderStore(wiring.Component):
     """``slots x 2**ceil(log2(max_world))`` stored headers, addressed ``(slot, rank)`` as
-    ``Cat(rank, slot)``; no initial content (the first contribution of a slot writes it before a
-    release can read it).
+    ``Cat(rank, slot)``. It needs no initial content: the first contribution of a slot writes its
+    rank's entry before a release can read it.
 
     Ports: write (``w_en``, ``w_addr``, ``w_data``), read (``r_en``, ``r_addr`` -> ``r_data``).
 

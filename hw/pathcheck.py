@@ -10,6 +10,8 @@ then walks the netlist:
   has none.
 * :func:`port_fanout`: for every port of every direct sub-block (the nets between blocks), the
   largest number of gate inputs one of its bits drives in the flattened design.
+* :func:`levels`: the longest register-to-register path after ``synth_xilinx -family xcup``, in
+  LUT-class cells and in carry cells counted separately, with the nets along one deepest path.
 
 Both need the native Yosys (:func:`netreduce.hw.estimate.find_yosys`); keep parameters small.
 """
