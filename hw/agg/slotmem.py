@@ -67,6 +67,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
+from ..rams import large_ram_attrs
 from ..stream import beat_layout, check_data_width
 from .lanes import LANE_BITS, LaneALU, Op
 
@@ -195,8 +196,11 @@ class SlotMemory(wiring.Component):
         L = self.read_latency
         addr_bits = self.slot_bits + self.beat_bits
 
-        m.submodules.mem_rmw = mem_rmw = Memory(shape=self.width, depth=self.depth, init=[])
-        m.submodules.mem_res = mem_res = Memory(shape=self.width, depth=self.depth, init=[])
+        # large RAMs: ram_style attribute, no initial content (hw/rams.py)
+        m.submodules.mem_rmw = mem_rmw = Memory(shape=self.width, depth=self.depth, init=[],
+                                                attrs=large_ram_attrs())
+        m.submodules.mem_res = mem_res = Memory(shape=self.width, depth=self.depth, init=[],
+                                                attrs=large_ram_attrs())
         wr_rmw = mem_rmw.write_port()
         wr_res = mem_res.write_port()
         rd_rmw = mem_rmw.read_port()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from netreduce.cli._console import console
+from netreduce.cli._console import console, phases
 from netreduce.regmap import DEFAULT_PARAMS, PMTU_VALUES, build_regmap
 
 
@@ -52,15 +52,18 @@ def _positive(name):
 def verilog(ports, jobs, flows, slots, pmtu, width, max_world, max_frame, name, out, info):
     """Write the engine top (board-agnostic core) as Verilog."""
     from netreduce.hw.engine import DEFAULT_MAX_FRAME, engine_verilog
+    from netreduce.hw.verilog import ConversionError
 
     try:
         rm = build_regmap(ports=ports, jobs=jobs, flows=flows, slots=slots, pmtu_max=int(pmtu),
                           data_width=int(width), max_world=max_world)
-        with console().status("elaborating and converting (1-3 minutes at 512 bits)"):
-            top = engine_verilog(rm, out, name=name,
+        with phases(console()) as progress:
+            top = engine_verilog(rm, out, name=name, progress=progress,
                                  max_frame=max_frame if max_frame else DEFAULT_MAX_FRAME)
     except (ValueError, TypeError) as e:
         raise click.UsageError(str(e)) from None
+    except ConversionError as e:
+        raise click.ClickException(str(e)) from None
     except OSError as e:
         raise click.ClickException(f"cannot write {out}: {e.strerror}") from None
     if info:
