@@ -41,6 +41,7 @@ from ..rams import large_ram_style, omit_large_ram_init
 from ..verilog import native_conversion
 from .bringup import LoopbackCore
 from .cmac import validate_config
+from .coreclock import CORE_HZ
 from .platforms import NetReducePlatform
 from .shell import ENGINE_MODULE, TOP_NAME, BoardShell, EngineCore
 
@@ -296,7 +297,8 @@ def make_core(spec: str, ports: int, data_width: int = 512, board: str | None = 
     if spec in ("engine", "engine-inline"):
         if board is not None and board not in BOARD_PARAMS:
             raise ValueError(f"unknown board {board!r}; expected one of {BOARDS}")
-        params = BOARD_PARAMS.get(board, {})
+        # the core runs on the shell's core clock: GLOBAL.CLOCK_HZ tells the driver so
+        params = dict(BOARD_PARAMS.get(board, {}), clock_hz=int(CORE_HZ))
         return EngineCore(ports, params, data_width=data_width,
                           netlist="instance" if spec == "engine" else "inline")
     if spec == "loopback":
