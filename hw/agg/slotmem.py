@@ -56,7 +56,9 @@ Error behaviour (no memory change, reported, never a hang)
     the contribution is dropped. Either way the beat still produces its event, with the error
     bit set and no saturation flags, so the aggregator can count it.
 
-Memory contents are not reset: a slot's next generation starts with an ``overwrite`` contribution.
+Memory contents are not reset and have no initial value (the two copies are large RAMs of
+:mod:`netreduce.hw.rams`: ``ram_style`` attribute, no ``initial`` block, so they map to
+UltraRAM): a slot's next generation starts with an ``overwrite`` contribution.
 """
 
 from __future__ import annotations
