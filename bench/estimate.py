@@ -17,7 +17,8 @@ Engine sets (``--sets``):
   build) with 1 / 2 ports, on the VCU118's xcvu9p (``xcup``);
 * ``vcu108-1p`` / ``vcu108-2p``: the VCU108 build parameters
   (:data:`netreduce.hw.boards.project.BOARD_PARAMS`: 512 slots, max_world 32; the xcvu095 has no
-  URAM) on the xcvu095 (``xcu``).
+  URAM) on the xcvu095 (``xcu``);
+* ``ci-small``: the CI parameter set (64 bits, 1 port, 8 slots) on the xcvu9p.
 
 Usage::
 
@@ -51,6 +52,10 @@ SETS = {
     "default-2p": ("xcup", {"ports": 2}),
     "vcu108-1p": ("xcu", dict(BOARD_PARAMS["vcu108"], ports=1)),
     "vcu108-2p": ("xcu", dict(BOARD_PARAMS["vcu108"], ports=2)),
+    # the CI parameter set of tests/hw/test_boards_estimate.py (64 bits, 8 slots): minutes, not
+    # hours, so its per-block figures follow every design change
+    "ci-small": ("xcup", dict(data_width=64, ports=1, jobs=2, flows=8, slots=8, pmtu_max=256,
+                              max_world=4)),
 }
 DEFAULT_SETS = "default-1p,default-2p,vcu108-1p"
 # block label -> what it stands for in the logic-depth table
@@ -83,7 +88,7 @@ def _brief(e: Estimate) -> dict:
 def run_set(name: str, out: Path, command: str, timeout: float) -> dict:
     family, params = SETS[name]
     cap = type(platform_for(BOARD[family])).capacity
-    p = dict(params, data_width=512)
+    p = dict({"data_width": 512}, **params)
     entry = {"set": name, "family": family, "device": cap.part, "params": p,
              "design_digest": design_digest(p), "command": command, "status": "partial",
              "budget": {"core_mhz": CORE_MHZ, "lut_levels": LUT_BUDGET,
