@@ -84,6 +84,11 @@ class SimConfig:
     backend: str = "model"
     ports: int = 0  # 0: one engine port per rank
     link_gbps: float = 100.0
+    # > 0: the ToR topology (.topology): workers at link_gbps on a switch, the engine (timed on
+    # the model) attached by `nports` links of port_gbps; 0: the star, each rank's link is an
+    # engine port and the model engine is untimed
+    port_gbps: float = 0.0
+    stripes: int = 1  # each all-reduce split across this many engine jobs, stripe e on port e
     latency_ns: int = 500
     timeout_ns: int = 10_000_000_000  # watchdog on simulated time
     ack_priority: bool = True  # ACK/NAK/CNP overtake queued data on a link (see net_config)
@@ -100,6 +105,14 @@ class SimConfig:
             raise ValueError(f"jobs must be 1..4 (concurrent all-reduces), got {self.jobs!r}")
         if not isinstance(self.ports, int) or self.ports < 0:
             raise ValueError(f"ports must be >= 0 (0: one per rank), got {self.ports!r}")
+        if not isinstance(self.stripes, int) or not 1 <= self.stripes <= 8:
+            raise ValueError(f"stripes must be 1..8, got {self.stripes!r}")
+        if self.stripes > 1 and self.size // 4 < self.stripes:
+            raise ValueError(f"size {self.size} B has fewer elements than stripes "
+                             f"{self.stripes}")
+        if not (isinstance(self.port_gbps, int | float) and 0 <= self.port_gbps <= 1000):
+            raise ValueError(f"port_gbps must be 0 (star) or an engine port rate in Gb/s up to "
+                             f"1000, got {self.port_gbps!r}")
         LinkConfig(latency_ns=self.latency_ns, gbps=self.link_gbps, loss=self.loss, dup=self.dup,
                    reorder=self.reorder)  # validates the link parameters
         CollectiveConfig(pmtu=self.pmtu, timeout=self.qp_timeout)  # validates PMTU, timeout
@@ -227,6 +240,9 @@ def get_backend(name: str) -> Backend:
 def _make_model(cfg: SimConfig, net: NetConfig, capture: Capture):
     from .model import Engine
 
+    if cfg.port_gbps:
+        from .topology import make_tor_model
+        return make_tor_model(cfg, net, capture)
     nports = cfg.nports
     eng = TappedEngine(Engine(ports=nports), capture)
     # each rank's MAC is registered before its first frame (see run_sim: port_of)
@@ -236,7 +252,8 @@ def _make_model(cfg: SimConfig, net: NetConfig, capture: Capture):
     return fab
 
 
-register_backend("model", "bit-exact reference engine model (in-process, untimed)", _make_model)
+register_backend("model", "bit-exact reference engine model (in-process; timed from the RTL's "
+                 "figures in the ToR topology, untimed in the star)", _make_model)
 
 
 def _register_rtl() -> None:
@@ -365,7 +382,10 @@ def run_sim(cfg: SimConfig, pcap: str | Path | None = None,
         inputs.append(make_inputs(cfg, g))
     t0 = time.perf_counter()
     try:
-        ops = [c.allreduce_async(x) for c, x in zip(comms, inputs, strict=True)]
+        from netreduce.sw_driver.stripe import striped_allreduce_async
+
+        ops = [striped_allreduce_async(c, x, cfg.stripes) for c, x in zip(comms, inputs,
+                                                                           strict=True)]
         run_ops(fab, ops, timeout_ns=cfg.timeout_ns, progress=progress)
     except SimulationHang as e:
         out.error, out.error_kind = f"watchdog: {e}", "hang"
@@ -393,7 +413,9 @@ def run_sim(cfg: SimConfig, pcap: str | Path | None = None,
                     pass_id=f"g{g}.{p.tag}", op=p.op.name, rank=r,
                     src_ip=_ip(rn[r].ip), dqpn=p.rq[(r + 1) % n].qpn,
                     rev_ip=_ip(rn[(r + 1) % n].ip), rev_qpn=p.sq[r].qpn,
-                    start_psn=p.sq[r].start_psn, port=r % nports, packets=p.total_pkts,
+                    start_psn=p.sq[r].start_psn,
+                    port=(r if getattr(p, "port", None) is None else p.port) % nports,
+                    packets=p.total_pkts,
                     group=g))
     if out.error is None:
         stats: dict = {}
