@@ -245,7 +245,12 @@ def make_tor_model(cfg, net: NetConfig, capture) -> TorFabric:
     """The model backend's fabric for a ``SimConfig`` with ``port_gbps`` > 0."""
     from .model import Engine
 
-    return TorFabric(Engine(ports=cfg.nports), cfg.nports, cfg.port_gbps, net, cfg.seed, capture)
+    # as many jobs and slots as the run's concurrent passes need (every stripe of every group:
+    # a SUM job of window 256 and an exponent job of 64), at least the model's defaults
+    par = cfg.jobs * cfg.stripes
+    eng = Engine(ports=cfg.nports, jobs=max(8, 2 * par), slots=max(1024, 512 * par),
+                 flows=max(256, 4 * cfg.workers * par))
+    return TorFabric(eng, cfg.nports, cfg.port_gbps, net, cfg.seed, capture)
 
 
 def tor_rtl_class():

@@ -7,12 +7,13 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from netreduce.cli import main
 from netreduce.sim import simrun
 from netreduce.sim.rtl import fabric as rtl_fabric
 from netreduce.sim.simrun import BackendUnavailable, SimConfig, get_backend, run_sim
 from netreduce.sim.topology import EngineTiming, engine_timing, lower_bound_ns
 from netreduce.sw_driver.stripe import stripe_bounds
+
+from netreduce.cli import main
 
 
 def _bound(cfg):

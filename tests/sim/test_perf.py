@@ -1,0 +1,64 @@
+"""The analytic all-reduce model (netreduce.sim.perf) against the simulation at cheap points,
+hierarchical NetReduce bit-exact, and bench/training.py's model shapes and DDP buckets."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+from netreduce.sim import perf
+
+MIB = 1 << 20
+
+
+def _training():
+    p = Path(__file__).resolve().parents[2] / "bench" / "training.py"
+    spec = importlib.util.spec_from_file_location("nr_bench_training", p)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_model_matches_simulation_where_capacity_binds():
+    a = perf.fit_alphas(100.0)
+    assert a.nr > 0 and a.ring > 0
+    # 8 ranks through one 100G engine port: port-bound; 8 ranks on the ring
+    sim = perf.sim_netreduce(8, 256 << 10, 100, 1, 100)
+    assert perf.t_netreduce(8, 256 << 10, 100, 1, 100, a=a) == pytest.approx(sim, rel=0.06)
+    ring = perf.sim_ring(8, 256 << 10, 100)
+    assert perf.t_ring(8, 256 << 10, 100, a=a) == pytest.approx(ring, rel=0.06)
+    # the capacity argument: one 100G port is slower than the ring at N=8, 100G workers
+    assert sim > ring
+
+
+def test_hierarchical_netreduce_is_bit_exact_and_timed():
+    r = perf.sim_hier_nr(2, 4, 64 << 10, 100, 2, 100, 400)
+    assert r["ok"]
+    assert r["intra_rs_ns"] == pytest.approx(3 * (16 << 10) * 8 / 400 + 3 * 1000)
+    assert r["total_ns"] > r["inter_ns"] >= 2 * (64 << 10) * 8 / (2 * 100)
+    with pytest.raises(ValueError, match="size 100 must split into 4"):
+        perf.sim_hier_nr(2, 4, 100, 100, 2, 100, 400)
+
+
+def test_training_models_and_buckets():
+    t = _training()
+    for name in t.MODELS:
+        ls = t.layers_of(name)  # asserts the reference parameter count
+        assert all(p >= 0 and f >= 0 for _, p, f in ls)
+    bks = t.buckets(t.layers_of("resnet50"))
+    assert bks[0][0] >= 1 * MIB and all(b >= 25 * MIB for b, _ in bks[1:-1])
+    assert sum(b for b, _ in bks) == 4 * 25_557_032
+    assert [f for _, f in bks] == sorted(f for _, f in bks) and bks[-1][1] == 1.0
+    # overlap: a free network leaves only the compute; a slow one is exposed
+    assert t.iteration_ms(bks, 100.0, lambda nb: 0.0) == (100.0, 0.0)
+    it, exposed = t.iteration_ms(bks, 100.0, lambda nb: nb)  # 1 ns per byte
+    assert exposed > 0 and it == pytest.approx(100.0 + exposed)
+
+
+def test_training_bad_options_name_the_value(capsys):
+    t = _training()
+    with pytest.raises(SystemExit):
+        t.main(["--links", "33"])
+    assert "'33'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        t.main(["--compute-ms", "lenet=5"])
+    assert "'lenet'" in capsys.readouterr().err
