@@ -64,19 +64,31 @@ def model_row(n, s, b, p, c, g, intra, a) -> dict:
     return row
 
 
-def crossovers(rows) -> list[dict]:
-    """Per (B, engine, S): the largest N at which NetReduce (best of flat/striped) is faster."""
+def crossovers(alphas, g, intra) -> list[dict]:
+    """Per (B, engine, S), every N in 2..64 (model): where NetReduce (best of flat/striped) is
+    faster than the ring."""
     out = []
     for b in LINKS:
         for p, c in ENGINES:
             for s in SIZES:
-                rs = [r for r in rows if (r["link_gbps"], r["engine_ports"], r["bytes"]) ==
-                      (b, p, s)]
-                wins = [r["workers"] for r in rs if r["ring_over_netreduce"] > 1]
+                wins = [n for n in range(2, 65)
+                        if model_row(n, s, b, p, c, g, intra, alphas[b])["ring_over_netreduce"]
+                        > 1]
                 out.append({"link_gbps": b, "engine": f"{p}x{c}G", "bytes": s,
-                            "netreduce_faster_up_to_N": max(wins) if wins else None,
-                            "netreduce_faster_at_N": wins})
+                            "netreduce_faster_at_N": _ranges(wins)})
     return out
+
+
+def _ranges(ns: list[int]) -> str:
+    """[2, 3, 4, 7] -> "2-4, 7"; [] -> "none"."""
+    if not ns:
+        return "none"
+    out, lo = [], ns[0]
+    for a, b in zip(ns, ns[1:] + [None], strict=True):
+        if b != a + 1:
+            out.append(f"{lo}-{a}" if a != lo else str(a))
+            lo = b
+    return ", ".join(out)
 
 
 def validate(a_by_b, g, intra, quick) -> list[dict]:
@@ -137,7 +149,7 @@ def hier_condition(a_by_b, g) -> list[dict]:
     h, s = 2, MIB
     for b, (p, c) in ((100, (2, 100)), (25, (1, 100))):
         flat = perf.sim_netreduce(h, g * s, b, p, c, PMTU, stripes=g)
-        for intra in (10.0, 400.0):
+        for intra in (5.0, 10.0, 400.0):
             r = perf.sim_hier_nr(h, g, s, b, p, c, intra, PMTU)
             be, ce = b * perf.eff(PMTU), perf.engine_port_rate(c, PMTU)
             row = {"what": "hier_vs_flat", "hosts": h, "gpus": g, "bytes": s, "link_gbps": b,
@@ -216,7 +228,8 @@ def main(argv=None) -> int:
                                         for _, c in ENGINES},
            "alphas_ns": {b: vars(x) for b, x in alphas.items()},
            "gpus_per_host": a.gpus, "intra_gbps": a.intra_gbps, "rows": rows,
-           "crossovers": crossovers(rows), "validation": pts, "hier_condition": cond,
+           "crossovers": crossovers(alphas, a.gpus, a.intra_gbps), "validation": pts,
+           "hier_condition": cond,
            "max_abs_model_error": max(max(abs(p["model_error"]),
                                               abs(p.get("striped_model_error", 0)))
                                           for p in pts),
