@@ -162,7 +162,8 @@ def _topology(cfg, sim_ns: int) -> dict:
 
     tm = engine_timing()
     bound = lower_bound_ns(cfg.workers * cfg.jobs, cfg.size, cfg.nports, cfg.port_gbps)
-    return {"kind": "tor", "link_gbps": cfg.link_gbps, "engine_ports": cfg.nports,
+    return {"kind": "tor", "link_gbps": cfg.link_gbps, "engines": cfg.engines,
+            "engine_ports": cfg.nports,
             "port_gbps": cfg.port_gbps,
             "engine_timing": (f"model: {tm.data_width}-bit x {tm.beats_per_cycle} beat/cycle at "
                               f"{CLOCK_HZ} Hz ({tm.port_gbps:.1f} Gb/s per port), latency "

@@ -89,6 +89,7 @@ class SimConfig:
     # engine port and the model engine is untimed
     port_gbps: float = 0.0
     stripes: int = 1  # each all-reduce split across this many engine jobs, stripe e on port e
+    engines: int = 1  # engines on the ToR switch (model backend), each with `ports` ports
     latency_ns: int = 500
     timeout_ns: int = 10_000_000_000  # watchdog on simulated time
     ack_priority: bool = True  # ACK/NAK/CNP overtake queued data on a link (see net_config)
@@ -110,6 +111,11 @@ class SimConfig:
         if self.stripes > 1 and self.size // 4 < self.stripes:
             raise ValueError(f"size {self.size} B has fewer elements than stripes "
                              f"{self.stripes}")
+        if not isinstance(self.engines, int) or not 1 <= self.engines <= 8:
+            raise ValueError(f"engines must be 1..8, got {self.engines!r}")
+        if self.engines > 1 and not (self.port_gbps and self.backend == "model"):
+            raise ValueError(f"engines {self.engines}: several engines need the ToR topology "
+                             "(port_gbps > 0) and the model backend")
         if not (isinstance(self.port_gbps, int | float) and 0 <= self.port_gbps <= 1000):
             raise ValueError(f"port_gbps must be 0 (star) or an engine port rate in Gb/s up to "
                              f"1000, got {self.port_gbps!r}")
@@ -119,7 +125,8 @@ class SimConfig:
 
     @property
     def nports(self) -> int:
-        return self.ports or self.workers
+        """Engine ports in all (every engine's, engine k's numbered from k x per-engine)."""
+        return (self.ports or self.workers) * self.engines
 
 
 # ---------------------------------------------------------------------------------- capture
@@ -384,8 +391,9 @@ def run_sim(cfg: SimConfig, pcap: str | Path | None = None,
     try:
         from netreduce.sw_driver.stripe import striped_allreduce_async
 
-        ops = [striped_allreduce_async(c, x, cfg.stripes) for c, x in zip(comms, inputs,
-                                                                           strict=True)]
+        buses = getattr(fab, "buses", None) if cfg.engines > 1 else None
+        ops = [striped_allreduce_async(c, x, cfg.stripes, buses=buses)
+               for c, x in zip(comms, inputs, strict=True)]
         run_ops(fab, ops, timeout_ns=cfg.timeout_ns, progress=progress)
     except SimulationHang as e:
         out.error, out.error_kind = f"watchdog: {e}", "hang"
@@ -398,8 +406,12 @@ def run_sim(cfg: SimConfig, pcap: str | Path | None = None,
     nframes = len(cap.ins) + len(cap.outs) + cap.other_in + cap.other_out
     out.frames_per_s = nframes / out.wall_s if out.wall_s > 0 else 0.0
     out.link_stats = {d: dict(c) for d, c in fab.link_stats().items()}
-    ctrl = EngineControl(fab.bus)
-    out.engine_counters = dict(ctrl.counters())
+    ctrls = [EngineControl(b) for b in getattr(fab, "buses", [fab.bus])]
+    counters: dict = {}
+    for c in ctrls:  # summed over the engines (one in all but multi-engine runs)
+        for k, v in c.counters().items():
+            counters[k] = counters.get(k, 0) + v
+    out.engine_counters = counters
     # flows of every pass (also of failed runs: the passes that started)
     nports = cfg.nports
     for g, op in enumerate(ops):
@@ -429,11 +441,11 @@ def run_sim(cfg: SimConfig, pcap: str | Path | None = None,
             for k, v in res.stats["engine"].items():
                 eng[k] = eng.get(k, 0) + v
         out.stats, out.job_counters = stats, eng
-        out.slots_left = stats.get("slots_left", 0) + ctrl.slots_in_use()
+        out.slots_left = stats.get("slots_left", 0) + sum(c.slots_in_use() for c in ctrls)
     else:
         for op in ops:
             op.abort()
-        out.slots_left = ctrl.slots_in_use()
+        out.slots_left = sum(c.slots_in_use() for c in ctrls)
     out.ok = (out.error is None and out.slots_left == 0 and bool(out.checks)
               and all(c["ok"] for c in out.checks))
     return out

@@ -185,21 +185,32 @@ class TorSwitch:
 
 
 class TorFabric(TorSwitch, NetworkFabric):
-    """The ToR topology around the reference engine model, timed by :class:`EngineTiming`."""
+    """The ToR topology around the reference engine model, timed by :class:`EngineTiming`.
+
+    ``engine`` is one engine model or a list of them (several engines on the same switch, each
+    with ``ports`` ports; engine k's ports are numbered k x ports ..., its register bus is
+    ``buses[k]``; ``bus`` is engine 0's)."""
 
     def __init__(self, engine, ports: int, port_gbps: float, net: NetConfig | None = None,
                  seed: int = 0, capture=None, timing: EngineTiming | None = None):
         NetworkFabric.__init__(self, net, seed)
-        self.engine = engine
+        self.engines = list(engine) if isinstance(engine, list | tuple) else [engine]
+        self.engine = self.engines[0]
+        self.per_engine = ports
         self.capture = capture
         self.timing = timing or engine_timing()
-        self._setup_tor(ports, port_gbps)
-        self._in_free = [0] * ports  # cycle each engine port's ingress is free again
-        self._out_free = [0] * ports
+        total = ports * len(self.engines)
+        self._setup_tor(total, port_gbps)
+        self._in_free = [0] * total  # cycle each engine port's ingress is free again
+        self._out_free = [0] * total
 
     @property
     def bus(self):
         return self.engine.bus
+
+    @property
+    def buses(self) -> list:
+        return [e.bus for e in self.engines]
 
     def _engine_in(self, p: int, frame: bytes) -> None:
         tm = self.timing
@@ -217,8 +228,9 @@ class TorFabric(TorSwitch, NetworkFabric):
         self.stats["engine_in"] += 1
         if self.capture is not None:
             self.capture.frame_in(p, frame, cycle)
-        for e in self.engine.receive(p, frame, cycle):
-            q = e.port
+        k, local = divmod(p, self.per_engine)
+        for e in self.engines[k].receive(local, frame, cycle):
+            q = k * self.per_engine + e.port
             b = tm.beats(len(e.frame))
             first = max(cycle + tm.latency_base + b, self._out_free[q])
             self._out_free[q] = first + b
@@ -248,9 +260,10 @@ def make_tor_model(cfg, net: NetConfig, capture) -> TorFabric:
     # as many jobs and slots as the run's concurrent passes need (every stripe of every group:
     # a SUM job of window 256 and an exponent job of 64), at least the model's defaults
     par = cfg.jobs * cfg.stripes
-    eng = Engine(ports=cfg.nports, jobs=max(8, 2 * par), slots=max(1024, 512 * par),
-                 flows=max(256, 4 * cfg.workers * par))
-    return TorFabric(eng, cfg.nports, cfg.port_gbps, net, cfg.seed, capture)
+    per = cfg.nports // cfg.engines
+    engs = [Engine(ports=per, jobs=max(8, 2 * par), slots=max(1024, 512 * par),
+                   flows=max(256, 4 * cfg.workers * par)) for _ in range(cfg.engines)]
+    return TorFabric(engs, per, cfg.port_gbps, net, cfg.seed, capture)
 
 
 def tor_rtl_class():

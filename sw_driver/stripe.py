@@ -1,4 +1,5 @@
-"""Striped all-reduce ("parallel all-reduce"): one all-reduce split across E engine ports.
+"""Striped all-reduce ("parallel all-reduce"): one all-reduce split across engine ports and
+engines.
 
 The buffer of every rank is cut into E contiguous stripes of (nearly) equal size, element
 aligned; stripe e is an ordinary all-reduce (:class:`~.collective.AllReduce`) with its own engine
@@ -9,6 +10,11 @@ retransmit, its job re-emits), so a loss in one stripe stalls only that stripe. 
 the concatenation of the stripes' results: int32 bit-exact, float32 within each stripe's
 quantisation bound (each stripe has its own exponent pass).
 
+Several engines (``buses``: one register bus per engine, all on the same fabric): stripe e
+goes to engine e mod E, on that engine's port (e // E) mod P_e, P_e read from the engine's
+identity; its job is registered on that engine. Global port numbers count engine k's ports
+from k x P_e (the fabric's numbering).
+
 Capacity: an engine port carries N x S / E of the contributions in and as many results out, so
 with E >= P ports the all-reduce takes at least N x S / (P x C) instead of N x S / C.
 
@@ -17,12 +23,14 @@ The driver never imports netreduce.sim (DESIGN 9).
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
 
 from .collective import AllReduce, AllReduceResult, Communicator
+from .control import EngineControl
 
 __all__ = ["StripedAllReduce", "StripedResult", "stripe_bounds", "striped_allreduce_async"]
 
@@ -61,18 +69,30 @@ class StripedAllReduce:
     :class:`AllReduce`."""
 
     def __init__(self, comm: Communicator, arrays: Sequence[np.ndarray], stripes: int,
-                 ports: Sequence[int] | None = None):
+                 ports: Sequence[int] | None = None, buses: Sequence | None = None):
         if len(arrays) != comm.world:
             raise ValueError(f"need one array per rank ({comm.world}), got {len(arrays)}")
         flat = [np.ascontiguousarray(a).reshape(-1) for a in arrays]
         self.shape = np.asarray(arrays[0]).shape
         self.bounds = stripe_bounds(flat[0].size, stripes)
+        comms = [comm] * stripes
+        if buses:
+            if ports is not None:
+                raise ValueError("give ports or buses, not both")
+            ctrls = [EngineControl(b) for b in buses]
+            pe = ctrls[0].identify().ports
+            ports, comms = [], []
+            for e in range(stripes):
+                k = e % len(ctrls)
+                ports.append(k * pe + (e // len(ctrls)) % pe)
+                comms.append(_on_engine(comm, ctrls[k]))
         ports = list(range(stripes)) if ports is None else list(ports)
         if len(ports) != stripes:
             raise ValueError(f"{len(ports)} ports given for {stripes} stripes")
         self.comm = comm
-        self.parts = [AllReduce(comm, [x[lo:hi] for x in flat], port=p)
-                      for (lo, hi), p in zip(self.bounds, ports, strict=True)]
+        self.ports = ports
+        self.parts = [AllReduce(c, [x[lo:hi] for x in flat], port=p)
+                      for (lo, hi), p, c in zip(self.bounds, ports, comms, strict=True)]
         self.error: BaseException | None = None
         self._result: StripedResult | None = None
 
@@ -125,11 +145,21 @@ class StripedAllReduce:
         return self._result
 
 
+def _on_engine(comm: Communicator, ctrl: EngineControl) -> Communicator:
+    """``comm``'s ranks (the same RNICs) with their jobs registered on another engine."""
+    c = copy.copy(comm)
+    c.ctrl = ctrl
+    c.info = ctrl.identify()
+    return c
+
+
 def striped_allreduce_async(comm: Communicator, arrays: Sequence[np.ndarray], stripes: int,
-                            ports: Sequence[int] | None = None) -> StripedAllReduce | AllReduce:
-    """Start an all-reduce in ``stripes`` stripes (1: a plain :class:`AllReduce` on any port)."""
-    if stripes == 1 and ports is None:
+                            ports: Sequence[int] | None = None,
+                            buses: Sequence | None = None) -> StripedAllReduce | AllReduce:
+    """Start an all-reduce in ``stripes`` stripes (1 on one engine: a plain :class:`AllReduce`
+    on any port); ``buses``: one register bus per engine (several engines)."""
+    if stripes == 1 and ports is None and not buses:
         return comm.allreduce_async(arrays)
-    op = StripedAllReduce(comm, arrays, stripes, ports)
+    op = StripedAllReduce(comm, arrays, stripes, ports, buses)
     op.start()
     return op

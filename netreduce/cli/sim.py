@@ -64,6 +64,9 @@ class _Fail(click.ClickException):
 @click.option("--stripes", type=click.IntRange(1, 8), default=1, show_default=True,
               help="Split each all-reduce into E stripes, each its own engine job and QP ring "
                    "on engine port e mod P.")
+@click.option("--engines", type=click.IntRange(1, 8), default=1, show_default=True,
+              help="Engines on the ToR switch (model backend), each with P ports; stripes go "
+                   "round-robin over the engines.")
 @click.option("--ack-priority/--ack-fifo", default=True, show_default=True,
               help="ACK/NAK/CNP overtake queued data on a link (NIC TX arbitration), or queue "
                    "behind it.")
@@ -79,7 +82,8 @@ class _Fail(click.ClickException):
               help="RC local ACK timeout of the endpoints: 4.096 us x 2^T (8: 1.05 ms). Lower "
                    "it to shorten the idle waits after a tail loss on the slow RTL simulators.")
 def sim(workers, size, dtype, pmtu, jobs, loss, dup, reorder, seed, backend, ports, gbps,
-        port_gbps, stripes, ack_priority, pcap, json_path, plot_path, timeout_ms, qp_timeout):
+        port_gbps, stripes, engines, ack_priority, pcap, json_path, plot_path, timeout_ms,
+        qp_timeout):
     """All-reduce SIZE bytes from each of N RC endpoint models through the NetReduce engine.
 
     The ranks behave like Linux soft-RoCE on 100 Gb/s links that can lose, duplicate and reorder
@@ -100,7 +104,7 @@ def sim(workers, size, dtype, pmtu, jobs, loss, dup, reorder, seed, backend, por
         cfg = SimConfig(workers=workers, size=size, dtype=dtype, pmtu=int(pmtu), jobs=jobs,
                         loss=loss, dup=dup, reorder=reorder, seed=seed, backend=backend,
                         ports=ports, link_gbps=float(gbps), port_gbps=port_gbps,
-                        stripes=stripes, timeout_ns=timeout_ms * 1_000_000,
+                        stripes=stripes, engines=engines, timeout_ns=timeout_ms * 1_000_000,
                         ack_priority=ack_priority, qp_timeout=qp_timeout)
         get_backend(backend).probe()
     except (ValueError, BackendUnavailable) as e:

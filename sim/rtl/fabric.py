@@ -407,9 +407,13 @@ def rtl_params(cfg) -> dict:
     (the Verilog grows with the flow table and the slot pool), rounded to powers of two so that
     similar runs share one build. Per group: a SUM job (window 256) and an exponent MAX job
     (window 64), N flows each."""
-    groups = _pow2(cfg.jobs * getattr(cfg, "stripes", 1))
-    return dict(ports=cfg.nports, jobs=max(2, 2 * groups),
-                flows=max(16, _pow2(2 * cfg.workers * groups)), slots=512 * groups,
+    groups = _pow2(cfg.jobs)
+    # stripes: one job at a time per stripe (SUM 256 after exponents 64: 512 slots each leave
+    # room for the pool's fragmentation)
+    par = _pow2(cfg.jobs * getattr(cfg, "stripes", 1))
+    return dict(ports=cfg.nports, jobs=max(2, 2 * groups, par),
+                flows=max(16, _pow2(2 * cfg.workers * groups), _pow2(cfg.workers * par)),
+                slots=512 * par,
                 pmtu_max=max(1024, cfg.pmtu), data_width=512,
                 max_world=max(8, _pow2(cfg.workers)))
 

@@ -49,6 +49,20 @@ def test_striping_bit_exact_float_and_per_stripe_recovery():
     assert lossy.stats["retransmitted"] > 0 and lossy.checks[0]["mismatched_elements"] == 0
 
 
+def test_striping_across_two_engines():
+    """Stripes round-robin over two engines on the same switch (each job registered on its
+    engine): bit-exact, both engines used, the capacity of both counted."""
+    cfg = SimConfig(workers=8, size=128 << 10, dtype="int32", pmtu=4096, ports=1,
+                    port_gbps=100, stripes=2, engines=2)
+    r = run_sim(cfg)
+    assert r.ok, (r.error, r.checks)
+    assert {f.port for f in r.flows} == {0, 1} and r.engine_counters["released"] == 32
+    assert _bound(cfg) <= r.sim_ns < 0.7 * _bound(SimConfig(workers=8, size=128 << 10, ports=1,
+                                                            port_gbps=100))
+    with pytest.raises(ValueError, match="engines 2: several engines need"):
+        SimConfig(engines=2, port_gbps=0)
+
+
 def test_stripe_bounds_and_bad_options():
     assert stripe_bounds(10, 3) == [(0, 4), (4, 7), (7, 10)]
     with pytest.raises(ValueError, match="3 stripes for 2"):
