@@ -140,19 +140,15 @@ def sim_ring(n, size, link_gbps, pmtu=4096, seed=1) -> float:
 
 
 def sim_hier_nr(h, g, size, link_gbps, ports, port_gbps, intra_gbps, pmtu=4096, seed=1,
-                a: Alphas = ALPHAS) -> dict:
-    """Hierarchical NetReduce, H hosts x G devices, int32, checked bit-exact:
-
-    1. intra-host reduce-scatter (device k of a host ends with shard k summed over the host's
-       devices): computed here, timed by the intra-host link model (G-1 steps of S/G at I);
-    2. the G shards all-reduced across the H hosts through the engine: G jobs, one per shard,
-       striped over the engine's ports, all through the host's one NIC (simulated: the
-       collective driver, RC endpoints, ToR, timed engine);
-    3. intra-host all-gather: timed like 1.
-
-    Returns the phases' ns and the total."""
-    from netreduce.sw_driver.collective import CollectiveConfig, Communicator, run
-    from netreduce.sw_driver.stripe import striped_allreduce_async
+                a: Alphas = ALPHAS, engines=1) -> dict:
+    """Hierarchical NetReduce, H hosts x G devices, int32, checked bit-exact, with the driver of
+    :mod:`netreduce.sw_driver.hier`: intra-host reduce-scatter and all-gather timed by the
+    intra-host link model (G-1 steps of S/G at I), the G shards all-reduced across the H hosts
+    through the engine (G jobs striped over its ports, all through the host's one NIC:
+    simulated with the collective driver, RC endpoints, ToR and timed engine). Returns the
+    phases' ns and the total."""
+    from netreduce.sw_driver.collective import CollectiveConfig, Communicator
+    from netreduce.sw_driver.hier import hierarchical_allreduce
 
     from .simrun import get_backend
 
@@ -161,23 +157,21 @@ def sim_hier_nr(h, g, size, link_gbps, ports, port_gbps, intra_gbps, pmtu=4096, 
     rng = np.random.default_rng([seed, h, g])
     xs = [[rng.integers(-2**31, 2**31, size // 4, dtype=np.int64).astype(np.int32)
            for _ in range(g)] for _ in range(h)]
-    # after the reduce-scatter, host h's G devices hold together the host sum (shard k on k)
-    host = [np.sum(np.array(d, dtype=np.int64), axis=0).astype(np.int32) for d in xs]
     cfg = SimConfig(workers=h, size=size, dtype="int32", pmtu=pmtu, seed=seed,
-                    link_gbps=link_gbps, ports=ports, port_gbps=port_gbps, stripes=g)
+                    link_gbps=link_gbps, ports=ports, port_gbps=port_gbps, stripes=g,
+                    engines=engines)
     fab = get_backend("model").make(cfg, net_config(cfg), _NoCapture())
     comm = Communicator(fab, h, CollectiveConfig(pmtu=pmtu), seed=seed, name="hier")
     for r, rn in enumerate(comm.rnics):
         fab.rank_of_mac[rn.mac] = r
     t0 = time.perf_counter()
-    op = striped_allreduce_async(comm, host, g) if g > 1 else comm.allreduce_async(host)
-    run(fab, [op], timeout_ns=60_000_000_000)
-    out = op.result().results
+    res = hierarchical_allreduce(comm, xs, intra_gbps, a.intra,
+                                 buses=fab.buses if engines > 1 else None,
+                                 timeout_ns=60_000_000_000)
     ref = np.sum(np.array([x for d in xs for x in d], dtype=np.int64), axis=0).astype(np.int32)
-    ok = all(np.array_equal(y, ref) for y in out)
-    intra = _intra(g, size, intra_gbps, a)
-    return {"intra_rs_ns": intra, "inter_ns": float(fab.now()), "intra_ag_ns": intra,
-            "total_ns": 2 * intra + fab.now(), "ok": ok,
+    ok = all(np.array_equal(y, ref) for d in res.results for y in d)
+    return {"intra_rs_ns": res.intra_rs_ns, "inter_ns": res.inter_ns,
+            "intra_ag_ns": res.intra_ag_ns, "total_ns": res.total_ns, "ok": ok,
             "wall_s": round(time.perf_counter() - t0, 2)}
 
 

@@ -62,3 +62,26 @@ def test_training_bad_options_name_the_value(capsys):
     with pytest.raises(SystemExit):
         t.main(["--compute-ms", "lenet=5"])
     assert "'lenet'" in capsys.readouterr().err
+
+
+def test_hierarchical_driver_float_and_bad_input():
+    import numpy as np
+    from netreduce.sim.simrun import SimConfig, get_backend, net_config
+    from netreduce.sw_driver.collective import CollectiveConfig, Communicator
+    from netreduce.sw_driver.hier import hierarchical_allreduce
+
+    cfg = SimConfig(workers=2, size=4096, pmtu=1024, ports=1, port_gbps=100, stripes=2)
+    fab = get_backend("model").make(cfg, net_config(cfg), None)
+    comm = Communicator(fab, 2, CollectiveConfig(pmtu=1024))
+    rng = np.random.default_rng(1)
+    xs = [[rng.standard_normal(1024).astype(np.float32) for _ in range(2)] for _ in range(2)]
+    r = hierarchical_allreduce(comm, xs, 400.0)
+    host = [d[0] + d[1] for d in xs]  # the intra-host float32 sums
+    ref = host[0].astype(np.float64) + host[1]
+    err = np.abs(r.results[1][0].astype(np.float64) - ref)
+    assert np.all(err <= r.inter.error_bound())
+    assert all(np.array_equal(y, r.results[0][0]) for d in r.results for y in d)
+    with pytest.raises(ValueError, match=r"same number .* \[2, 1\]"):
+        hierarchical_allreduce(comm, [xs[0], xs[1][:1]], 400.0)
+    with pytest.raises(ValueError, match="intra_gbps must be > 0, got 0"):
+        hierarchical_allreduce(comm, xs, 0)
