@@ -26,7 +26,7 @@ Iteration model (printed with every run):
 Sweeps worker link rates and worker counts; writes bench/results/training.json::
 
     .venv/bin/python bench/training.py [--links 10,25,40,100] [--workers 4,8,16,32,64]
-        [--engine 2x100] [--compute-ms resnet50=100,...]
+        [--engine 2x100] [--compute-ms resnet50=100,...] [--gpus G --intra-gbps I] [--out F]
 """
 
 from __future__ import annotations
@@ -206,6 +206,11 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", default="4,8,16,32,64", help="worker counts N")
     ap.add_argument("--engine", default="2x100", help="engine ports x port rate, e.g. 1x100")
     ap.add_argument("--compute-ms", default="", help="name=ms,... per-iteration compute times")
+    ap.add_argument("--gpus", type=int, default=1,
+                    help="devices per host G (> 1: hierarchical NetReduce against hierarchical "
+                         "ring; --workers counts devices, H = N / G hosts)")
+    ap.add_argument("--intra-gbps", type=float, default=400.0,
+                    help="intra-host link per device and direction (Gb/s), with --gpus > 1")
     ap.add_argument("--out", default="bench/results/training.json")
     a = ap.parse_args(argv)
     try:
@@ -219,6 +224,12 @@ def main(argv=None) -> int:
         ap.error(f"--links {a.links!r}: rates must be among 10,25,40,50,100,200,400")
     if any(not 2 <= n <= 64 for n in workers):
         ap.error(f"--workers {a.workers!r}: each must be 2..64")
+    if not 1 <= a.gpus <= 16:
+        ap.error(f"--gpus must be 1..16, got {a.gpus}")
+    if a.intra_gbps <= 0:
+        ap.error(f"--intra-gbps must be > 0, got {a.intra_gbps:g}")
+    if a.gpus > 1 and any(n % a.gpus or n == a.gpus for n in workers):
+        ap.error(f"--workers {a.workers!r}: each must be a multiple (> 1) of --gpus {a.gpus}")
     if ports < 1 or port_gbps <= 0:
         ap.error(f"--engine {a.engine!r}: need P >= 1 ports of C > 0 Gb/s")
     compute = {k: v[2] for k, v in MODELS.items()}
@@ -249,7 +260,10 @@ def main(argv=None) -> int:
         "latency terms (ns) fitted by simulation per link rate: " + ", ".join(
             f"{b:g}G nr {x.nr:.0f} ring-step {x.ring:.0f}" for b, x in alphas.items()),
         "ring: reduce-scatter + all-gather over the workers' links (NCCL-like, one ring)",
-        "one GPU per worker (no intra-host phase); optimizer step and data loading not counted",
+        ("one GPU per worker (no intra-host phase)" if a.gpus == 1 else
+         f"{a.gpus} GPUs per host behind one NIC, intra-host {a.intra_gbps:g} Gb/s per device: "
+         "hierarchical NetReduce (sw_driver/hier.py) against the hierarchical ring"),
+        "optimizer step and data loading not counted",
     ]
     print("assumptions:")
     for s in assumptions:
@@ -261,11 +275,20 @@ def main(argv=None) -> int:
         for b in links:
             al = alphas[b]
             for n in workers:
-                def ring_ns(nb, n=n, b=b, al=al):
+                g, hosts = a.gpus, n // a.gpus
+
+                def ring_ns(nb, n=n, b=b, al=al, g=g, hosts=hosts):
+                    if g > 1:
+                        return perf.t_hier_ring(hosts, g, nb, b, a.intra_gbps, PMTU, a=al)
                     return perf.t_ring(n, nb, b, PMTU, a=al)
 
-                def nr_ns(nb, n=n, b=b, al=al):
+                def nr_ns(nb, n=n, b=b, al=al, g=g, hosts=hosts):
                     exp = 4 * -(-nb // CHUNK)
+                    if g > 1:  # exponents: a tiny pass through the engine, no intra phase
+                        return (perf.t_hier_nr(hosts, g, nb, b, ports, port_gbps, a.intra_gbps,
+                                               PMTU, a=al)
+                                + perf.t_netreduce(hosts, exp, b, ports, port_gbps, PMTU,
+                                                   striped=True, a=al))
                     return (perf.t_netreduce(n, nb, b, ports, port_gbps, PMTU, striped=True,
                                              a=al)
                             + perf.t_netreduce(n, exp, b, ports, port_gbps, PMTU, striped=True,
@@ -296,10 +319,12 @@ def main(argv=None) -> int:
               f"{r['workers']}) beside the paper's {PAPER[k]}x")
     cmd = "python bench/training.py" + "".join(
         f" --{k} {v}" for k, v in (("links", a.links), ("workers", a.workers),
-                                   ("engine", a.engine), ("compute-ms", a.compute_ms))
+                                   ("engine", a.engine), ("compute-ms", a.compute_ms),
+                                   ("gpus", a.gpus), ("intra-gbps", a.intra_gbps),
+                                   ("out", a.out))
         if v != ap.get_default(k.replace("-", "_")))
-    res = {"command": cmd, "assumptions": assumptions, "engine": {"ports": ports,
-                                                                  "port_gbps": port_gbps},
+    res = {"command": cmd, "gpus_per_host": a.gpus, "assumptions": assumptions,
+           "engine": {"ports": ports, "port_gbps": port_gbps},
            "paper": PAPER, "best": best, "rows": rows,
            "wall_s": round(time.perf_counter() - t0, 1)}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
