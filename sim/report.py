@@ -155,9 +155,14 @@ def _topology(cfg, sim_ns: int) -> dict:
     """Workers' link rate, engine ports and port rate, the engine's timing source and the
     capacity bound N x S / (P x C) (docs/sim.md, Topology)."""
     if not cfg.port_gbps:
+        shared = cfg.nports < cfg.workers
         return {"kind": "star", "link_gbps": cfg.link_gbps, "engine_ports": cfg.nports,
                 "port_gbps": cfg.link_gbps, "engine_timing": "untimed" if cfg.backend == "model"
-                else "RTL", "bound_ns": None, "time_over_bound": None}
+                else "RTL", "bound_ns": None, "time_over_bound": None,
+                "warning": (f"star with {cfg.nports} engine port(s) for {cfg.workers} ranks: "
+                            "each port takes several ranks' links at once, so its goodput is "
+                            "not a physical rate (use the ToR topology: --port-gbps C)")
+                if shared else None}
     from .topology import engine_timing, lower_bound_ns
 
     tm = engine_timing()
@@ -260,6 +265,8 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
                                             f"{100 * gp['allreduce_fraction_of_wire_limit']:.1f}"
                                             " % of the limit")]
     topo = rep.get("topology") or {}
+    if topo.get("warning"):
+        rows.append(("warning", f"[yellow]{topo['warning']}[/]"))
     if topo.get("kind") == "tor":
         rows.append(("topology", f"workers at {topo['link_gbps']:g} Gb/s, engine "
                                  f"{topo['engine_ports']} x {topo['port_gbps']:g} Gb/s"))
