@@ -18,7 +18,10 @@ Backends
 
 Ports
     The engine gets ``cfg.ports`` Ethernet ports (default: one per rank); rank r's up link enters
-    port r mod ports, and each result leaves on the port its rank's frame came in on.
+    port r mod ports, and each result leaves on the port its rank's frame came in on. With
+    ``cfg.port_gbps`` > 0 the ranks sit on a ToR switch and the engine hangs off it by those
+    ports at that rate (:mod:`.topology`: steering per flow, the model engine timed);
+    ``cfg.stripes`` splits each all-reduce over engine ports (and ``cfg.engines`` engines).
 
 Errors
     Bad configuration: ``ValueError`` naming the value. Hang: the driver's watchdog raises
