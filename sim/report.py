@@ -330,6 +330,10 @@ def plot(rep: dict, path) -> None:
         a1.plot(t_us, row, lw=1, label=f"port {p}" if p < 8 else None)
     a1.axhline(rep["wire_limit"]["gbps"], color="k", ls="--", lw=1,
                label=f"wire limit {rep['wire_limit']['gbps']:.1f} Gb/s")
+    topo0 = rep.get("topology") or {}
+    if topo0.get("kind") == "tor" and topo0["port_gbps"] != topo0["link_gbps"]:
+        lim = wire_limit_gbps(rep["wire_limit"]["pmtu"], topo0["port_gbps"])
+        a1.axhline(lim, color="r", ls=":", lw=1, label=f"engine port limit {lim:.1f} Gb/s")
     a1.set_ylabel("result goodput (Gb/s)")
     a1.legend(fontsize=7, ncol=3, loc="lower center")
     cfg = rep["config"]

@@ -32,7 +32,8 @@ Engine timing (model backend)
     result out; the fit's residual is checked). Each engine port accepts one frame's beats at a
     time (a frame is processed once its last beat is in) and emits one frame's beats at a time
     (a result's first beat leaves ``base + beats`` cycles after its completing contribution's
-    last beat, or when the output port is free); the engine's port link then serialises it at C.
+    last beat, or when the output port is free, which a frame holds for its beats or its wire
+    time at C, whichever is longer: the port's MAC sends at C); the port's link carries it at C.
     So a port carries at most min(C, datapath) in each direction. On ``--backend verilator`` /
     ``icarus`` the RTL itself does this (its cycles are simulated), behind the same C-rate links.
 """
@@ -58,6 +59,7 @@ __all__ = ["LINK_RATES", "EngineTiming", "engine_timing", "TorSwitch", "TorFabri
 LINK_RATES = (10, 25, 40, 50, 100, 200, 400)
 
 _ENGINE_JSON = ("bench", "results", "engine.json")
+_WIRE_EXTRA = 24  # preamble+SFD, FCS, inter-frame gap: wire bytes besides the frame
 
 
 def _find_engine_json() -> Path:
@@ -208,6 +210,9 @@ class TorFabric(TorSwitch, NetworkFabric):
     def bus(self):
         return self.engine.bus
 
+    def _wire_cycles(self, nbytes: int) -> int:
+        return math.ceil((nbytes + _WIRE_EXTRA) * 8 / self.port_gbps * CLOCK_HZ / 1e9)
+
     @property
     def buses(self) -> list:
         return [e.bus for e in self.engines]
@@ -233,7 +238,9 @@ class TorFabric(TorSwitch, NetworkFabric):
             q = k * self.per_engine + e.port
             b = tm.beats(len(e.frame))
             first = max(cycle + tm.latency_base + b, self._out_free[q])
-            self._out_free[q] = first + b
+            # the port's MAC sends at C: a frame holds the output for its beats or its wire
+            # time, whichever is longer (so the engine never emits faster than its link)
+            self._out_free[q] = first + max(b, self._wire_cycles(len(e.frame)))
             self.stats["engine_out"] += 1
             if self.capture is not None:
                 self.capture.frame_out(q, e.frame, first)
