@@ -108,8 +108,9 @@ def test_no_engine_port_beyond_its_rate_on_the_rtl():
         get_backend("verilator").probe()
     except BackendUnavailable as e:
         pytest.skip(str(e))
+    # slots=512 (int32 stripes need 2 x 256): the build test_rtl_backend.py already made
     simrun.register_backend("verilator-w64t", *rtl_fabric.make_rtl_backend(
-        "verilator", data_width=64, pmtu_max=1024))
+        "verilator", data_width=64, pmtu_max=1024, slots=512))
     try:
         for stripes in (1, 2):
             cfg = SimConfig(workers=4, size=16384, dtype="int32", backend="verilator-w64t",
