@@ -18,7 +18,7 @@ Iteration model (printed with every run):
   gradient is ready and the previous bucket's all-reduce has finished (one communication stream);
 * the iteration ends when both the backward pass and the last all-reduce are done (optimizer step
   and data loading not counted: they are the same on both sides);
-* all-reduce times from the analytic model of netreduce.sim.perf with the latency terms fitted
+* all-reduce times from the analytic model of netreduce.sim.net.perf with the latency terms fitted
   by simulation (bench/vs_ring.py validates the model against the simulation): ring over the
   workers' links; NetReduce through an engine of P ports x C (striped over its ports), plus the
   float path's exponent pass (4 bytes per 64 KiB chunk, its own latency term).
@@ -37,7 +37,7 @@ import sys
 import time
 from pathlib import Path
 
-from netreduce.sim import perf
+from netreduce.sim.net import perf
 
 MIB = 1 << 20
 PMTU = 4096
@@ -262,7 +262,7 @@ def main(argv=None) -> int:
         "ring: reduce-scatter + all-gather over the workers' links (NCCL-like, one ring)",
         ("one GPU per worker (no intra-host phase)" if a.gpus == 1 else
          f"{a.gpus} GPUs per host behind one NIC, intra-host {a.intra_gbps:g} Gb/s per device: "
-         "hierarchical NetReduce (sw_driver/hier.py) against the hierarchical ring"),
+         "hierarchical NetReduce (sim/net/hier.py) against the hierarchical ring"),
         "optimizer step and data loading not counted",
     ]
     print("assumptions:")

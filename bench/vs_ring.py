@@ -1,11 +1,11 @@
 """All-reduce time: NetReduce (flat, striped, hierarchical) against ring and hierarchical ring,
 with the engine's ports counted.
 
-Topology (netreduce.sim.topology): workers on a ToR switch at B Gb/s, the engine on P ports of
+Topology (netreduce.sim.net.topology): workers on a ToR switch at B Gb/s, the engine on P ports of
 C Gb/s, timed from the RTL's measured figures (bench/results/engine.json); the ring runs over the
 same worker links through the same switch (forwarding only). int32, PMTU 4096, no loss.
 
-Both sides are timed the same way: the analytic model of netreduce.sim.perf (capacity terms +
+Both sides are timed the same way: the analytic model of netreduce.sim.net.perf (capacity terms +
 latency terms fitted from two small simulations per link rate) over the whole grid
 (N 2..64, S 64 KiB..64 MiB, B 25 and 100 Gb/s, engines of 1 and 2 ports x 100 Gb/s), and
 simulations (RC endpoints, the collective driver, the timed engine model, the ring driver) at the
@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from netreduce.sim import perf
+from netreduce.sim.net import perf
 
 KIB, MIB = 1024, 1024 * 1024
 NS = (2, 4, 8, 16, 32, 64)

@@ -1,11 +1,11 @@
-"""The analytic all-reduce model (netreduce.sim.perf) against the simulation at cheap points,
+"""The analytic all-reduce model (netreduce.sim.net.perf) against the simulation at cheap points,
 hierarchical NetReduce bit-exact, and bench/training.py's model shapes and DDP buckets."""
 
 import importlib.util
 from pathlib import Path
 
 import pytest
-from netreduce.sim import perf
+from netreduce.sim.net import perf
 
 MIB = 1 << 20
 
@@ -66,9 +66,9 @@ def test_training_bad_options_name_the_value(capsys):
 
 def test_hierarchical_driver_float_and_bad_input():
     import numpy as np
-    from netreduce.sim.simrun import SimConfig, get_backend, net_config
-    from netreduce.sw_driver.collective import CollectiveConfig, Communicator
-    from netreduce.sw_driver.hier import hierarchical_allreduce
+    from netreduce.sim.net.collective import CollectiveConfig, Communicator
+    from netreduce.sim.net.hier import hierarchical_allreduce
+    from netreduce.sim.net.simrun import SimConfig, get_backend, net_config
 
     cfg = SimConfig(workers=2, size=4096, pmtu=1024, ports=1, port_gbps=100, stripes=2)
     fab = get_backend("model").make(cfg, net_config(cfg), None)

@@ -1,4 +1,4 @@
-"""The ToR topology (netreduce.sim.topology) and striping (netreduce.sw_driver.stripe): no engine
+"""The ToR topology (netreduce.sim.net.topology) and striping (netreduce.sim.net.stripe): no engine
 port carries more than its rate (simulated time >= N x S / (P x C)) on the timed model and on
 the RTL; stripes are bit-exact and recover their own losses; the engine timing comes from the
 RTL's measured figures."""
@@ -7,11 +7,11 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from netreduce.sim import simrun
+from netreduce.sim.net import simrun
+from netreduce.sim.net.simrun import BackendUnavailable, SimConfig, get_backend, run_sim
+from netreduce.sim.net.stripe import stripe_bounds
+from netreduce.sim.net.topology import EngineTiming, engine_timing, lower_bound_ns
 from netreduce.sim.rtl import fabric as rtl_fabric
-from netreduce.sim.simrun import BackendUnavailable, SimConfig, get_backend, run_sim
-from netreduce.sim.topology import EngineTiming, engine_timing, lower_bound_ns
-from netreduce.sw_driver.stripe import stripe_bounds
 
 from netreduce.cli import main
 

@@ -14,7 +14,6 @@ int32 sums wrap (two's complement) at every step, so the result is bit-exact aga
 over all H x G devices. float32: the host sums are float32 sums in device order, then the
 engine's quantised sum (its error bound applies to the host sums).
 
-The driver never imports netreduce.sim (DESIGN 9).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ The buffer of every rank is cut into E contiguous stripes of (nearly) equal size
 aligned; stripe e is an ordinary all-reduce (:class:`~.collective.AllReduce`) with its own engine
 job, its own ring of RC QPs and its own slots, pinned to engine port e mod P by the switch's
 steering rules (the driver hands the port to the fabric with the job; see
-``netreduce.sim.topology``). The stripes run concurrently; each recovers its own losses (its QPs
+``netreduce.sim.net.topology``). The stripes run concurrently; each recovers its own losses (its QPs
 retransmit, its job re-emits), so a loss in one stripe stalls only that stripe. The result is
 the concatenation of the stripes' results: int32 bit-exact, float32 within each stripe's
 quantisation bound (each stripe has its own exponent pass).
@@ -18,7 +18,6 @@ from k x P_e (the fabric's numbering).
 Capacity: an engine port carries N x S / E of the contributions in and as many results out, so
 with E >= P ports the all-reduce takes at least N x S / (P x C) instead of N x S / C.
 
-The driver never imports netreduce.sim (DESIGN 9).
 """
 
 from __future__ import annotations
@@ -28,9 +27,9 @@ from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
+from netreduce.sw_driver.control import EngineControl
 
 from .collective import AllReduce, AllReduceResult, Communicator
-from .control import EngineControl
 
 __all__ = ["StripedAllReduce", "StripedResult", "stripe_bounds", "striped_allreduce_async"]
 

@@ -125,9 +125,8 @@ def sim_netreduce(n, size, link_gbps, ports, port_gbps, pmtu=4096, stripes=1, se
 def sim_ring(n, size, link_gbps, pmtu=4096, seed=1) -> float:
     """Simulated ns of the ring (sw_driver.ring) on the same worker links through the ToR
     (forwarding only), result checked."""
-    from netreduce.sw_driver.ring import ring_allreduce
-
     from .network import NetworkFabric
+    from .ring import ring_allreduce
 
     cfg = SimConfig(workers=n, size=size, dtype="int32", pmtu=pmtu, seed=seed,
                     link_gbps=link_gbps)
@@ -142,14 +141,13 @@ def sim_ring(n, size, link_gbps, pmtu=4096, seed=1) -> float:
 def sim_hier_nr(h, g, size, link_gbps, ports, port_gbps, intra_gbps, pmtu=4096, seed=1,
                 a: Alphas = ALPHAS, engines=1) -> dict:
     """Hierarchical NetReduce, H hosts x G devices, int32, checked bit-exact, with the driver of
-    :mod:`netreduce.sw_driver.hier`: intra-host reduce-scatter and all-gather timed by the
+    :mod:`.hier`: intra-host reduce-scatter and all-gather timed by the
     intra-host link model (G-1 steps of S/G at I), the G shards all-reduced across the H hosts
     through the engine (G jobs striped over its ports, all through the host's one NIC:
     simulated with the collective driver, RC endpoints, ToR and timed engine). Returns the
     phases' ns and the total."""
-    from netreduce.sw_driver.collective import CollectiveConfig, Communicator
-    from netreduce.sw_driver.hier import hierarchical_allreduce
-
+    from .collective import CollectiveConfig, Communicator
+    from .hier import hierarchical_allreduce
     from .simrun import get_backend
 
     if size % (4 * g):

@@ -21,7 +21,7 @@ Steering (the rule a real switch needs)
     ``ip.src`` plus a user-defined field at UDP payload offset 5..7 (the BTH DestQP; RoCEv2
     packets are identified by UDP destination port 4791), action "redirect to port"; the rule
     count is 2 per flow. The engine port of a flow is the job's stripe port (striping, see
-    :mod:`netreduce.sw_driver.stripe`) or else rank r mod P. What the engine emits leaves on the
+    :mod:`netreduce.sim.net.stripe`) or else rank r mod P. What the engine emits leaves on the
     engine port it chooses (the flow's ingress port) and is L2-forwarded to its worker.
 
 Engine timing (model backend)
@@ -49,7 +49,7 @@ from pathlib import Path
 from netreduce.regmap import CLOCK_HZ
 from netreduce.wire import ROCEV2_UDP_PORT
 
-from .fabric_model import cycles_to_ns, ns_to_cycles
+from .model_fabric import cycles_to_ns, ns_to_cycles
 from .network import Link, LinkConfig, NetConfig, NetworkFabric
 
 __all__ = ["LINK_RATES", "EngineTiming", "engine_timing", "TorSwitch", "TorFabric",
@@ -262,7 +262,7 @@ def _tor_link_stats(fab, out: dict) -> dict:
 
 def make_tor_model(cfg, net: NetConfig, capture) -> TorFabric:
     """The model backend's fabric for a ``SimConfig`` with ``port_gbps`` > 0."""
-    from .model import Engine
+    from ..model import Engine
 
     # as many jobs and slots as the run's concurrent passes need (every stripe of every group:
     # a SUM job of window 256 and an exponent job of 64), at least the model's defaults
@@ -273,11 +273,11 @@ def make_tor_model(cfg, net: NetConfig, capture) -> TorFabric:
     return TorFabric(engs, per, cfg.port_gbps, net, cfg.seed, capture)
 
 
-def tor_rtl_class():
-    """An :class:`~netreduce.sim.rtl.fabric.RtlFabric` behind the ToR switch: frames steered to
-    engine port p cross that port's C-rate link and enter the RTL on port p; the RTL's outputs
-    cross the link of the port they leave on. Call ``_setup_tor(P, C)`` after construction."""
-    from .rtl.fabric import RtlFabric
+def tor_rtl_class(RtlFabric):  # noqa: N803 - the class to extend
+    """``RtlFabric`` (:class:`netreduce.sim.rtl.fabric.RtlFabric`, passed in: the RTL layer
+    builds on this one, not the other way) behind the ToR switch: frames steered to engine port
+    p cross that port's C-rate link and enter the RTL on port p; the RTL's outputs cross the
+    link of the port they leave on. Call ``_setup_tor(P, C)`` after construction."""
 
     class TorRtlFabric(TorSwitch, RtlFabric):
         def _setup_tor(self, ports, port_gbps):
