@@ -414,6 +414,7 @@ def run_sim(cfg: SimConfig, pcap: str | Path | None = None,
     out.engine_counters = counters
     # flows of every pass (also of failed runs: the passes that started)
     nports = cfg.nports
+    steered = hasattr(fab, "steer_flows")  # a stripe's port is real only behind the ToR
     for g, op in enumerate(ops):
         rn = op.comm.rnics
         n = cfg.workers
@@ -426,7 +427,8 @@ def run_sim(cfg: SimConfig, pcap: str | Path | None = None,
                     src_ip=_ip(rn[r].ip), dqpn=p.rq[(r + 1) % n].qpn,
                     rev_ip=_ip(rn[(r + 1) % n].ip), rev_qpn=p.sq[r].qpn,
                     start_psn=p.sq[r].start_psn,
-                    port=(r if getattr(p, "port", None) is None else p.port) % nports,
+                    port=(p.port if steered and getattr(p, "port", None) is not None
+                          else r) % nports,
                     packets=p.total_pkts,
                     group=g))
     if out.error is None:
