@@ -81,9 +81,12 @@ class _Fail(click.ClickException):
 @click.option("--qp-timeout", type=click.IntRange(1, 31), default=8, show_default=True,
               help="RC local ACK timeout of the endpoints: 4.096 us x 2^T (8: 1.05 ms). Lower "
                    "it to shorten the idle waits after a tail loss on the slow RTL simulators.")
+@click.option("--racks", type=click.IntRange(0, 4), default=0, show_default=True,
+              help="Spine-leaf: the N workers in R racks (2..4), a leaf engine each and a spine "
+                   "engine; pcaps PREFIX.<engine>.in/out.pcap per engine (0: one engine).")
 def sim(workers, size, dtype, pmtu, jobs, loss, dup, reorder, seed, backend, ports, gbps,
         port_gbps, stripes, engines, ack_priority, pcap, json_path, plot_path, timeout_ms,
-        qp_timeout):
+        qp_timeout, racks):
     """All-reduce SIZE bytes from each of N RC endpoint models through the NetReduce engine.
 
     The ranks behave like Linux soft-RoCE on 100 Gb/s links that can lose, duplicate and reorder
@@ -109,6 +112,16 @@ def sim(workers, size, dtype, pmtu, jobs, loss, dup, reorder, seed, backend, por
         get_backend(backend).probe()
     except (ValueError, BackendUnavailable) as e:
         raise _Fail(str(e)) from None
+    if racks:
+        from netreduce.cli.sim_racks import run_racks
+
+        if stripes > 1 or engines > 1:
+            raise _Fail(f"--racks {racks}: not with --stripes {stripes} / --engines {engines} "
+                        "(the racks' engines are the spine-leaf tree)")
+        if racks == 1 or plot_path is not None:
+            raise _Fail(f"--racks {racks}: 2..4 racks, without --plot" if racks == 1 else
+                        "--plot is not available with --racks")
+        return run_racks(cfg, racks, pcap, json_path, _Fail)
     con = console()
     con.print(f"[bold]netreduce sim[/]: {jobs} x {workers} ranks x {size} B {dtype}, PMTU {pmtu}, "
               f"loss {loss:g} dup {dup:g} reorder {reorder:g}, seed {seed}, backend {backend}")
