@@ -1,7 +1,7 @@
 """The RTL fabric: the engine's Verilog (Verilator via :class:`~.fastsim.FastSim`, or Icarus) in
 the middle of the network model, and the ``verilator`` / ``icarus`` backends of ``netreduce sim``.
 
-:class:`RtlFabric` is a :class:`~netreduce.sim.network.NetworkFabric` like the model fabric:
+:class:`RtlFabric` is a :class:`~netreduce.sim.net.network.NetworkFabric` like the model fabric:
 endpoints' up links deliver frames to the engine's input port ``port_of(src_mac)``; frames the
 engine emits cross the down link of the endpoint owning their destination MAC.
 
@@ -59,12 +59,12 @@ import json
 import math
 from collections.abc import Callable
 
-from netreduce.sw_driver.fabric import Scheduler, frame_dmac
+from netreduce.sim.net.scheduler import Scheduler, frame_dmac
 
 from netreduce.regmap import CLOCK_HZ, BusError, build_regmap
 
-from ..fabric_model import cycles_to_ns, ns_to_cycles
-from ..network import KINDS, NetConfig, NetworkFabric
+from ..net.model_fabric import cycles_to_ns, ns_to_cycles
+from ..net.network import KINDS, NetConfig, NetworkFabric
 
 __all__ = ["RtlFabric", "RtlBus", "PeekScheduler", "rtl_params", "engine_top", "engine_top_path",
            "make_rtl_backend", "probe_rtl", "ENGINE_TOP_NAME"]
@@ -408,8 +408,12 @@ def rtl_params(cfg) -> dict:
     similar runs share one build. Per group: a SUM job (window 256) and an exponent MAX job
     (window 64), N flows each."""
     groups = _pow2(cfg.jobs)
-    return dict(ports=cfg.nports, jobs=max(2, 2 * groups),
-                flows=max(16, _pow2(2 * cfg.workers * groups)), slots=512 * groups,
+    # stripes: one job at a time per stripe (SUM 256 after exponents 64: 512 slots each leave
+    # room for the pool's fragmentation)
+    par = _pow2(cfg.jobs * getattr(cfg, "stripes", 1))
+    return dict(ports=cfg.nports, jobs=max(2, 2 * groups, par),
+                flows=max(16, _pow2(2 * cfg.workers * groups), _pow2(cfg.workers * par)),
+                slots=512 * par,
                 pmtu_max=max(1024, cfg.pmtu), data_width=512,
                 max_world=max(8, _pow2(cfg.workers)))
 
@@ -454,7 +458,7 @@ def engine_top(params: dict):
 
 def probe_rtl(sim: str) -> None:
     """Raise BackendUnavailable (one line) if ``sim`` or the engine top is missing."""
-    from ..simrun import BackendUnavailable
+    from ..backend import BackendUnavailable
 
     if sim == "verilator":
         from .fastsim import verilator_missing
@@ -470,7 +474,7 @@ def probe_rtl(sim: str) -> None:
 
 
 def make_rtl_backend(sim: str, top=None, fabric_options: dict | None = None, **overrides):
-    """``(description, make, probe)`` for :func:`netreduce.sim.simrun.register_backend`.
+    """``(description, make, probe)`` for :func:`netreduce.sim.net.simrun.register_backend`.
 
     ``overrides`` replace build parameters of :func:`rtl_params` (tests use a 64-bit engine,
     which builds in a fraction of the time); ``top`` (an AxisTop) uses that engine top as it is
@@ -497,9 +501,14 @@ def make_rtl_backend(sim: str, top=None, fabric_options: dict | None = None, **o
         if "threaded" not in opts:  # two cores: the RTL's windows overlap the network model
             opts["threaded"] = (sim == "verilator" and opts.get("windowed") is not False
                                 and _window_cycles(net) >= 8)
-        fab = RtlFabric(dut, net=net, seed=cfg.seed, capture=capture, **opts)
-        fab.rank_of_mac = {}
-        fab.port_of = lambda mac: fab.rank_of_mac.get(mac, 0) % nports
+        if getattr(cfg, "port_gbps", 0):  # the ToR topology (netreduce.sim.net.topology)
+            from ..net.topology import tor_rtl_class
+            fab = tor_rtl_class(RtlFabric)(dut, net=net, seed=cfg.seed, capture=capture, **opts)
+            fab._setup_tor(nports, cfg.port_gbps)
+        else:
+            fab = RtlFabric(dut, net=net, seed=cfg.seed, capture=capture, **opts)
+            fab.rank_of_mac = {}
+            fab.port_of = lambda mac: fab.rank_of_mac.get(mac, 0) % nports
         fab.rtl_params = params
         return fab
 
