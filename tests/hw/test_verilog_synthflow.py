@@ -8,6 +8,8 @@
 * the large RAMs carry ``ram_style`` and have no initial content in the text.
 """
 
+import hashlib
+import json
 import re
 import shutil
 import subprocess
@@ -15,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from netreduce.hw.estimate import parse_stat
+from netreduce.hw.estimate import cache_dir, parse_stat
 
 # Verilator warnings waived for Amaranth/Yosys-generated Verilog, and why (each is an idiom of
 # the generator, not a design question; every other -Wall warning fails the test):
@@ -83,16 +85,25 @@ def test_icarus_elaborates_the_generated_top_as_plain_verilog(engine_v):
 @pytest.mark.skipif(shutil.which("yosys") is None, reason="no native yosys (apt-get install "
                     "yosys; .ci/run does)")
 def test_yosys_synth_xilinx_of_the_generated_top(engine_v):
+    """Minutes of Yosys on a fresh machine; the passing cell counts are cached by the digest of
+    the Verilog and the script (a rerun of an unchanged design is instant)."""
     script = (f"read_verilog {engine_v.name}\n"
               f"synth_xilinx -family xcup -top {TOP} -flatten -noiopad -noclkbuf -uram\n"
               "check -assert\n"
               "tee -q -o stat.txt stat\n")
-    (engine_v.parent / "synth.ys").write_text(script)
-    r = subprocess.run(["yosys", "-q", "-l", "synth.log", "-s", "synth.ys"],
-                       cwd=engine_v.parent, capture_output=True, text=True, timeout=1800)
-    log = (engine_v.parent / "synth.log").read_text()
-    assert r.returncode == 0, log[-3000:]
-    cells = parse_stat((engine_v.parent / "stat.txt").read_text())
+    key = hashlib.sha256((engine_v.read_text() + script).encode()).hexdigest()[:32]
+    cached = cache_dir("synthflow") / f"{key}.json"
+    if cached.exists():
+        cells = json.loads(cached.read_text())
+    else:
+        (engine_v.parent / "synth.ys").write_text(script)
+        r = subprocess.run(["yosys", "-q", "-l", "synth.log", "-s", "synth.ys"],
+                           cwd=engine_v.parent, capture_output=True, text=True, timeout=3600)
+        log = (engine_v.parent / "synth.log").read_text()
+        assert r.returncode == 0, log[-3000:]
+        cells = parse_stat((engine_v.parent / "stat.txt").read_text())
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        cached.write_text(json.dumps(cells))
     assert not {"LDCE", "LDPE"} & set(cells), "latch inferred"
     # the slot memory's two copies and the header store honour ram_style="ultra"
     assert cells.get("URAM288", 0) >= 3, cells
