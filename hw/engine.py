@@ -372,10 +372,13 @@ def engine_for(*, max_frame: int = DEFAULT_MAX_FRAME, read_latency: int = 2,
 
 
 def engine_verilog(regmap: RegMap | None = None, path=None, *, name: str = "netreduce_engine",
+                   progress=None, yosys: str = "auto", timings: dict | None = None,
                    **kwargs) -> AxisTop:
     """Verilog of :class:`NetReduceEngine` behind AXI names (``s_axis_p<k>``, ``m_axis_p<k>``,
-    ``s_axil_*``); written to ``path`` when given."""
-    top = generate(NetReduceEngine(regmap, **kwargs), name)
+    ``s_axil_*``); written to ``path`` when given. ``progress``, ``yosys``, ``timings``: see
+    :func:`netreduce.hw.verilog.to_verilog`."""
+    top = generate(NetReduceEngine(regmap, **kwargs), name, progress=progress, yosys=yosys,
+                   timings=timings)
     if path is not None:
         from pathlib import Path
 

@@ -9,6 +9,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from .packet.layout import HDR_CAP
+from .rams import large_ram_attrs
 
 __all__ = ["HeaderStore", "header_entry_layout"]
 
@@ -42,7 +43,8 @@ class HeaderStore(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.mem = mem = Memory(shape=self.layout, depth=self.depth, init=[])
+        m.submodules.mem = mem = Memory(shape=self.layout, depth=self.depth, init=[],
+                                        attrs=large_ram_attrs())
         wr, rd = mem.write_port(), mem.read_port()
         m.d.comb += [wr.en.eq(self.w_en), wr.addr.eq(self.w_addr), wr.data.eq(self.w_data),
                      rd.en.eq(self.r_en), rd.addr.eq(self.r_addr), self.r_data.eq(rd.data)]
