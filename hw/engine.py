@@ -265,7 +265,7 @@ class NetReduceEngine(wiring.Component):
         tag_width = max(job_bits, nb_bits + 1)
         m.submodules.slotmem = slotmem = SlotMemory(w, slots=self.slots, pmtu_max=self.pmtu_max,
                                                     read_latency=rl, tag_width=tag_width)
-        m.submodules.hstore = hstore = HeaderStore(self.slots, self.max_world)
+        m.submodules.hdr_store = hstore = HeaderStore(self.slots, self.max_world)
 
         # ------------------------------------------------------------ dispatcher
         m.submodules.dispatch = dsp = Dispatcher(w, ports=P, slots=self.slots,

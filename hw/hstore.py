@@ -43,7 +43,7 @@ class HeaderStore(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.mem = mem = Memory(shape=self.layout, depth=self.depth, init=[],
+        m.submodules.hstore = mem = Memory(shape=self.layout, depth=self.depth, init=[],
                                         attrs=large_ram_attrs())
         wr, rd = mem.write_port(), mem.read_port()
         m.d.comb += [wr.en.eq(self.w_en), wr.addr.eq(self.w_addr), wr.data.eq(self.w_data),
