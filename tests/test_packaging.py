@@ -21,8 +21,8 @@ ROOTS = {"netreduce": "netreduce", "hw": "netreduce.hw", "sim": "netreduce.sim",
          "sw_driver": "netreduce.sw_driver"}
 STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 # The one host-side module allowed above sw_driver: the PyTorch binding runs its ranks on the
-# software RNIC through the switch service (netreduce.sim.emu.tunnel.RankComm).
-SW_DRIVER_USES_SIM = {"netreduce.sw_driver.torch": {"netreduce.sim.emu.tunnel"}}
+# software RNIC through the switch service (netreduce.sim.emu.rank.RankComm).
+SW_DRIVER_USES_SIM = {"netreduce.sw_driver.torch": {"netreduce.sim.emu.rank"}}
 
 
 def _dotted(folder: Path) -> str:

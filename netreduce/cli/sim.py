@@ -54,7 +54,7 @@ class _Fail(click.ClickException):
 @click.option("--ports", type=click.IntRange(0, 64), default=0, show_default=True,
               help="Engine ports (0: one per rank; rank r enters port r mod P).")
 @click.option("--gbps", type=click.FloatRange(1.0, 1000.0), default=100.0, show_default=True,
-              help="Link bandwidth (frames serialised with the ROCE.md wire overhead).")
+              help="Link bandwidth (frames serialised with the docs/roce.md wire overhead).")
 @click.option("--ack-priority/--ack-fifo", default=True, show_default=True,
               help="ACK/NAK/CNP overtake queued data on a link (NIC TX arbitration), or queue "
                    "behind it.")

@@ -50,9 +50,11 @@ from typing import Protocol
 from netreduce.regmap import build_regmap
 from netreduce.wire import WireError, parse
 from netreduce.wire.icrc import icrc_bytes
+from netreduce.wire.view import CONTROL_OPCODES, ROCEV2_PORT_BYTES
 
 from ..model import Emit, Engine
 from ..net.network import DIRECTIONS, KINDS, LinkConfig, NetConfig
+from ..rtl.backend import HarnessBus
 from .scoreboard import EventLog, Out, RecordingEngine, ScoreReport, check, snapshot
 from .soak import _ATTACKER_MAC, _SINK_MAC, JobSpec, Scenario, _SoakModelFabric, run_scenario
 
@@ -123,13 +125,13 @@ class _Junk:
         if kind == "arp":
             return hdr + b"\x08\x06" + bytes(28) + bytes(18)
         if kind == "ipv6":
-            return hdr + b"\x86\xdd\x60" + bytes(5) + b"\x11\x40" + bytes(32) + b"\x12\xb7" * 2 \
-                + pad
+            return hdr + b"\x86\xdd\x60" + bytes(5) + b"\x11\x40" + bytes(32) \
+                + ROCEV2_PORT_BYTES * 2 + pad
         if kind == "tcp":
             return hdr + b"\x08\x00\x45\x00\x00\x40" + bytes(3) + b"\x06" + bytes(10) + pad
         if kind == "udp":
             return hdr + b"\x08\x00\x45\x00\x00\x40" + bytes(3) + b"\x11" + bytes(10) \
-                + b"\x12\xb7\x00\x35" + pad
+                + ROCEV2_PORT_BYTES + b"\x00\x35" + pad
         if kind == "runt":
             return hdr[:r.randrange(1, 12)]
         if kind == "vlan":
@@ -158,7 +160,7 @@ class _Junk:
         elif kind == "ipsum":
             b[l3 + 10] ^= 0x5A
         elif kind == "opcode":
-            if f is None or f.opcode in (0x11, 0x81):
+            if f is None or f.opcode in CONTROL_OPCODES:
                 return None
             # a UC packet (well-formed, but not what a flow carries) or an opcode the wire
             # format does not know (RDMA READ request, 0x0C), ICRC recomputed
@@ -376,6 +378,7 @@ class FastSimBackend:
         self.limit = limit
         self.errors: list[str] = []  # error-flagged outputs (they are scoreboarded too)
         self._outs: list[tuple[int, bytes, int]] = []
+        self._bus = HarnessBus(sim, after=lambda: self._take(sim.collect()))
 
     def _take(self, frames) -> None:
         for f in frames:
@@ -385,13 +388,10 @@ class FastSimBackend:
             self._outs.append((f.port, f.frame, f.cycle))
 
     def read(self, addr: int) -> int:
-        v = self.sim.axil_read(addr)
-        self._take(self.sim.collect())
-        return v
+        return self._bus.read(addr)
 
     def write(self, addr: int, value: int) -> None:
-        self.sim.axil_write(addr, value)
-        self._take(self.sim.collect())
+        self._bus.write(addr, value)
 
     def feed(self, port: int, frame: bytes) -> int:
         sim = self.sim

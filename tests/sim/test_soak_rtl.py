@@ -14,8 +14,7 @@ output. Two seeds of the random "rtl" profile run too.
 from __future__ import annotations
 
 import pytest
-from netreduce.sim.net.simrun import BackendUnavailable
-from netreduce.sim.rtl.fabric import probe_rtl
+from netreduce.sim.backend import BackendUnavailable, probe_backend
 from netreduce.sim.rtl.soak_rtl import misfits, rtl_backend, soak_params
 from netreduce.sim.verif.soak import (
     RTL_ENGINE,
@@ -32,7 +31,7 @@ SCENARIOS = rtl_ci_scenarios()
 @pytest.fixture(scope="module")
 def backend():
     try:
-        probe_rtl("verilator")
+        probe_backend("verilator")
     except BackendUnavailable as e:
         pytest.skip(str(e))
     return rtl_backend()

@@ -1,6 +1,7 @@
 """Forged ACKs against the reference engine (issue 9): they may delay or fail a job, never corrupt.
 
-The attack: the engine frees index k once every flow's acked_f passed it (DESIGN 4), and acked_f
+The attack: the engine frees index k once every flow's acked_f passed it (docs/design.md section
+4), and acked_f
 comes from data-plane ACKs that anybody on the path can forge (ICRC is no authentication). A forged
 ACK on flow f's reverse key frees k although f's receiver never got its result (lost on the down
 link). When f's sender retransmits k, k is behind the window. Under the original contract the
