@@ -1,10 +1,9 @@
 """A real-time loopback tunnel to the switch service: the worker half of its TCP protocol.
 
 The switch service (``netreduce switch``, :mod:`netreduce.sim.emu.switch`) plays a top-of-rack
-switch
-with the engine on its path. Workers reach it over TCP; every frame is a 4-byte big-endian length
-followed by the Ethernet frame (QEMU ``-netdev socket`` framing), so a software RNIC here and a
-QEMU VM running Linux soft-RoCE connect alike. This module is the worker side; it never imports
+switch with the engine on its path. Workers reach it over TCP; every frame is a 4-byte big-endian
+length followed by the Ethernet frame (QEMU ``-netdev socket`` framing), so a software RNIC here and
+a QEMU VM running Linux soft-RoCE connect alike. This module is the worker side; it never imports
 netreduce.sim (docs/design.md section 9).
 
 :class:`Tunnel`

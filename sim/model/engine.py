@@ -1,8 +1,7 @@
 """Bit-exact, event-level reference model of the NetReduce engine: the specification in code.
 
 :class:`Engine` implements docs/design.md section 4 frame by frame. The gateware is scoreboarded
-against
-it (same frames in, same frames out, same counters) and the switch service runs it.
+against it (same frames in, same frames out, same counters) and the switch service runs it.
 
 Contract
 --------

@@ -103,8 +103,8 @@ class SoakRtlFabric(RtlFabric):
 
 def rtl_backend(params: dict | None = None, *, top=None):
     """A ``backend(sc, net)`` for :func:`~netreduce.sim.verif.soak.run_scenario` on the RTL
-    (Verilator,
-    build ``params``, default :func:`soak_params`). ``top``: an engine top to use as it is.
+    (Verilator, build ``params``, default :func:`soak_params`). ``top``: an engine top to use as
+    it is.
     Raises ``ValueError`` (one line) for a scenario that does not fit the build, and
     :class:`~netreduce.sim.backend.BackendUnavailable` when Verilator or the engine is
     missing."""

@@ -71,7 +71,6 @@ __all__ = ["RtlSwitchEngine", "RTL_COUNTER_HELP", "switch_build_params"]
 
 log = logging.getLogger("netreduce.switch.rtl")
 
-_RESP = ("OKAY", "EXOKAY", "SLVERR", "DECERR")
 _PROTO = IPV4_OFF + PROTO_AT  # untagged IPv4: the protocol byte
 _DPORT = IPV4_OFF + DPORT_AT  # and the UDP destination port
 

@@ -3,31 +3,27 @@ runner that plays a log into any engine backend and scoreboards it against the m
 
 Recording
     :func:`record` runs a :class:`~netreduce.sim.verif.soak.Scenario` closed loop (RC endpoint
-    models,
-    the collective driver programming the engine through :class:`EngineControl`, the seeded
+    models, the collective driver programming the engine through :class:`EngineControl`, the seeded
     network model with loss/dup/reorder/CE per direction and kind of traffic, the soak adversary's
     spoofed, replayed and corrupted frames, plus :class:`_Junk`'s non-RoCE and malformed frames)
     around an engine wrapped in :class:`~netreduce.sim.verif.scoreboard.RecordingEngine`, and
-    returns
-    the :class:`~netreduce.sim.verif.scoreboard.EventLog` of everything that entered the engine
-    (register
-    writes/reads and frames with their cycles) plus what the engine emitted. The engine in the
-    loop is the model by default; ``engine=`` puts any object with ``receive(port, frame, time)``
-    and ``bus`` there (for instance :class:`EngineAdapter` around an RTL backend), so the RTL can
-    also run closed loop.
+    returns the :class:`~netreduce.sim.verif.scoreboard.EventLog` of everything that entered the
+    engine (register writes/reads and frames with their cycles) plus what the engine emitted. The
+    engine in the loop is the model by default; ``engine=`` puts any object with ``receive(port,
+    frame, time)`` and ``bus`` there (for instance :class:`EngineAdapter` around an RTL backend), so
+    the RTL can also run closed loop.
 
     Endpoints map to engine ports by a hash of their MAC (every port gets traffic; results leave
     on the port their rank's frame came in, D13).
 
 Library
     :data:`SCENARIOS` (name -> :class:`~netreduce.sim.verif.soak.Scenario`) covers N 2..32, PMTU
-    256,
-    1024 and 4096, message sizes that are not multiples of the PMTU, loss/dup/reorder on every
+    256, 1024 and 4096, message sizes that are not multiples of the PMTU, loss/dup/reorder on every
     direction and kind, 2-4 concurrent jobs, CE marks with CNPs, PSN wrap, float32 (MAX + SUM_SAT
-    passes), ACK-only loss and junk/spoofed frames. All use :data:`ENGINE_PARAMS`, so one RTL
-    build runs them all. Sizes are kept small (hundreds to a few thousand frames), so each runs
-    in seconds on the model and in minutes at most on Verilator. :func:`random_scenario` makes
-    more from a seed.
+    passes), ACK-only loss and junk/spoofed frames. All use :data:`ENGINE_PARAMS`, so one RTL build
+    runs them all. Sizes are kept small (hundreds to a few thousand frames), so each runs in seconds
+    on the model and in minutes at most on Verilator. :func:`random_scenario` makes more from a
+    seed.
 
 Playing a log into a backend (open loop)
     :func:`run_log` feeds a recorded log into a :class:`FrameBackend`: register writes as
@@ -36,8 +32,7 @@ Playing a log into a backend (open loop)
     order is the log's, see the scoreboard's assumptions), and returns the log *as fed* (frame
     cycles as the backend accepted them), the outputs and the final register snapshot for
     :func:`netreduce.sim.verif.scoreboard.check`. :class:`ModelBackend` implements the protocol on
-    the
-    reference model (the scoreboard must pass: that is the self-test).
+    the reference model (the scoreboard must pass: that is the self-test).
 """
 
 from __future__ import annotations

@@ -16,12 +16,11 @@ replayed over AXI4-Lite) and the same frames:
 * then K2 more indices of clean traffic.
 
 Checks (netreduce.sim.verif.scenarios.run_log + netreduce.sim.verif.scoreboard.check): the frames
-the RTL
-sends equal the model's byte for byte, per output port and flow in order; every counter (global
-and per job), the job table's pointers and the flow table's state are equal; the end-state
+the RTL sends equal the model's byte for byte, per output port and flow in order; every counter
+(global and per job), the job table's pointers and the flow table's state are equal; the end-state
 identities hold. Independently of the model: the RTL never stops accepting frames and goes idle
-(FastSimBackend raises TimeoutError otherwise), every result it sends is the true aggregate of
-its index, and every index (fuzzed and clean) reaches every receiver.
+(FastSimBackend raises TimeoutError otherwise), every result it sends is the true aggregate of its
+index, and every index (fuzzed and clean) reaches every receiver.
 
 CI runs a fixed number of derandomized examples without a database. Any input that ever broke
 the comparison belongs in ``REGRESSIONS`` (replayed as explicit examples).
