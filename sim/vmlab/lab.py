@@ -229,9 +229,11 @@ def analyze_captures(prefix: str) -> dict:
     from netreduce.wire.pcap import iter_pcap
     from netreduce.wire.view import (
         BTH_OFF,
+        DATA_OPCODES,
         ETHERTYPE_IPV4_BYTES,
         IPV4_OFF,
         OP_ACK,
+        OP_CNP,
         PROTO_AT,
         ROCEV2_PORT_BYTES,
         UDP_OFF,
@@ -272,13 +274,13 @@ def analyze_captures(prefix: str) -> dict:
                     c[f"nak_0x{synd:02x}"] += 1
                 elif synd >> 5 == 0:
                     c["acks"] += 1
-            elif rf.opcode <= 0x0B:
+            elif rf.opcode in DATA_OPCODES:
                 c["data"] += 1
                 key = (rf.dst_ip, rf.dqpn, rf.psn)
                 if key in seen:
                     c["retransmitted"] += 1
                 seen.add(key)
-            elif rf.opcode == 0x81:
+            elif rf.opcode == OP_CNP:
                 c["cnps"] += 1
         out[side] = dict(c)
         out[side]["icrc_bad_frames"] = bad[:20]
