@@ -51,9 +51,10 @@ Processing of one frame
 
 Decisions
 ---------
-Where the design leaves room, the model decides; the decisions D1-D16 (window arithmetic, check
+Where the design leaves room, the model decides; the decisions D1-D17 (window arithmetic, check
 priority, release, result and CNP format, configuration latching, the duplicate probe D15, the
-fast retransmit D16, ...) are written out in docs/design.md section 10.
+fast retransmit D16, the spine-leaf flow roles D17, ...) are written out in docs/design.md
+section 10.
 """
 
 from __future__ import annotations
