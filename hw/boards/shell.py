@@ -9,25 +9,28 @@ behind that signature; :class:`.bringup.LoopbackCore` is the bring-up alternativ
 :class:`BoardShell` is the top-level elaboratable for a :class:`.platforms.NetReducePlatform`:
 
 * Clocks. ``sync``: the board's 125 MHz oscillator (the platform's default clock, gated by the
-  end of configuration, reset by the CPU reset button). ``mac<c>``: the 322.265625 MHz
-  ``gt_txusrclk2`` of the CMAC of cage ``c`` (its RX side is clocked by the same clock). The core
-  runs on ``mac<c0>``, the MAC clock of the first port in use (``core`` domain in the netlist):
-  that port needs no clock-domain crossing; every other port crosses into and out of the core
-  clock through an :class:`~amaranth.lib.fifo.AsyncFIFO` (its MAC clock is asynchronous: each
-  cage has its own reference clock).
+  end of configuration, reset by the CPU reset button). ``core``: 250 MHz from ``sync`` through
+  an MMCM (:class:`.coreclock.CoreClock`), the clock of the core and of the management master;
+  held in reset until the MMCM locks. ``mac<c>``: the 322.265625 MHz ``gt_txusrclk2`` of the
+  CMAC of cage ``c`` (its RX side is clocked by the same clock). Every port crosses into and out
+  of ``core`` through a :class:`.coreclock.PortCrossing` (an
+  :class:`~amaranth.lib.fifo.AsyncFIFO` each way): each cage has its own reference clock, so
+  the MAC clocks are asynchronous to each other and to ``core`` (clock plan and FIFO sizing:
+  docs/engine.md, "Clock plan").
 * Reset sequencing. ``sync`` reset (button or end of configuration) -> a 1024-cycle (8 us) hold of
   every CMAC's ``sys_reset`` -> each MAC releases its user side (``usr_tx_reset`` /
   ``usr_rx_reset``), which resets that port's ``mac<c>`` logic through a reset synchroniser ->
   once the RX is aligned (``stat_rx_aligned``) the MAC's transmitter is enabled (until then it
   sends remote fault). The core is held in reset while its MAC is.
 * Per port: RX MAC -> dropping :class:`.framefifo.FrameFifo` (the MAC cannot wait: a frame that
-  does not fit is dropped whole) -> [CDC] -> ``core.rx[i]``; ``core.tx[i]`` -> [CDC] ->
+  does not fit is dropped whole) -> CDC -> ``core.rx[i]``; ``core.tx[i]`` -> CDC ->
   store-and-forward FrameFifo (the MAC must get every frame without gaps) -> TX MAC. A frame
-  starts towards the MAC only while its transmitter is enabled.
+  starts towards the MAC only while its transmitter is enabled. Both frame FIFOs hold 256 beats
+  (16 KiB), more than one 9216-byte frame (144 beats) of the engine's ``max_frame``.
 * QSFP sideband: ``ModSelL`` high (the shell does not use the module's I2C), ``ResetL`` low while
   the ``sync`` domain is in reset, ``LPMode`` low (high power).
 * Management: ``mgmt`` (optional) is a component with an ``m_axil`` AXI4-Lite master member; it
-  is put in the core clock domain and drives ``core.s_axil``. Without it (in-band management is
+  is put in the ``core`` domain and drives ``core.s_axil``. Without it (in-band management is
   another issue) the AXI-Lite bus is idle (no request is ever made).
 * LEDs: 0 heartbeat (``sync``), 1 core out of reset, then per port: RX aligned, sticky RX drop,
   sticky TX MAC error (over/underflow); LEDs beyond the board's count are left out.
@@ -49,16 +52,15 @@ from amaranth.hdl import (
     Module,
     ResetSignal,
     Signal,
-    Value,
 )
 from amaranth.lib import io, wiring
 from amaranth.lib.cdc import FFSynchronizer, ResetSynchronizer
-from amaranth.lib.fifo import AsyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from ..csr import AXI4LiteSignature
-from ..stream import beat_layout, beat_signature
+from ..stream import beat_signature
 from .cmac import cmac_config, cmac_for, ip_tcl
+from .coreclock import CORE_HZ, CoreClock, PortCrossing
 from .framefifo import FrameFifo
 from .platforms import CMAC_DATAPATH_HZ, NetReducePlatform
 
@@ -225,7 +227,7 @@ class BoardShell(Elaboratable):
 
     def __init__(self, platform: NetReducePlatform, core, *, ports=None, mgmt=None,
                  rs_fec: bool | None = None, cmac_site: dict[int, str] | None = None,
-                 rx_fifo_depth: int = 128, tx_fifo_depth: int = 128, cdc_depth: int = 16):
+                 rx_fifo_depth: int = 256, tx_fifo_depth: int = 256, cdc_depth: int = 16):
         try:
             self._configure(platform, core, ports, mgmt, rs_fec, cmac_site)
         except (TypeError, ValueError):
@@ -266,6 +268,11 @@ class BoardShell(Elaboratable):
         }
 
     # names shared by the elaborated netlist, the constraints and the IP Tcl
+    @property
+    def family(self) -> str:
+        """``xcup`` (UltraScale+, CMAC ``cmac_usplus``) or ``xcu`` (UltraScale)."""
+        return "xcup" if self.ip == "cmac_usplus" else "xcu"
+
     @staticmethod
     def ip_module(cage: int) -> str:
         return f"cmac_port{cage}"
@@ -315,6 +322,7 @@ class BoardShell(Elaboratable):
             "leds": [f"led_{i}__io" for i in range(min(nleds, self.led_count()))],
             "bitstream_props": list(p.bitstream_props),
             "mac_hz": CMAC_DATAPATH_HZ,
+            "core_hz": CORE_HZ,
         }
 
     def led_count(self) -> int:
@@ -341,7 +349,9 @@ class BoardShell(Elaboratable):
         heartbeat = Signal(27)
         m.d.sync += heartbeat.eq(heartbeat + 1)
 
-        core_dom = f"mac{self.ports[0]}"
+        core_dom = "core"
+        m.domains += ClockDomain(core_dom)
+        m.submodules.core_clock = CoreClock(self.family, out_hz=CORE_HZ, domain=core_dom)
         core = DomainRenamer(core_dom)(self.core)
         m.submodules.core = core
         if self.mgmt is not None:
@@ -359,7 +369,6 @@ class BoardShell(Elaboratable):
         m.submodules.core_running_sync = FFSynchronizer(~ResetSignal(core_dom), core_running)
         m.d.comb += leds[1].eq(core_running)
 
-        layout = beat_layout(DATA_WIDTH)
         for i, c in enumerate(self.ports):
             dom = f"mac{c}"
             m.domains += ClockDomain(dom)
@@ -403,30 +412,13 @@ class BoardShell(Elaboratable):
             with m.If(mac.tx.valid & mac.tx.ready):
                 m.d[dom] += tx_in_frame.eq(~mac.tx.payload.last)
 
-            if dom == core_dom:
-                wiring.connect(m, rx_fifo.o, self.core.rx[i])
-                wiring.connect(m, self.core.tx[i], tx_fifo.i)
-            else:
-                rx_cdc = AsyncFIFO(width=layout.size, depth=self.cdc_depth,
-                                   w_domain=dom, r_domain=core_dom)
-                tx_cdc = AsyncFIFO(width=layout.size, depth=self.cdc_depth,
-                                   w_domain=core_dom, r_domain=dom)
-                m.submodules[f"rx_cdc{c}"] = rx_cdc
-                m.submodules[f"tx_cdc{c}"] = tx_cdc
-                m.d.comb += [
-                    rx_cdc.w_data.eq(Value.cast(rx_fifo.o.payload)),
-                    rx_cdc.w_en.eq(rx_fifo.o.valid),
-                    rx_fifo.o.ready.eq(rx_cdc.w_rdy),
-                    self.core.rx[i].payload.eq(layout(rx_cdc.r_data)),
-                    self.core.rx[i].valid.eq(rx_cdc.r_rdy),
-                    rx_cdc.r_en.eq(self.core.rx[i].ready),
-                    tx_cdc.w_data.eq(Value.cast(self.core.tx[i].payload)),
-                    tx_cdc.w_en.eq(self.core.tx[i].valid),
-                    self.core.tx[i].ready.eq(tx_cdc.w_rdy),
-                    tx_fifo.i.payload.eq(layout(tx_cdc.r_data)),
-                    tx_fifo.i.valid.eq(tx_cdc.r_rdy),
-                    tx_cdc.r_en.eq(tx_fifo.i.ready),
-                ]
+            xing = PortCrossing(DATA_WIDTH, mac_domain=dom, core_domain=core_dom,
+                                depth=self.cdc_depth)
+            m.submodules[f"cdc{c}"] = xing
+            wiring.connect(m, rx_fifo.o, xing.mac_rx)
+            wiring.connect(m, xing.core_rx, self.core.rx[i])
+            wiring.connect(m, self.core.tx[i], xing.core_tx)
+            wiring.connect(m, xing.mac_tx, tx_fifo.i)
 
             # status LEDs (sync domain)
             base = 2 + 3 * i
