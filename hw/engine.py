@@ -61,6 +61,7 @@ from .csr import AXI4LiteSignature, RegisterBank
 from .mgmt_path import PATH_COUNTERS, attach_mgmt
 from .packet.deparser import Deparser
 from .packet.layout import HDR_CAP, L2_TAGGED, L2_UNTAGGED, Kind
+from .packet.linklocal import attach_linklocal
 from .packet.parser import Parser
 from .stream import beat_layout, beat_signature
 from .verilog import AxisTop, generate
@@ -239,6 +240,9 @@ class NetReduceEngine(wiring.Component):
         mg = attach_mgmt(m, self, bank) if self.mgmt else None
         if mg is None:
             wiring.connect(m, wiring.flipped(self.s_axil), bank.s_axil)
+        # link-local frames (PAUSE, PFC, LLDP, STP, ...) are consumed here (model D17)
+        ll = attach_linklocal(m, [getattr(self, f"i_p{k}") if mg is None else mg.rx[k]
+                                  for k in range(P)], w)
         rl = self.read_latency
         pb = _bits(P)
         rank_bits = _bits(self.max_world)
@@ -262,8 +266,8 @@ class NetReduceEngine(wiring.Component):
                          bank.job_set[j].status.saturated.eq(sat_inc[j])]
         for f, _ in ctl.cnt_inc_layout:
             m.d.comb += bank.cnt_inc[f].eq(
-                ctl.cnt_inc[f] + mg.inc[f] if mg is not None and f in PATH_COUNTERS
-                else ctl.cnt_inc[f])
+                (ctl.cnt_inc[f] + mg.inc[f] if mg is not None and f in PATH_COUNTERS
+                 else ctl.cnt_inc[f]) + ll.inc.get(f, 0))
         now = Signal(ctl.time_bits)
         m.d.sync += now.eq(now + 1)
 
@@ -274,7 +278,7 @@ class NetReduceEngine(wiring.Component):
         beat_l = beat_layout(w)
         fq, pq, dq, dq_w, adapters, recs = [], [], [], [], [], []
         for k in range(P):
-            src = getattr(self, f"i_p{k}") if mg is None else mg.rx[k]
+            src = ll.rx[k]
             # guard: cut frames longer than the buffers (flagged as a MAC error)
             cnt = Signal(range(FB + 1), name=f"guard_cnt{k}")
             skip = Signal(name=f"guard_skip{k}")

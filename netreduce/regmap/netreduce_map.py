@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 MAGIC = int.from_bytes(b"NRDC", "big")  # 0x4E524443
-VERSION = (1, 1)  # 1.1: JOB.CTRL.fast_retx, counters fast_retx and fast_retx_probes
+VERSION = (1, 2)  # 1.1: JOB.CTRL.fast_retx, fast_retx counters; 1.2: ll_* link-local counters
 CLOCK_HZ = 322_265_625  # datapath clock (CMAC 100G user clock)
 PMTU_VALUES = (256, 512, 1024, 2048, 4096)
 # 4 us at 322.265625 MHz: the usual RNIC minimum time between CNPs per QP (mlx5 default).
@@ -146,6 +146,13 @@ GLOBAL_COUNTERS: tuple[Counter, ...] = (
             "unaligned or maps to no register"),
     Counter("mgmt_reject_denied", "management requests refused (DENIED): an op touches a register "
             "not reachable over the network (MGMT.KEY*)"),
+    # Link-local frames (netreduce.wire.linklocal): consumed, never forwarded.
+    Counter("ll_pause", "802.3x PAUSE frames (MAC control opcode 0x0001), consumed", True),
+    Counter("ll_pfc", "PFC frames (MAC control opcode 0x0101), consumed", True),
+    Counter("ll_mac_control", "other or malformed MAC control frames (EtherType 0x8808: other "
+            "opcodes, too short, VLAN-tagged), consumed", True),
+    Counter("ll_group", "frames to an IEEE link-local group address 01-80-C2-00-00-0x (STP, LLDP, "
+            "802.1X, ...), consumed", True),
 )
 
 ALL_GLOBAL_COUNTERS: tuple[Counter, ...] = GLOBAL_COUNTERS + JOB_COUNTERS

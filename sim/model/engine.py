@@ -150,6 +150,13 @@ D16. (Changes DESIGN 4's "ACK ... forwarded unchanged" when ``JOB.CTRL.fast_retx
         after its RC timeout.
     NAKs, RNR NAKs, ACKs behind acked_f and CNPs are never rewritten; each hole gets at most one
     request and one NAK.
+D17. (Issue 22.) Link-local frames are never forwarded: after the management match, a frame that
+    :func:`netreduce.wire.linklocal.classify` finds to be MAC control (EtherType 0x8808: PAUSE,
+    PFC, other or malformed) or addressed to 01-80-C2-00-00-0x (STP, LLDP, ...) is consumed and
+    counted ``ll_pause`` / ``ll_pfc`` / ``ll_mac_control`` / ``ll_group``, whatever else it
+    holds. A PAUSE or PFC request also sets the port's pause timers (``Engine.link``,
+    :class:`netreduce.sim.model.linklocal.PauseTimers`), which hold that port's transmission of
+    the paused priorities where transmission is timed (the gateware's TX, the system simulation).
 """
 
 from __future__ import annotations
@@ -171,6 +178,10 @@ from netreduce.regmap import (
 )
 from netreduce.wire import ECN_CE, ECN_ECT0, NAK_PSN_SEQ, OPCODES
 from netreduce.wire.icrc import icrc_bytes, ipv4_checksum
+
+from .linklocal import COUNTERS as _LL_COUNTERS
+from .linklocal import PauseTimers
+from .linklocal import classify as _ll_classify
 
 __all__ = ["CLOCK_HZ", "Emit", "Engine", "DISPOSITIONS", "ns_to_cycles"]
 
@@ -201,6 +212,7 @@ _G = {c.name: i for i, c in enumerate(ALL_GLOBAL_COUNTERS)}
 _GJ = len(ALL_GLOBAL_COUNTERS) - len(JOB_COUNTERS)  # offset of job counters in the global list
 _G_NOT_ROCE, _G_UNREG = _G["fwd_not_roce"], _G["fwd_unregistered"]
 _G_RX, _G_TX = _G["rx_frames"], _G["tx_frames"]
+_G_LL = {k: _G[name] for k, name in _LL_COUNTERS.items()}
 _REASON = {  # WireError.reason of a data frame -> drop counter
     "icrc": "drop_icrc", "ip_checksum": "drop_ip_checksum", "tver": "drop_opcode",
     "opcode": "drop_opcode", "truncated": "drop_length", "ip_length": "drop_length",
@@ -291,6 +303,8 @@ class Engine:
         self._wire_regs()
         # In-band management agent (netreduce.sim.mgmt.attach_mgmt): frames it matches are its.
         self.mgmt = None
+        # received PAUSE/PFC per port and priority (D17; netreduce.sim.model.linklocal)
+        self.link = PauseTimers(ports)
 
     # ================================================================== register side
     def _wire_regs(self) -> None:
@@ -458,6 +472,12 @@ class Engine:
             resp = mg.handle(frame)  # counts mgmt_rx (the disposition) and its verdict
             out = [] if resp is None else [Emit(port, resp, time)]
         else:
+            ll, pause = _ll_classify(frame)  # D17: link-local frames are consumed
+            if ll:
+                g[_G_LL[ll]] += 1
+                if pause is not None:
+                    self.link.update(port, pause, time)
+                return []
             out = self._classify(port, frame, time)
         g[_G_TX] += len(out)
         return out
