@@ -99,14 +99,22 @@ def _freq_mhz(hz: float) -> str:
 
 
 def cmac_config(ip: str, cage: QsfpCage, *, init_clk_hz: float = 125e6, rs_fec: bool | None = None,
-                cmac_site: str | None = None) -> dict[str, str]:
+                cmac_site: str | None = None, max_packet_len: int | None = None
+                ) -> dict[str, str]:
     """The IP configuration (``CONFIG.<key>`` -> value) of the MAC serving ``cage``.
 
     CAUI-4 (4 x 25.78125 Gb/s), no pause-frame logic, no AXI4-Lite control (the shell drives the
     ``ctl_*`` inputs), pipeline registers on. ``rs_fec``: include the RS-FEC (IEEE 802.3 clause
     91); default on for UltraScale+ (hard RS-FEC in the CMACE4) and off for UltraScale (the IP
     implements it in fabric there). The switch port must be set to the same FEC mode.
+    ``max_packet_len``: the largest frame the MAC accepts, FCS included (``RX_MAX_PACKET_LEN``;
+    default :func:`.limits.frame_limits`: the engine's ``max_frame`` + 4); longer frames are
+    flagged bad by the MAC. Set on ``cmac_usplus`` only: the key is not among the confirmed
+    public parameters of ``cmac`` (there the shell's RX FIFO drops what the engine cannot hold).
     """
+    from .limits import frame_limits
+
+    mpl = frame_limits().cmac_max_packet_len if max_packet_len is None else max_packet_len
     if ip not in _KEYS:
         raise ValueError(f"unknown CMAC IP {ip!r}; expected one of {sorted(_KEYS)}")
     rs_fec = (ip == "cmac_usplus") if rs_fec is None else rs_fec
@@ -132,6 +140,7 @@ def cmac_config(ip: str, cage: QsfpCage, *, init_clk_hz: float = 125e6, rs_fec: 
             "USER_INTERFACE": "AXIS",
             "GT_DRP_CLK": _freq_mhz(init_clk_hz),
             "INCLUDE_STATISTICS_COUNTERS": "0",
+            "RX_MAX_PACKET_LEN": str(mpl),
         })
     else:
         cfg["NUM_LANES"] = "4"

@@ -19,11 +19,17 @@ behind that signature; :class:`.bringup.LoopbackCore` is the bring-up alternativ
   every CMAC's ``sys_reset`` -> each MAC releases its user side (``usr_tx_reset`` /
   ``usr_rx_reset``), which resets that port's ``mac<c>`` logic through a reset synchroniser ->
   once the RX is aligned (``stat_rx_aligned``) the MAC's transmitter is enabled (until then it
-  sends remote fault). The core is held in reset while its MAC is.
+  sends remote fault). The core (``core`` domain: the first port's MAC clock) is reset by the
+  board reset only, never by a MAC's user reset: jobs, flows and slots survive a MAC reset or a
+  link flap on any port, and a :class:`.linkgate.LinkGate` per port ends frames broken by the
+  flap and discards the core's frames to a port that is down (no backpressure from a dead link).
 * Per port: RX MAC -> dropping :class:`.framefifo.FrameFifo` (the MAC cannot wait: a frame that
-  does not fit is dropped whole) -> [CDC] -> ``core.rx[i]``; ``core.tx[i]`` -> [CDC] ->
+  does not fit is dropped whole, and so is a frame the MAC flagged: bad FCS, longer than the
+  MAC's maximum packet length) -> [CDC] -> ``core.rx[i]``; ``core.tx[i]`` -> [CDC] ->
   store-and-forward FrameFifo (the MAC must get every frame without gaps) -> TX MAC. A frame
-  starts towards the MAC only while its transmitter is enabled.
+  starts towards the MAC only while its transmitter is enabled. Frame limits (``max_frame``,
+  FIFO depths, the MAC's maximum packet length) come from :func:`.limits.frame_limits` and are
+  checked to agree (:func:`.limits.check_limits`).
 * QSFP sideband: ``ModSelL`` high (the shell does not use the module's I2C), ``ResetL`` low while
   the ``sync`` domain is in reset, ``LPMode`` low (high power).
 * Management: ``mgmt`` (optional) is a component with an ``m_axil`` AXI4-Lite master member; it
@@ -60,6 +66,8 @@ from ..csr import AXI4LiteSignature
 from ..stream import beat_layout, beat_signature
 from .cmac import cmac_config, cmac_for, ip_tcl
 from .framefifo import FrameFifo
+from .limits import check_limits, frame_limits
+from .linkgate import LinkGate
 from .platforms import CMAC_DATAPATH_HZ, NetReducePlatform
 
 __all__ = ["core_signature", "check_core", "BoardShell", "EngineCore", "CONSTRAINTS_DIR",
@@ -225,15 +233,23 @@ class BoardShell(Elaboratable):
 
     def __init__(self, platform: NetReducePlatform, core, *, ports=None, mgmt=None,
                  rs_fec: bool | None = None, cmac_site: dict[int, str] | None = None,
-                 rx_fifo_depth: int = 128, tx_fifo_depth: int = 128, cdc_depth: int = 16):
+                 rx_fifo_depth: int | None = None, tx_fifo_depth: int | None = None,
+                 cdc_depth: int = 16):
+        # frame limits (.limits): the core's max_frame sizes the FIFOs and the MAC's maximum
+        self.limits = frame_limits(getattr(core, "max_frame", None), DATA_WIDTH)
+        self.rx_fifo_depth = rx_fifo_depth or self.limits.fifo_depth
+        self.tx_fifo_depth = tx_fifo_depth or self.limits.fifo_depth
+        self.cdc_depth = cdc_depth
         try:
             self._configure(platform, core, ports, mgmt, rs_fec, cmac_site)
+            bad = [p for c in self.ports for p in check_limits(
+                self.limits.max_frame, self.rx_fifo_depth, self.tx_fifo_depth,
+                self.ip_configs[c], DATA_WIDTH)]
+            if bad:
+                raise ValueError("; ".join(dict.fromkeys(bad)))
         except (TypeError, ValueError):
             self._MustUse__silence = True  # rejected: no "created but never used" warning
             raise
-        self.rx_fifo_depth = rx_fifo_depth
-        self.tx_fifo_depth = tx_fifo_depth
-        self.cdc_depth = cdc_depth
 
     def _configure(self, platform, core, ports, mgmt, rs_fec, cmac_site):
         if not isinstance(platform, NetReducePlatform):
@@ -261,7 +277,8 @@ class BoardShell(Elaboratable):
         if unknown:
             raise ValueError(f"cmac_site names cages {unknown} that are not in ports {ports}")
         self.ip_configs = {
-            c.index: cmac_config(self.ip, c, rs_fec=rs_fec, cmac_site=site.get(c.index))
+            c.index: cmac_config(self.ip, c, rs_fec=rs_fec, cmac_site=site.get(c.index),
+                                 max_packet_len=self.limits.cmac_max_packet_len)
             for c in self.cages
         }
 
@@ -341,7 +358,13 @@ class BoardShell(Elaboratable):
         heartbeat = Signal(27)
         m.d.sync += heartbeat.eq(heartbeat + 1)
 
-        core_dom = f"mac{self.ports[0]}"
+        # the core runs on the first port's MAC clock but has its own reset domain: the board
+        # reset (with the CMAC hold), never a MAC's user reset, so its jobs, flows and slots
+        # survive a MAC reset or link flap on any port (LinkGate keeps frames whole)
+        core_dom = "core"
+        m.domains += ClockDomain(core_dom)
+        m.d.comb += ClockSignal(core_dom).eq(ClockSignal(f"mac{self.ports[0]}"))
+        m.submodules.core_rst = ResetSynchronizer(cmac_sys_reset, domain=core_dom)
         core = DomainRenamer(core_dom)(self.core)
         m.submodules.core = core
         if self.mgmt is not None:
@@ -383,7 +406,7 @@ class BoardShell(Elaboratable):
             m.d.comb += mac.tx_enable.eq(aligned)
 
             rx_fifo = DomainRenamer(dom)(FrameFifo(DATA_WIDTH, self.rx_fifo_depth,
-                                                   drop_when_full=True))
+                                                   drop_when_full=True, drop_errors=True))
             tx_fifo = DomainRenamer(dom)(FrameFifo(DATA_WIDTH, self.tx_fifo_depth,
                                                    drop_when_full=False))
             m.submodules[f"rx_fifo{c}"] = rx_fifo
@@ -403,9 +426,14 @@ class BoardShell(Elaboratable):
             with m.If(mac.tx.valid & mac.tx.ready):
                 m.d[dom] += tx_in_frame.eq(~mac.tx.payload.last)
 
-            if dom == core_dom:
-                wiring.connect(m, rx_fifo.o, self.core.rx[i])
-                wiring.connect(m, self.core.tx[i], tx_fifo.i)
+            gate = DomainRenamer(core_dom)(LinkGate(DATA_WIDTH))
+            m.submodules[f"link_gate{c}"] = gate
+            m.submodules[f"link_up{c}"] = FFSynchronizer(aligned, gate.up, o_domain=core_dom)
+            wiring.connect(m, gate.rx_o, self.core.rx[i])
+            wiring.connect(m, self.core.tx[i], gate.tx_i)
+            if i == 0:   # same clock as the core
+                wiring.connect(m, rx_fifo.o, gate.rx_i)
+                wiring.connect(m, gate.tx_o, tx_fifo.i)
             else:
                 rx_cdc = AsyncFIFO(width=layout.size, depth=self.cdc_depth,
                                    w_domain=dom, r_domain=core_dom)
@@ -417,12 +445,12 @@ class BoardShell(Elaboratable):
                     rx_cdc.w_data.eq(Value.cast(rx_fifo.o.payload)),
                     rx_cdc.w_en.eq(rx_fifo.o.valid),
                     rx_fifo.o.ready.eq(rx_cdc.w_rdy),
-                    self.core.rx[i].payload.eq(layout(rx_cdc.r_data)),
-                    self.core.rx[i].valid.eq(rx_cdc.r_rdy),
-                    rx_cdc.r_en.eq(self.core.rx[i].ready),
-                    tx_cdc.w_data.eq(Value.cast(self.core.tx[i].payload)),
-                    tx_cdc.w_en.eq(self.core.tx[i].valid),
-                    self.core.tx[i].ready.eq(tx_cdc.w_rdy),
+                    gate.rx_i.payload.eq(layout(rx_cdc.r_data)),
+                    gate.rx_i.valid.eq(rx_cdc.r_rdy),
+                    rx_cdc.r_en.eq(gate.rx_i.ready),
+                    tx_cdc.w_data.eq(Value.cast(gate.tx_o.payload)),
+                    tx_cdc.w_en.eq(gate.tx_o.valid),
+                    gate.tx_o.ready.eq(tx_cdc.w_rdy),
                     tx_fifo.i.payload.eq(layout(tx_cdc.r_data)),
                     tx_fifo.i.valid.eq(tx_cdc.r_rdy),
                     tx_cdc.r_en.eq(tx_fifo.i.ready),
@@ -432,7 +460,7 @@ class BoardShell(Elaboratable):
             base = 2 + 3 * i
             rx_drop = Signal(name=f"rx_drop_seen{c}")
             tx_err = Signal(name=f"tx_err_seen{c}")
-            with m.If(rx_fifo.drop):
+            with m.If(rx_fifo.drop | rx_fifo.drop_error):
                 m.d[dom] += rx_drop.eq(1)
             with m.If(mac.tx_error):
                 m.d[dom] += tx_err.eq(1)
