@@ -63,6 +63,7 @@ from .packet.deparser import Deparser
 from .packet.layout import HDR_CAP, L2_TAGGED, L2_UNTAGGED, Kind
 from .packet.linklocal import attach_linklocal
 from .packet.parser import Parser
+from .ports import SHELL_LAYOUT, attach_ports
 from .stream import beat_layout, beat_signature
 from .verilog import AxisTop, generate
 
@@ -213,6 +214,8 @@ class NetReduceEngine(wiring.Component):
         for k in range(self.ports):
             members[f"o_p{k}"] = Out(beat_signature(self.width))
         members["s_axil"] = In(AXI4LiteSignature(self.bank.addr_width))
+        # link status and drop strobes from the board shell (netreduce.hw.ports; 0: no shell)
+        members["shell"] = In(data.ArrayLayout(SHELL_LAYOUT, self.ports))
         super().__init__(members)
 
     @property
@@ -243,6 +246,7 @@ class NetReduceEngine(wiring.Component):
         # link-local frames (PAUSE, PFC, LLDP, STP, ...) are consumed here (model D17)
         ll = attach_linklocal(m, [getattr(self, f"i_p{k}") if mg is None else mg.rx[k]
                                   for k in range(P)], w)
+        attach_ports(m, self, bank, ll.pause_valid)   # PORT table: per-port counters
         rl = self.read_latency
         pb = _bits(P)
         rank_bits = _bits(self.max_world)

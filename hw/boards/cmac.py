@@ -200,6 +200,7 @@ def _beat_members():
         "aligned": Out(1),
         "tx_enable": In(1),
         "tx_error": Out(1),
+        "rsfec_lock": Out(1),
     }
 
 
@@ -270,6 +271,7 @@ class CmacUsPlus(_Cmac):
                 i_ctl_rsfec_ieee_error_indication_mode=Const(0, 1),
                 i_ctl_rx_rsfec_enable_correction=Const(1, 1),
                 i_ctl_rx_rsfec_enable_indication=Const(1, 1),
+                o_stat_rx_rsfec_lane_alignment_status=self.rsfec_lock,
             )
         m.submodules.cmac = Instance(self.module_name, **ports)
         m.d.comb += [

@@ -57,12 +57,13 @@ from amaranth.hdl import (
     Signal,
     Value,
 )
-from amaranth.lib import io, wiring
-from amaranth.lib.cdc import FFSynchronizer, ResetSynchronizer
+from amaranth.lib import data, io, wiring
+from amaranth.lib.cdc import FFSynchronizer, PulseSynchronizer, ResetSynchronizer
 from amaranth.lib.fifo import AsyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from ..csr import AXI4LiteSignature
+from ..ports import SHELL_LAYOUT
 from ..stream import beat_layout, beat_signature
 from .cmac import cmac_config, cmac_for, ip_tcl
 from .framefifo import FrameFifo
@@ -164,6 +165,9 @@ class EngineCore(wiring.Component):
                            else min_addr_width(self.regmap))   # the register bank's default
         self.ports = ports
         super().__init__(core_signature(ports, data_width, self.addr_width))
+        # the engine's `shell` input (link status, drop strobes: netreduce.hw.ports); driven
+        # by BoardShell in the core domain
+        self.shell = Signal(data.ArrayLayout(SHELL_LAYOUT, ports), name="shell_status")
 
     def instance_ports(self) -> list[str]:
         """Port names of the ``netreduce_engine`` instance (``"instance"`` netlist)."""
@@ -173,7 +177,7 @@ class EngineCore(wiring.Component):
                 names += [f"{pre}_p{k}_t{x}" for x in ("data", "keep", "last", "user", "valid",
                                                        "ready")]
         names += [f"s_axil_{n}" for n in AXI4LiteSignature(1).members]
-        return names
+        return names + ["shell"]
 
     def elaborate(self, platform):
         m = Module()
@@ -184,9 +188,10 @@ class EngineCore(wiring.Component):
                 wiring.connect(m, wiring.flipped(self.rx[k]), getattr(eng, f"i_p{k}"))
                 wiring.connect(m, getattr(eng, f"o_p{k}"), wiring.flipped(self.tx[k]))
             wiring.connect(m, wiring.flipped(self.s_axil), eng.s_axil)
+            m.d.comb += eng.shell.eq(self.shell)
             return m
 
-        args = {"i_clk": ClockSignal(), "i_rst": ResetSignal()}
+        args = {"i_clk": ClockSignal(), "i_rst": ResetSignal(), "i_shell": self.shell}
         for k in range(self.ports):
             rx, tx = self.rx[k], self.tx[k]
             pre = f"s_axis_p{k}_t"
@@ -307,6 +312,23 @@ class BoardShell(Elaboratable):
                   "synth_ip $ips", ""]
         files["ip/create_ips.tcl"] = "\n".join(lines)
         return files
+
+    @staticmethod
+    def _port_status(m, st, dom, core_dom, gate, rx_fifo, mac, aligned, c):
+        """Drive one port's :data:`~netreduce.hw.ports.SHELL_LAYOUT` entry in the core domain:
+        levels through synchronisers, the RX FIFO's drop pulses through pulse synchronisers
+        (from another port's MAC clock; pulses closer than a few cycles may merge there)."""
+        m.d.comb += [st.link_up.eq(gate.up), st.rx_cut.eq(gate.rx_cut),
+                     st.tx_drop_down.eq(gate.tx_drop)]
+        m.submodules[f"rsfec_sync{c}"] = FFSynchronizer(mac.rsfec_lock, st.rsfec_lock,
+                                                        o_domain=core_dom)
+        for name, pulse in (("rx_errors", rx_fifo.drop_error), ("rx_drop_full", rx_fifo.drop)):
+            if dom == core_dom:
+                m.d.comb += getattr(st, name).eq(pulse)
+            else:
+                ps = PulseSynchronizer(i_domain=dom, o_domain=core_dom)
+                m.submodules[f"{name}_sync{c}"] = ps
+                m.d.comb += [ps.i.eq(pulse), getattr(st, name).eq(ps.o)]
 
     def constraint_context(self) -> dict:
         """What the ``constraints/*.xdc`` templates are rendered with."""
@@ -455,6 +477,11 @@ class BoardShell(Elaboratable):
                     tx_fifo.i.valid.eq(tx_cdc.r_rdy),
                     tx_cdc.r_en.eq(tx_fifo.i.ready),
                 ]
+
+            # link status and drop strobes for the engine's PORT registers (netreduce.hw.ports)
+            st = getattr(self.core, "shell", None)
+            if st is not None:
+                self._port_status(m, st[i], dom, core_dom, gate, rx_fifo, mac, aligned, c)
 
             # status LEDs (sync domain)
             base = 2 + 3 * i

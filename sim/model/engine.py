@@ -182,6 +182,7 @@ from netreduce.wire.icrc import icrc_bytes, ipv4_checksum
 from .linklocal import COUNTERS as _LL_COUNTERS
 from .linklocal import PauseTimers
 from .linklocal import classify as _ll_classify
+from .ports import PortCounters
 
 __all__ = ["CLOCK_HZ", "Emit", "Engine", "DISPOSITIONS", "ns_to_cycles"]
 
@@ -305,6 +306,8 @@ class Engine:
         self.mgmt = None
         # received PAUSE/PFC per port and priority (D17; netreduce.sim.model.linklocal)
         self.link = PauseTimers(ports)
+        # per-port counters (PORT table; netreduce.sim.model.ports)
+        self.port_stats = PortCounters(ports, self.regs, self.regmap, self.link)
 
     # ================================================================== register side
     def _wire_regs(self) -> None:
@@ -336,6 +339,7 @@ class Engine:
             self._g[:] = [0] * len(self._g)
             for c in self._jc:
                 c[:] = [0] * len(c)
+            self.port_stats.clear()
 
     def _on_job_ctrl(self, inst, value, old) -> None:
         j = inst.index
@@ -477,9 +481,11 @@ class Engine:
                 g[_G_LL[ll]] += 1
                 if pause is not None:
                     self.link.update(port, pause, time)
-                return []
-            out = self._classify(port, frame, time)
+                out = []
+            else:
+                out = self._classify(port, frame, time)
         g[_G_TX] += len(out)
+        self.port_stats.count(port, frame, out)
         return out
 
     def _bypass(self, which: int, port: int, buf: bytes, time: int) -> list[Emit]:

@@ -273,3 +273,6 @@ def test_replay_of_link_local_frames_sends_nothing_back(tmp_path):
     c = json.loads(js.read_text())["engine_counters"]
     assert c["rx_frames"] == 4 and c["tx_frames"] == 0
     assert (c["ll_pause"], c["ll_pfc"], c["ll_group"], c["ll_mac_control"]) == (1, 1, 2, 0)
+    port = json.loads(js.read_text())["port_counters"]["0"]        # PORT table, per port
+    assert (port["rx_frames"], port["tx_frames"], port["pause_rx"]) == (4, 0, 2)
+    assert port["rx_bytes"] == sum(len(bytes(f)) for f in frames)
