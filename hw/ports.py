@@ -7,7 +7,8 @@
   link-local ones included), ``tx_frames`` / ``tx_bytes`` at its output ``o_p<k>`` (bytes without
   FCS), ``pause_rx`` (PAUSE/PFC frames acted on, from the link-local filter);
 * shell side, from the engine's ``shell`` input (:data:`SHELL_LAYOUT` per port, driven by the
-  board shell around the MAC; 0 when nothing drives it): ``link_up`` and ``rsfec_lock`` levels
+  board shell around the MAC; 0 when nothing drives it): ``link_up``, ``rsfec_lock`` and
+  ``tx_paused`` levels
   for ``PORT.STATUS``, and one-cycle strobes ``rx_errors``, ``rx_drop_full``, ``rx_cut``,
   ``tx_drop_down`` (the shell's RX FIFO and link gate, :mod:`netreduce.hw.boards`).
 
@@ -30,7 +31,7 @@ from .stream import keep_count
 __all__ = ["SHELL_LAYOUT", "SHELL_STROBES", "PortStats", "attach_ports"]
 
 SHELL_STROBES = tuple(n for n, src, _ in PORT_COUNTERS if src == "shell")
-SHELL_LAYOUT = data.StructLayout({"link_up": 1, "rsfec_lock": 1,
+SHELL_LAYOUT = data.StructLayout({"link_up": 1, "rsfec_lock": 1, "tx_paused": 1,
                                   **{n: 1 for n in SHELL_STROBES}})
 
 
@@ -65,7 +66,8 @@ class PortStats(wiring.Component):
         for n in SHELL_STROBES:
             count(n, getattr(self.shell, n))
         m.d.sync += [v.status.link_up.eq(self.shell.link_up),
-                     v.status.rsfec_lock.eq(self.shell.rsfec_lock)]
+                     v.status.rsfec_lock.eq(self.shell.rsfec_lock),
+                     v.status.tx_paused.eq(self.shell.tx_paused)]
         return m
 
 

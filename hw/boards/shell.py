@@ -322,6 +322,8 @@ class BoardShell(Elaboratable):
                      st.tx_drop_down.eq(gate.tx_drop)]
         m.submodules[f"rsfec_sync{c}"] = FFSynchronizer(mac.rsfec_lock, st.rsfec_lock,
                                                         o_domain=core_dom)
+        m.submodules[f"paused_sync{c}"] = FFSynchronizer(mac.pause_req.any(), st.tx_paused,
+                                                         o_domain=core_dom)
         for name, pulse in (("rx_errors", rx_fifo.drop_error), ("rx_drop_full", rx_fifo.drop)):
             if dom == core_dom:
                 m.d.comb += getattr(st, name).eq(pulse)

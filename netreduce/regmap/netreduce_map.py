@@ -285,7 +285,9 @@ def build_regmap(**params) -> RegMap:
     port = Table("PORT", 0x6000, 0x40, p["ports"], (
         _r("STATUS", 0x00, "Link state (from the board shell; 0 without one)",
            _f("link_up", 0, 1, "RO", 0, "the MAC is out of reset and its RX aligned"),
-           _f("rsfec_lock", 1, 1, "RO", 0, "RS-FEC lane alignment (0 without RS-FEC)")),
+           _f("rsfec_lock", 1, 1, "RO", 0, "RS-FEC lane alignment (0 without RS-FEC)"),
+           _f("tx_paused", 2, 1, "RO", 0, "the MAC holds its transmitter for a received "
+              "PAUSE/PFC request")),
         *(_r(name.upper(), 0x04 + 4 * i, f"{desc} ({src}; 32-bit, wrapping)",
              _f("count", 0, 32, "RO", 0, desc))
           for i, (name, src, desc) in enumerate(PORT_COUNTERS)),
