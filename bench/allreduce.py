@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-from netreduce.sim.fabric_model import ModelFabric
-from netreduce.sim.network import NetConfig
-from netreduce.sw_driver.collective import CollectiveConfig, Communicator
+from netreduce.sim.net.collective import CollectiveConfig, Communicator
+from netreduce.sim.net.model_fabric import ModelFabric
+from netreduce.sim.net.network import NetConfig
 
 
 def main():

@@ -27,9 +27,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-from netreduce.sim.fabric_model import ModelFabric
-from netreduce.sim.network import DropOnce, LinkConfig, NetConfig
-from netreduce.sw_driver.collective import CollectiveConfig, Communicator
+from netreduce.sim.net.collective import CollectiveConfig, Communicator
+from netreduce.sim.net.model_fabric import ModelFabric
+from netreduce.sim.net.network import DropOnce, LinkConfig, NetConfig
 
 LOSSES = (0.005, 0.01, 0.03)
 MSG_PACKETS = (64, 16, 4)

@@ -18,8 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from netreduce.sim.report import build_report
-from netreduce.sim.simrun import SimConfig, run_sim, wire_limit_gbps
+from netreduce.sim.net.report import build_report
+from netreduce.sim.net.simrun import SimConfig, run_sim, wire_limit_gbps
 
 
 def point(n: int, pmtu: int, size: int, seed: int) -> dict:

@@ -36,11 +36,11 @@ import time
 from pathlib import Path
 
 import numpy as np
-from netreduce.sim.fabric_model import ModelFabric, ns_to_cycles
 from netreduce.sim.model import Engine
-from netreduce.sim.network import DIRECTIONS, DropOnce, LinkConfig, NetConfig
-from netreduce.sw_driver.collective import CollectiveConfig, Communicator, allreduce
-from netreduce.sw_driver.rnic import timeout_ns
+from netreduce.sim.net.collective import CollectiveConfig, Communicator, allreduce
+from netreduce.sim.net.model_fabric import ModelFabric, ns_to_cycles
+from netreduce.sim.net.network import DIRECTIONS, DropOnce, LinkConfig, NetConfig
+from netreduce.sim.net.rnic import timeout_ns
 
 LOSSES = (0.0, 0.001, 0.005, 0.01, 0.02, 0.05)
 

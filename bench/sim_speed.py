@@ -41,9 +41,9 @@ import sys
 import time
 from pathlib import Path
 
-from netreduce.sim import simrun
+from netreduce.sim.net import simrun
+from netreduce.sim.net.simrun import SimConfig, get_backend, register_backend, run_sim
 from netreduce.sim.rtl import fabric as rtl_fabric
-from netreduce.sim.simrun import SimConfig, get_backend, register_backend, run_sim
 
 OUT = Path(__file__).parent / "results" / "sim_speed.json"
 

@@ -1,4 +1,5 @@
-"""Long soak of the engine: seeded scenarios (netreduce.sim.soak) until a time budget runs out,
+"""Long soak of the engine: seeded scenarios (netreduce.sim.verif.soak) until a time budget runs
+out,
 in parallel worker processes, on the reference model or on the engine RTL (Verilator). Writes
 bench/results/soak.json: per scenario the outcome and figures, totals, every violation (with the
 seed that reproduces it), and the command. The model run is the file's top level; an RTL run is
@@ -27,7 +28,7 @@ from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 
-from netreduce.sim.soak import PROFILES, model_backend, random_scenario, run_scenario
+from netreduce.sim.verif.soak import PROFILES, model_backend, random_scenario, run_scenario
 
 
 def one(seed: int, profile: str, backend: str = "model") -> dict:
@@ -76,10 +77,10 @@ def main() -> int:
     if a.profile is None:
         a.profile = "rtl" if a.backend == "verilator" else "soak"
     if a.backend == "verilator":
+        from netreduce.sim.net.simrun import BackendUnavailable
         from netreduce.sim.rtl.fabric import engine_top, probe_rtl
         from netreduce.sim.rtl.fastsim import build_fastsim
         from netreduce.sim.rtl.soak_rtl import soak_params
-        from netreduce.sim.simrun import BackendUnavailable
 
         try:
             probe_rtl("verilator")

@@ -44,8 +44,8 @@ SWITCH_ARGS: list[str] = []  # engine options (--backend ...), set by main()
 def rtl_args(data_width: int) -> list[str]:
     """``netreduce switch`` options of the RTL build: the parameters of the RTL tests
     (tests/sim/test_rtl_backend.py), at ``data_width`` bits."""
+    from netreduce.sim.net.simrun import SimConfig
     from netreduce.sim.rtl.fabric import rtl_params
-    from netreduce.sim.simrun import SimConfig
 
     p = {**rtl_params(SimConfig(workers=4)), "data_width": data_width, "pmtu_max": 1024}
     return ["--backend", "verilator", "--ports", str(p["ports"]), "--jobs", str(p["jobs"]),
@@ -78,7 +78,7 @@ def stop_switch(p: subprocess.Popen, d: Path) -> dict:
 
 
 def bench_bypass(frames: int, batch: int = 256) -> dict:
-    from netreduce.sw_driver.tunnel import FrameReader, frame_bytes
+    from netreduce.sim.emu.tunnel import FrameReader, frame_bytes
 
     p, port, d = start_switch()
     a = socket.create_connection(("127.0.0.1", port))
@@ -120,8 +120,8 @@ def _rtl_figures(stats: dict) -> dict:
 
 
 def bench_allreduce(workers: int, mib: float) -> dict:
-    from netreduce.sw_driver.collective import CollectiveConfig, Communicator
-    from netreduce.sw_driver.tunnel import Tunnel
+    from netreduce.sim.emu.tunnel import Tunnel
+    from netreduce.sim.net.collective import CollectiveConfig, Communicator
 
     p, port, d = start_switch()
     n = int(mib * 1024 * 1024) // 4

@@ -5,7 +5,7 @@ same physical network model: one 100 Gb/s link per worker and direction (frames 
 82 bytes of per-frame overhead incl. preamble/IFG/FCS, ROCE.md), 500 ns propagation, no loss.
 NetReduce: the engine model in the middle (one engine port per worker, untimed: it adds no
 latency), each worker sends S and receives S. Ring: reduce-scatter + all-gather
-(netreduce.sw_driver.ring) through a forwarding-only switch; each worker sends 2(N-1)/N x S.
+(netreduce.sim.net.ring) through a forwarding-only switch; each worker sends 2(N-1)/N x S.
 int32 (bit-exact, both results checked), PMTU 4096. The ratio t_ring / t_netreduce is reported next
 to the analytic bound 2(N-1)/N. Writes bench/results/vs_ring.json and vs_ring.png.
 
@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-from netreduce.sim.network import NetworkFabric
-from netreduce.sim.simrun import SimConfig, make_inputs, net_config, run_sim, wire_limit_gbps
-from netreduce.sw_driver.ring import ring_allreduce
+from netreduce.sim.net.network import NetworkFabric
+from netreduce.sim.net.ring import ring_allreduce
+from netreduce.sim.net.simrun import SimConfig, make_inputs, net_config, run_sim, wire_limit_gbps
 
 KIB, MIB = 1024, 1024 * 1024
 DEFAULT = ([(n, 64 * KIB) for n in (2, 4, 8, 16, 32)] + [(n, MIB) for n in (2, 4, 8, 16, 32)]

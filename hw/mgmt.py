@@ -2,7 +2,7 @@
 
 * :class:`SipHash24`: the tag engine (``MGMT.CTRL.auth``), computing SipHash-2-4 exactly as
   :func:`netreduce.wire.mgmt.siphash24` (tests: reference vectors, random keys and messages).
-* :class:`MgmtAgent`: the agent, the behaviour of :class:`netreduce.sim.mgmt.MgmtAgent` in
+* :class:`MgmtAgent`: the agent, the behaviour of :class:`netreduce.sim.model.mgmt.MgmtAgent` in
   gateware (tests: byte-identical responses, counter events and registers on the same frames).
 
 :class:`SipHash24` contract
@@ -186,7 +186,7 @@ def _be(v, i: int, n: int):
 
 class MgmtAgent(wiring.Component):
     """The engine-side management agent in gateware: the behaviour of
-    :class:`netreduce.sim.mgmt.MgmtAgent` (checks and their order, counters, response bytes),
+    :class:`netreduce.sim.model.mgmt.MgmtAgent` (checks and their order, counters, response bytes),
     tested frame by frame against it.
 
     Ports

@@ -1,6 +1,6 @@
 """The in-band management path around :class:`netreduce.hw.mgmt.MgmtAgent`, for the engine top.
 
-Protocol and match rule: docs/management.md; behaviour: :class:`netreduce.sim.mgmt.MgmtAgent`
+Protocol and match rule: docs/management.md; behaviour: :class:`netreduce.sim.model.mgmt.MgmtAgent`
 as hooked into :meth:`netreduce.sim.model.Engine.receive`. Data flow (``w`` = engine data width)::
 
     i_p<k> ─► MgmtSplitter ─ o ─────────────────────────────► (guard, parser: ordinary traffic)
@@ -52,7 +52,7 @@ def _bits(n: int) -> int:
 class MgmtSplitter(wiring.Component):
     """Per port, in front of the parser: steers management frames to ``o_mgmt``.
 
-    Match rule (exactly :meth:`netreduce.sim.mgmt.MgmtAgent.matches`, ``n`` = frame length):
+    Match rule (exactly :meth:`netreduce.sim.model.mgmt.MgmtAgent.matches`, ``n`` = frame length):
     ``enable`` and ``n >= 34``; Ethernet type 0x0800 at bytes 12-13, or 0x8100 there with
     ``n >= 38`` and 0x0800 at bytes 16-17 (then everything below is 4 bytes later); IPv4
     protocol 17 and destination address ``ip``; then either the UDP port cannot be read (the

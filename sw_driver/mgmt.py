@@ -9,7 +9,7 @@ management protocol of ``docs/management.md`` (frame format: :mod:`netreduce.wir
     EngineControl(bus).add_job(cfg)
 
 Transport: a :class:`FrameLink` (``send(frame)``; ``recv(timeout_s)`` -> next frame for us or
-None). :class:`FabricLink` adapts an in-process :class:`~netreduce.sw_driver.fabric.Fabric`
+None). :class:`FabricLink` adapts an in-process :class:`~netreduce.sim.net.scheduler.Fabric`
 (time is then simulated time); the switch service supplies its own over its tunnel.
 
 Contract
@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from netreduce.regmap import BusError, RegisterBus, RegMap, build_regmap
+from netreduce.regmap import Access, BusError, RegisterBus, RegMap, build_regmap
 from netreduce.wire import WireError
 from netreduce.wire.mgmt import (
     MGMT_DEFAULT_PORT,
@@ -57,7 +57,7 @@ from netreduce.wire.mgmt import (
 )
 
 __all__ = ["FrameLink", "FabricLink", "MgmtClient", "MgmtError", "MgmtTimeout", "MgmtNak",
-           "MgmtSource", "MgmtSettings", "provision", "MGMT_DEFAULT_PORT"]
+           "MgmtSource", "MgmtSettings", "provision", "MGMT_DEFAULT_PORT", "ReadAheadBus"]
 
 _U32 = 0xFFFFFFFF
 
@@ -401,3 +401,45 @@ def provision(bus: RegisterBus, s: MgmtSettings, regmap: RegMap | None = None) -
     v = ctrl.field("enable").put(0, int(s.enable))
     v = ctrl.field("auth").put(v, int(s.key is not None))
     w(rm.addr("MGMT.CTRL"), v)
+
+
+class ReadAheadBus:
+    """A register bus over a :class:`~netreduce.sw_driver.mgmt.MgmtClient` that reads the flow
+    table a whole column at a time (one batched request per 64 entries instead of one round trip
+    per entry: :class:`~netreduce.sw_driver.control.EngineControl` scans every entry's CFG when it
+    adds or removes a job). The cache holds only the FLOW configuration registers (all fields
+    RW), which nothing but drivers write, and any write through this bus drops it; every other
+    read goes straight through. Like EngineControl itself, it assumes one configuring client at a
+    time."""
+
+    def __init__(self, client: MgmtClient):
+        self.client = client
+        rm = client.regmap
+        self._flow = rm.table("FLOW")
+        # only configuration registers (every field RW): STATUS and ACKED change in the engine
+        self._cached = {r.offset for r in self._flow.registers
+                        if r.fields and all(f.access == Access.RW for f in r.fields)}
+        self._cache: dict[int, int] = {}
+        self._count: int | None = None  # the engine's flow entries (GLOBAL.FLOWS), on first use
+
+    def read(self, addr: int) -> int:
+        t = self._flow
+        off = (addr - t.base) % t.stride
+        if not (t.base <= addr < t.base + t.count * t.stride) or off not in self._cached:
+            return self.client.read(addr)
+        if self._count is None:
+            # the engine's table may be smaller than the client's default register map's
+            self._count = min(t.count, self.client.read(self.client.regmap.addr("GLOBAL.FLOWS")))
+        if (addr - t.base) // t.stride >= self._count:
+            return self.client.read(addr)  # beyond the engine's table: its answer (BAD_ADDR)
+        v = self._cache.get(addr)
+        if v is None:
+            col = [t.base + e * t.stride + off for e in range(self._count)]
+            vals = self.client.transact([MgmtOp.read(a) for a in col])
+            self._cache.update(zip(col, vals, strict=True))
+            v = self._cache[addr]
+        return v
+
+    def write(self, addr: int, value: int) -> None:
+        self._cache.clear()
+        self.client.write(addr, value)

@@ -1,6 +1,6 @@
 """Verbs backend: the driver's all-reduce over a real RNIC through pyverbs (DESIGN 2, 5).
 
-Same collective as :class:`netreduce.sw_driver.tunnel.RankComm` (one rank per process, an
+Same collective as :class:`netreduce.sim.emu.tunnel.RankComm` (one rank per process, an
 injected ``exchange`` all-gather for rendezvous), but the RC connections are the kernel's: Linux
 soft-RoCE (rdma_rxe) in the VM lab, or any RoCEv2 RNIC.
 
@@ -50,8 +50,8 @@ from pathlib import Path
 import numpy as np
 
 from . import quant
-from .collective import check_ring_knobs
 from .control import EngineControl, FlowConfig, JobConfig, Op
+from .credits import check_ring_knobs
 
 __all__ = ["VerbsError", "VerbsUnavailable", "VerbsConfig", "VerbsDevice", "VerbsComm",
            "RawLink", "FileExchange", "rxe_counters", "WC_STATUS"]
@@ -557,8 +557,8 @@ class VerbsComm:
         self.jobs = dict(status["jobs"])
 
     def _register(self, peers: list[dict]) -> dict[str, int]:
-        from .mgmt import MgmtClient
-        from .tunnel import ReadAheadBus
+
+        from .mgmt import MgmtClient, ReadAheadBus
 
         m = self.mgmt
         if "engine_ip" not in m or "engine_mac" not in m:

@@ -94,12 +94,12 @@ def demo(workers, size, dtype, pmtu, loss, dup, reorder, seed, backend):
     on links that lose, duplicate and reorder frames (seeded). Exit status 1 on any wrong result,
     RC error, hang or engine slot left allocated.
     """
-    from netreduce.sim.fabric_model import ModelFabric
-    from netreduce.sim.network import NetConfig
-    from netreduce.sw_driver.collective import CollectiveConfig, Communicator
+    from netreduce.sim.net.collective import CollectiveConfig, Communicator
+    from netreduce.sim.net.model_fabric import ModelFabric
+    from netreduce.sim.net.network import NetConfig
+    from netreduce.sim.net.rnic import RCError
+    from netreduce.sim.net.scheduler import SimulationHang
     from netreduce.sw_driver.control import EngineControl
-    from netreduce.sw_driver.fabric import SimulationHang
-    from netreduce.sw_driver.rnic import RCError
 
     if workers * size > MAX_TOTAL:
         raise click.UsageError(f"--workers {workers} x --size {size} B = {workers * size} B is "
@@ -219,8 +219,8 @@ def demo_rtl_params(workers: int, pmtu: int, overrides: dict | None = None) -> d
     one-port run of ``workers`` ranks (flow table and slot pool as small as one all-reduce
     allows; powers of two, so similar runs share a build), 512-bit datapath; ``overrides``
     replace entries (tests: a 64-bit engine)."""
+    from netreduce.sim.net.simrun import SimConfig
     from netreduce.sim.rtl.fabric import rtl_params
-    from netreduce.sim.simrun import SimConfig
 
     return {**rtl_params(SimConfig(workers=workers, pmtu=pmtu, ports=1)), **(overrides or {})}
 
@@ -258,9 +258,9 @@ def _fallback(con, why: str) -> None:
 def _rtl_fabric(con, workers: int, pmtu: int, seed: int, net, overrides: dict):
     """The RTL fabric of the demo, building the engine first if needed (announced: it takes
     minutes once); None after a one-line message when Verilator cannot be used."""
+    from netreduce.sim.net.simrun import BackendUnavailable, Capture, SimConfig
     from netreduce.sim.rtl import fabric as rtl
     from netreduce.sim.rtl import fastsim
-    from netreduce.sim.simrun import BackendUnavailable, Capture, SimConfig
 
     reason = fastsim.verilator_missing()
     if reason:

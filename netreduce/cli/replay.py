@@ -1,6 +1,6 @@
 """``netreduce replay``: replay a capture through the engine after programming a job file.
 
-Glue only: :mod:`netreduce.sim.replay` does the work (config format: docs/replay.md).
+Glue only: :mod:`netreduce.sim.emu.replay` does the work (config format: docs/replay.md).
 Exit status: 0 replayed; 2 bad arguments, a bad config file or capture, an unwritable output or
 an unavailable backend (one ``Error: ...`` line, no traceback, nothing written); 3 the RTL
 engine failed during the run (harness error or still busy long after the last frame; one
@@ -60,8 +60,8 @@ def replay(config_path, in_path, out_path, backend, port_map, max_gap, json_path
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
-    from netreduce.sim import replay as rp
-    from netreduce.sim.simrun import BackendUnavailable, cycles_to_ns
+    from netreduce.sim.emu import replay as rp
+    from netreduce.sim.net.simrun import BackendUnavailable, cycles_to_ns
     from netreduce.wire.pcap import PcapWriter
 
     try:

@@ -1,6 +1,6 @@
 """``netreduce sim``: the all-reduce of N RC endpoint models through the engine on a backend.
 
-Glue only: :mod:`netreduce.sim.simrun` runs it, :mod:`netreduce.sim.report` reports it.
+Glue only: :mod:`netreduce.sim.net.simrun` runs it, :mod:`netreduce.sim.net.report` reports it.
 Exit status: 0 pass; 1 wrong result or engine slot left allocated; 3 hang (watchdog) or RC error;
 2 bad arguments or an unavailable backend (one line, no traceback).
 """
@@ -78,8 +78,8 @@ def sim(workers, size, dtype, pmtu, jobs, loss, dup, reorder, seed, backend, por
     recovery and engine counters, and checks the result (int32 bit-exact, float32 within the
     quantisation bound).
     """
-    from netreduce.sim import report
-    from netreduce.sim.simrun import BackendUnavailable, SimConfig, get_backend, run_sim
+    from netreduce.sim.net import report
+    from netreduce.sim.net.simrun import BackendUnavailable, SimConfig, get_backend, run_sim
 
     if workers * jobs * size > MAX_TOTAL:
         raise _Fail(f"--workers {workers} x --jobs {jobs} x --size {size} B = "

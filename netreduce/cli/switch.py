@@ -1,6 +1,6 @@
-"""``netreduce switch``: the switch service, a long-running process (see netreduce.sim.switch).
+"""``netreduce switch``: the switch service, a long-running process (see netreduce.sim.emu.switch).
 
-Workers (software RNICs through ``netreduce.sw_driver.tunnel``, or QEMU VMs with
+Workers (software RNICs through ``netreduce.sim.emu.tunnel``, or QEMU VMs with
 ``-netdev socket,id=n0,connect=HOST:PORT``) connect over TCP; the engine sits on every frame's
 path. SIGINT/SIGTERM stop it cleanly; it then prints its counters (and writes them as JSON with
 ``--stats-json``). Exit status 0 after a clean stop, 2 on bad options or when it cannot listen
@@ -94,9 +94,9 @@ def switch(listen, backend, ports, jobs, flows, slots, max_world, pmtu_max, data
     its own management path answers the management frames; the RTL runs only while it has
     frames (its cycles are not the wall clock).
     """
+    from netreduce.sim.emu.switch import COUNTER_HELP, FaultConfig, SwitchConfig, SwitchService
+    from netreduce.sim.emu.tunnel import parse_address
     from netreduce.sim.model import Engine
-    from netreduce.sim.switch import COUNTER_HELP, FaultConfig, SwitchConfig, SwitchService
-    from netreduce.sw_driver.tunnel import parse_address
 
     level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
     logging.basicConfig(level=level, format=LOG_FORMAT)

@@ -2,7 +2,7 @@
 scoreboards what it emitted against the reference model.
 
 Arguments (``tb_args``): ``params`` (build parameters of the top), ``logs`` (paths of
-:class:`~netreduce.sim.scoreboard.EventLog` JSON-lines files), ``outdir``, ``quiet`` (cycles
+:class:`~netreduce.sim.verif.scoreboard.EventLog` JSON-lines files), ``outdir``, ``quiet`` (cycles
 without a beat on any port that count as idle, default 256), ``timeout`` (cycles a frame may
 wait for ``tready``), ``reads`` (default true: replay the driver's recorded register reads
 too; false skips them: they change nothing and cost time on Icarus).
@@ -25,7 +25,8 @@ For every log, after a reset (so each starts from a fresh engine, as the model r
 
 Per log it writes ``<outdir>/<name>.fed.jsonl`` (the log as fed: frame cycles are those of the
 last input beat's handshake) and ``<outdir>/<name>.out.json`` (``outs``: [port, hex, cycle],
-``state``: :func:`~netreduce.sim.scoreboard.snapshot` names -> values read over AXI4-Lite at the
+``state``: :func:`~netreduce.sim.verif.scoreboard.snapshot` names -> values read over AXI4-Lite at
+the
 end, ``errors``). A failure inside one log (timeout, protocol error) is recorded there and the
 next log still runs.
 """
@@ -40,7 +41,7 @@ import cocotb
 from cocotb.triggers import ClockCycles
 from cocotbext.axi import AxiLiteBus, AxiLiteMaster
 from netreduce.hw.verilog import AxisTop
-from netreduce.sim.scoreboard import EventLog, state_registers
+from netreduce.sim.verif.scoreboard import EventLog, state_registers
 
 from netreduce.regmap import build_regmap
 

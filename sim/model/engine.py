@@ -302,7 +302,8 @@ class Engine:
         self._saturated_mask = self.regmap.field("JOB.STATUS.saturated").mask
         self._fast_retx_mask = self.regmap.field("JOB.CTRL.fast_retx").mask
         self._wire_regs()
-        # In-band management agent (netreduce.sim.mgmt.attach_mgmt): frames it matches are its.
+        # In-band management agent (netreduce.sim.model.mgmt.attach_mgmt): frames it matches are
+        # its.
         self.mgmt = None
         # received PAUSE/PFC per port and priority (D17; netreduce.sim.model.linklocal)
         self.link = PauseTimers(ports)

@@ -1,7 +1,7 @@
 """The RTL fabric: the engine's Verilog (Verilator via :class:`~.fastsim.FastSim`, or Icarus) in
 the middle of the network model, and the ``verilator`` / ``icarus`` backends of ``netreduce sim``.
 
-:class:`RtlFabric` is a :class:`~netreduce.sim.network.NetworkFabric` like the model fabric:
+:class:`RtlFabric` is a :class:`~netreduce.sim.net.network.NetworkFabric` like the model fabric:
 endpoints' up links deliver frames to the engine's input port ``port_of(src_mac)``; frames the
 engine emits cross the down link of the endpoint owning their destination MAC.
 
@@ -59,12 +59,12 @@ import json
 import math
 from collections.abc import Callable
 
-from netreduce.sw_driver.fabric import Scheduler, frame_dmac
+from netreduce.sim.net.scheduler import Scheduler, frame_dmac
 
 from netreduce.regmap import CLOCK_HZ, BusError, build_regmap
 
-from ..fabric_model import cycles_to_ns, ns_to_cycles
-from ..network import KINDS, NetConfig, NetworkFabric
+from ..net.model_fabric import cycles_to_ns, ns_to_cycles
+from ..net.network import KINDS, NetConfig, NetworkFabric
 
 __all__ = ["RtlFabric", "RtlBus", "PeekScheduler", "rtl_params", "engine_top", "engine_top_path",
            "make_rtl_backend", "probe_rtl", "ENGINE_TOP_NAME"]
@@ -454,7 +454,7 @@ def engine_top(params: dict):
 
 def probe_rtl(sim: str) -> None:
     """Raise BackendUnavailable (one line) if ``sim`` or the engine top is missing."""
-    from ..simrun import BackendUnavailable
+    from ..backend import BackendUnavailable
 
     if sim == "verilator":
         from .fastsim import verilator_missing
@@ -470,7 +470,7 @@ def probe_rtl(sim: str) -> None:
 
 
 def make_rtl_backend(sim: str, top=None, fabric_options: dict | None = None, **overrides):
-    """``(description, make, probe)`` for :func:`netreduce.sim.simrun.register_backend`.
+    """``(description, make, probe)`` for :func:`netreduce.sim.net.simrun.register_backend`.
 
     ``overrides`` replace build parameters of :func:`rtl_params` (tests use a 64-bit engine,
     which builds in a fraction of the time); ``top`` (an AxisTop) uses that engine top as it is

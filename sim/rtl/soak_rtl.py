@@ -1,7 +1,8 @@
-"""The soak (:mod:`netreduce.sim.soak`) on the engine RTL: a backend for ``run_scenario``.
+"""The soak (:mod:`netreduce.sim.verif.soak`) on the engine RTL: a backend for ``run_scenario``.
 
 :func:`rtl_backend` returns ``backend(sc, net) -> fabric`` for
-:func:`netreduce.sim.soak.run_scenario`: the engine's Verilog top (:func:`~.fabric.engine_top`)
+:func:`netreduce.sim.verif.soak.run_scenario`: the engine's Verilog top
+(:func:`~.fabric.engine_top`)
 in a Verilator :class:`~.fastsim.FastSim`, inside an :class:`~.fabric.RtlFabric` (the network
 model around the RTL; registers over AXI4-Lite, so ``EngineControl`` programs and reads the
 gateware exactly as the driver would). The fabric adds what the soak needs: ``inject(frame)``
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 from netreduce.regmap import CLOCK_HZ
 
-from ..soak import _ATTACKER_MAC, Scenario
+from ..verif.soak import _ATTACKER_MAC, Scenario
 from .fabric import RtlFabric, engine_top
 
 __all__ = ["soak_params", "misfits", "rtl_backend", "SoakRtlFabric"]
@@ -42,7 +43,7 @@ __all__ = ["soak_params", "misfits", "rtl_backend", "SoakRtlFabric"]
 def soak_params(pmtu_max: int = 1024, data_width: int = 64) -> dict:
     """The RTL build the soak uses: ``rtl_params(SimConfig(workers=4))`` with ``data_width``
     and ``pmtu_max`` overridden (the RTL backend tests use the same build)."""
-    from ..simrun import SimConfig
+    from ..net.simrun import SimConfig
     from .fabric import rtl_params
 
     return {**rtl_params(SimConfig(workers=4)), "data_width": data_width, "pmtu_max": pmtu_max}
@@ -101,10 +102,12 @@ class SoakRtlFabric(RtlFabric):
 
 
 def rtl_backend(params: dict | None = None, *, top=None):
-    """A ``backend(sc, net)`` for :func:`~netreduce.sim.soak.run_scenario` on the RTL (Verilator,
+    """A ``backend(sc, net)`` for :func:`~netreduce.sim.verif.soak.run_scenario` on the RTL
+    (Verilator,
     build ``params``, default :func:`soak_params`). ``top``: an engine top to use as it is.
     Raises ``ValueError`` (one line) for a scenario that does not fit the build, and
-    :class:`~netreduce.sim.simrun.BackendUnavailable` when Verilator or the engine is missing."""
+    :class:`~netreduce.sim.net.simrun.BackendUnavailable` when Verilator or the engine is
+    missing."""
     params = dict(params or soak_params())
 
     def backend(sc: Scenario, net):

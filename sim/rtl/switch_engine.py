@@ -1,6 +1,6 @@
 """The engine RTL (Verilator, :class:`~.fastsim.FastSim`) as the switch service's engine.
 
-:class:`RtlSwitchEngine` gives :class:`~netreduce.sim.switch.SwitchService` what the reference
+:class:`RtlSwitchEngine` gives :class:`~netreduce.sim.emu.switch.SwitchService` what the reference
 :class:`~netreduce.sim.model.Engine` gives it (``ports``, ``bus``, ``counters()``, and
 ``receive(port, frame, cycles)`` for one frame at a time), plus a batched interface the service
 prefers (``batched = True``): :meth:`~RtlSwitchEngine.send` queues frames, one

@@ -5,7 +5,7 @@
 1. ensures the guest image (:mod:`.image`; built and cached on first use);
 2. prepares a run folder: the 9p share (guest scripts, the project's pure-Python sources, the
    job config, per-rank network settings) and the captures;
-3. starts the switch service in-process (:class:`~netreduce.sim.switch.SwitchThread`) with the
+3. starts the switch service in-process (:class:`~netreduce.sim.emu.switch.SwitchThread`) with the
    reference engine (``backend="model"``) or the engine RTL under Verilator
    (``backend="verilator"``: :class:`~netreduce.sim.rtl.switch_engine.RtlSwitchEngine`, a
    64-bit build of :func:`rtl_lab_params`, built on first use and cached; its own management
@@ -163,8 +163,8 @@ def qp_timeout(cfg: LabConfig) -> int:
 def rtl_lab_params(cfg: LabConfig) -> dict:
     """Engine build parameters of the RTL backend for ``cfg`` (module doc): 64-bit datapath,
     ``pmtu_max`` = ``cfg.pmtu``."""
+    from netreduce.sim.net.simrun import SimConfig
     from netreduce.sim.rtl.fabric import rtl_params
-    from netreduce.sim.simrun import SimConfig
 
     return {**rtl_params(SimConfig(workers=max(4, cfg.workers), pmtu=cfg.pmtu)),
             "data_width": 64, "pmtu_max": cfg.pmtu}
@@ -353,9 +353,9 @@ def run_lab(cfg: LabConfig, log=print) -> LabResult:
     probs = host_problems(build=False)
     if probs:
         raise RuntimeError("the VM lab cannot run here: " + "; ".join(probs))
+    from netreduce.sim.emu.switch import FaultConfig, SwitchConfig, SwitchThread
+    from netreduce.sim.emu.tunnel import DEFAULT_MGMT_IP, ENGINE_MAC
     from netreduce.sim.model import Engine
-    from netreduce.sim.switch import FaultConfig, SwitchConfig, SwitchThread
-    from netreduce.sw_driver.tunnel import DEFAULT_MGMT_IP, ENGINE_MAC
 
     if cfg.backend == "verilator":
         from netreduce.sim.rtl.fastsim import verilator_missing

@@ -7,10 +7,10 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from netreduce.sim.net import collective
+from netreduce.sim.net.simrun import BackendUnavailable, SimConfig, get_backend
 from netreduce.sim.rtl import fabric as rtl_fabric
 from netreduce.sim.rtl import fastsim
-from netreduce.sim.simrun import BackendUnavailable, SimConfig, get_backend
-from netreduce.sw_driver import collective
 
 from netreduce.cli import main
 from netreduce.cli.demo import OVERRIDE_ENV, demo_rtl_params

@@ -193,7 +193,7 @@ def test_bad_captures(tmp_path):
 @pytest.mark.parametrize("missing", ["harness", "engine"])
 def test_rtl_backend_unavailable_is_one_line(tmp_path, monkeypatch, sim, missing):
     if missing == "harness":  # the simulator harness modules cannot be imported
-        import netreduce.sim.simrun  # noqa: F401 - imported before, as in a real run
+        import netreduce.sim.net.simrun  # noqa: F401 - imported before, as in a real run
         for mod in ("netreduce.sim.rtl.fastsim", "netreduce.sim.rtl.icarus"):
             monkeypatch.setitem(sys.modules, mod, None)
     else:
@@ -207,7 +207,7 @@ def test_rtl_backend_unavailable_is_one_line(tmp_path, monkeypatch, sim, missing
 def test_engine_failure_exit_3_keeps_the_output(tmp_path, monkeypatch):
     """An engine that dies mid-run (e.g. the RTL harness times out): exit 3, one FAIL line,
     the frames sent until then stay in --out."""
-    from netreduce.sim import replay as rp
+    from netreduce.sim.emu import replay as rp
 
     class Dying(rp._ModelEngine):
         def replay(self, frames):

@@ -1,5 +1,6 @@
 """The gateware management agent (netreduce.hw.mgmt.MgmtAgent) against the reference model agent
-(netreduce.sim.mgmt.MgmtAgent): the same frames into both, each backed by its own register file
+(netreduce.sim.model.mgmt.MgmtAgent): the same frames into both, each backed by its own register
+file
 (the gateware's through an AXI4-Lite slave model), must give byte-identical responses, the same
 counter events and the same final registers."""
 
@@ -9,7 +10,7 @@ from collections import Counter
 import pytest
 from amaranth.sim import Simulator
 from netreduce.hw.mgmt import MGMT_COUNTERS, MgmtAgent
-from netreduce.sim.mgmt import MgmtAgent as ModelAgent
+from netreduce.sim.model.mgmt import MgmtAgent as ModelAgent
 from netreduce.sw_driver.mgmt import MgmtClient, MgmtSettings, MgmtSource, provision
 
 from netreduce.regmap import BusError, RegisterFile, build_regmap

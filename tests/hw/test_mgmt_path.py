@@ -37,10 +37,10 @@ from netreduce.hw.packet.testing import (
     frame_to_beats,
     random_frame,
 )
-from netreduce.sim.mgmt import MgmtAgent as ModelAgent
-from netreduce.sim.mgmt import attach_mgmt as model_attach
 from netreduce.sim.model.engine import Engine
 from netreduce.sim.model.kit import RingJob
+from netreduce.sim.model.mgmt import MgmtAgent as ModelAgent
+from netreduce.sim.model.mgmt import attach_mgmt as model_attach
 from netreduce.sw_driver.control import EngineControl
 from netreduce.sw_driver.mgmt import MgmtClient, MgmtSettings, MgmtSource, provision
 

@@ -6,13 +6,13 @@ import random
 
 import numpy as np
 import pytest
-from netreduce.sim.fabric_model import ModelFabric
 from netreduce.sim.model import Engine
-from netreduce.sim.network import LinkConfig, NetConfig
-from netreduce.sw_driver.collective import CollectiveConfig, Communicator, allreduce, run
+from netreduce.sim.net.collective import CollectiveConfig, Communicator, allreduce, run
+from netreduce.sim.net.model_fabric import ModelFabric
+from netreduce.sim.net.network import LinkConfig, NetConfig
+from netreduce.sim.net.rnic import RCError
+from netreduce.sim.net.scheduler import SimulationHang
 from netreduce.sw_driver.control import EngineControl
-from netreduce.sw_driver.fabric import SimulationHang
-from netreduce.sw_driver.rnic import RCError
 
 from netreduce.wire import PSN_MOD
 

@@ -1,17 +1,20 @@
 """The engine top against the reference model: whole-engine scoreboard (issue 5).
 
 * cocotb (``sim/cocotb/tb_engine.py``) on Verilator: one log per contract rule
-  (:func:`netreduce.sim.scenarios.unit_logs`: duplicate, re-emit, window, opcode/length mismatch,
+  (:func:`netreduce.sim.verif.scenarios.unit_logs`: duplicate, re-emit, window, opcode/length
+  mismatch,
   job isolation, disable mid-flight, SUM_SAT saturation and MAX, malformed/unregistered frames,
   CNP rate limit, PSN wrap) and the recorded closed-loop scenario library
-  (:data:`netreduce.sim.scenarios.SCENARIOS`: N 2..32, PMTU 256/1024/4096, loss/dup/reorder per
+  (:data:`netreduce.sim.verif.scenarios.SCENARIOS`: N 2..32, PMTU 256/1024/4096, loss/dup/reorder
+  per
   direction, CE, PSN wrap, 2-4 jobs, float32 MAX + SUM_SAT passes, junk and spoofed frames),
   registers programmed through cocotbext-axi's AxiLiteMaster exactly as the driver programmed
   them. Every emitted frame is compared byte for byte per port and flow with the model, and so
   is every counter and state register; at the end all slots are free and the counters balance.
   All logs play in one simulator run (a reset between logs). Icarus plays a subset.
 * FastSim (the frame-level Verilator harness of sim/rtl) through
-  :class:`~netreduce.sim.scenarios.FastSimBackend`: opt-in (``NETREDUCE_FASTSIM_SCENARIOS=1``),
+  :class:`~netreduce.sim.verif.scenarios.FastSimBackend`: opt-in
+  (``NETREDUCE_FASTSIM_SCENARIOS=1``),
   since it needs a second Verilator build of the engine and the cocotb run already plays the
   library.
 
@@ -28,8 +31,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from netreduce.sim.scenarios import ENGINE_PARAMS, SCENARIOS, record, unit_logs
-from netreduce.sim.scoreboard import EventLog, check, replay
+from netreduce.sim.verif.scenarios import ENGINE_PARAMS, SCENARIOS, record, unit_logs
+from netreduce.sim.verif.scoreboard import EventLog, check, replay
 
 PARAMS = ENGINE_PARAMS
 TB = "netreduce.sim.cocotb.tb_engine"
@@ -140,7 +143,7 @@ def _fastsim():
 @pytest.mark.xdist_group("engine_fastsim")
 @pytest.mark.parametrize("name", LIBRARY)
 def test_engine_scenario_fastsim(name):
-    from netreduce.sim.scenarios import FastSimBackend, score_backend
+    from netreduce.sim.verif.scenarios import FastSimBackend, score_backend
 
     top, FastSim = _fastsim()
     sc, junk = SCENARIOS[name]

@@ -13,10 +13,10 @@ import dataclasses
 
 import numpy as np
 import pytest
-from netreduce.sim.fabric_model import ModelFabric
 from netreduce.sim.model.kit import RingJob, engine_with
-from netreduce.sim.network import LinkConfig, NetConfig
-from netreduce.sw_driver.collective import CollectiveConfig, Communicator
+from netreduce.sim.net.collective import CollectiveConfig, Communicator
+from netreduce.sim.net.model_fabric import ModelFabric
+from netreduce.sim.net.network import LinkConfig, NetConfig
 from netreduce.sw_driver.control import EngineControl
 
 from netreduce.wire import NAK_PSN_SEQ, RoceFrame, parse

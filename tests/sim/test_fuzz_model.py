@@ -25,7 +25,7 @@ import numpy as np
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from netreduce.sim.model.kit import RingJob, engine_with
-from netreduce.sim.mutate import FIELDS, fixup, impersonates, mutate
+from netreduce.sim.verif.mutate import FIELDS, fixup, impersonates, mutate
 
 from netreduce.regmap import DISPOSITIONS, Op
 from netreduce.wire import Opcode, parse

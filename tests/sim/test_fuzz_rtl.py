@@ -15,7 +15,8 @@ replayed over AXI4-Lite) and the same frames:
   sent (the engine trusts the switch's steering for them, docs/guarantees.md A1);
 * then K2 more indices of clean traffic.
 
-Checks (netreduce.sim.scenarios.run_log + netreduce.sim.scoreboard.check): the frames the RTL
+Checks (netreduce.sim.verif.scenarios.run_log + netreduce.sim.verif.scoreboard.check): the frames
+the RTL
 sends equal the model's byte for byte, per output port and flow in order; every counter (global
 and per job), the job table's pointers and the flow table's state are equal; the end-state
 identities hold. Independently of the model: the RTL never stops accepting frames and goes idle
@@ -36,12 +37,12 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from netreduce.sim.model import Engine
 from netreduce.sim.model.kit import RingJob
-from netreduce.sim.mutate import FIELDS, impersonates, mutate
+from netreduce.sim.net.simrun import BackendUnavailable
 from netreduce.sim.rtl.fabric import engine_top, probe_rtl
 from netreduce.sim.rtl.soak_rtl import soak_params
-from netreduce.sim.scenarios import FastSimBackend, run_log
-from netreduce.sim.scoreboard import EventLog, RecordingEngine, check, flow_of
-from netreduce.sim.simrun import BackendUnavailable
+from netreduce.sim.verif.mutate import FIELDS, impersonates, mutate
+from netreduce.sim.verif.scenarios import FastSimBackend, run_log
+from netreduce.sim.verif.scoreboard import EventLog, RecordingEngine, check, flow_of
 from netreduce.sw_driver.control import EngineControl
 
 from netreduce.regmap import Op
@@ -252,7 +253,7 @@ def test_regressions_list_is_replayed():
 def test_the_result_oracle_catches_a_wrong_or_missing_result():
     """results_problems (the model-free half of the check) is not vacuous: on the model's own
     outputs it is clean, and it notices a flipped payload bit and a missing result."""
-    from netreduce.sim.scoreboard import replay
+    from netreduce.sim.verif.scoreboard import replay
 
     outs = [(o.port, o.frame, o.cycle) for o in replay(build_log(None, [])).outs]
     assert results_problems(outs, INPUTS) == []

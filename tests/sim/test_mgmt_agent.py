@@ -4,8 +4,8 @@ counted under its reason and changes no register (full register dump before/afte
 import random
 
 import pytest
-from netreduce.sim.mgmt import REJECT_COUNTERS, attach_mgmt
 from netreduce.sim.model import Engine
+from netreduce.sim.model.mgmt import REJECT_COUNTERS, attach_mgmt
 from netreduce.sw_driver.mgmt import MgmtSettings, MgmtSource
 
 from netreduce.regmap import DISPOSITIONS

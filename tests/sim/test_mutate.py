@@ -1,11 +1,11 @@
-"""Frame mutations of the fuzz tests (netreduce.sim.mutate)."""
+"""Frame mutations of the fuzz tests (netreduce.sim.verif.mutate)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from netreduce.sim.model.kit import RingJob
-from netreduce.sim.mutate import FIELDS, fixup, impersonates, mutate
+from netreduce.sim.verif.mutate import FIELDS, fixup, impersonates, mutate
 
 from netreduce.wire import WireError, parse
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from netreduce.sim.network import LinkConfig, NetConfig, NetworkFabric, classify
-from netreduce.sw_driver.fabric import Scheduler, SimulationHang
-from netreduce.sw_driver.rnic import RNIC, QPConfig
+from netreduce.sim.net.network import LinkConfig, NetConfig, NetworkFabric, classify
+from netreduce.sim.net.rnic import RNIC, QPConfig
+from netreduce.sim.net.scheduler import Scheduler, SimulationHang
 
 from netreduce.wire import ECN_CE, ECN_ECT0, PSN_MOD, Opcode, RoceFrame, parse
 

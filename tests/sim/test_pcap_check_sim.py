@@ -19,9 +19,9 @@ from collections import defaultdict
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from netreduce.sim import simrun
+from netreduce.sim.net import simrun
+from netreduce.sim.net.simrun import Backend, BackendUnavailable, SimConfig, get_backend
 from netreduce.sim.rtl.fabric import make_rtl_backend, rtl_params
-from netreduce.sim.simrun import Backend, BackendUnavailable, SimConfig, get_backend
 
 from netreduce.cli import main
 

@@ -1,4 +1,4 @@
-"""netreduce.sim.replay: config parsing and validation, capture reading and timing, port
+"""netreduce.sim.emu.replay: config parsing and validation, capture reading and timing, port
 selection, replay through the model (stored capture, CNP limiter timing) and the RTL adapter
 (fast harness on the engine stand-in)."""
 
@@ -10,9 +10,9 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from netreduce.sim import replay as rp
+from netreduce.sim.emu import replay as rp
 from netreduce.sim.model.kit import RingJob
-from netreduce.sim.simrun import BackendUnavailable, cycles_to_ns
+from netreduce.sim.net.simrun import BackendUnavailable, cycles_to_ns
 
 from netreduce.regmap import DEFAULT_CNP_INTERVAL, Op
 from netreduce.wire import ECN_CE
@@ -388,8 +388,8 @@ def test_replay_example_on_the_engine_rtl():
         pytest.skip(str(e))
     from collections import defaultdict
 
+    from netreduce.sim.net.simrun import SimConfig
     from netreduce.sim.rtl.fabric import rtl_params
-    from netreduce.sim.simrun import SimConfig
 
     data = tomllib.loads((EX / "job.toml").read_text())
     data["engine"] = rtl_params(SimConfig(workers=4))  # the build test_rtl_backend.py uses

@@ -1,13 +1,13 @@
-"""The ring all-reduce baseline (netreduce.sw_driver.ring) over software RC endpoints through a
+"""The ring all-reduce baseline (netreduce.sim.net.ring) over software RC endpoints through a
 forwarding-only switch: correct results, the 2(N-1)/N traffic, recovery and clear errors."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from netreduce.sim.network import LinkConfig, NetConfig, NetworkFabric
-from netreduce.sw_driver.fabric import SimulationHang
-from netreduce.sw_driver.ring import RingAllReduce, ring_allreduce
+from netreduce.sim.net.network import LinkConfig, NetConfig, NetworkFabric
+from netreduce.sim.net.ring import RingAllReduce, ring_allreduce
+from netreduce.sim.net.scheduler import SimulationHang
 
 
 def _ints(n, size, seed=0):

@@ -7,15 +7,15 @@ netreduce.hw.engine exists (its build is cached under build/fastsim/)."""
 import functools
 
 import pytest
-from netreduce.sim import simrun
-from netreduce.sim.fabric_model import cycles_to_ns, ns_to_cycles
-from netreduce.sim.network import LinkConfig, NetConfig
+from netreduce.sim.net import simrun
+from netreduce.sim.net.model_fabric import cycles_to_ns, ns_to_cycles
+from netreduce.sim.net.network import LinkConfig, NetConfig
+from netreduce.sim.net.simrun import BackendUnavailable, Capture, SimConfig, get_backend, run_sim
 from netreduce.sim.rtl import fabric as rtl_fabric
 from netreduce.sim.rtl.fabric import RtlFabric
 from netreduce.sim.rtl.fastsim import FastSim, verilator_missing
 from netreduce.sim.rtl.icarus import IcarusSim, icarus_missing
 from netreduce.sim.rtl.standin import standin_regmap, standin_top
-from netreduce.sim.simrun import BackendUnavailable, Capture, SimConfig, get_backend, run_sim
 from netreduce.sw_driver.control import EngineControl
 
 from netreduce.regmap import MAGIC, BusError, build_regmap

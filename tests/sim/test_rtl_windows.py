@@ -5,15 +5,15 @@ outputs of running it event by event, cycle for cycle."""
 import functools
 
 import pytest
-from netreduce.sim import simrun
-from netreduce.sim.fabric_model import cycles_to_ns
-from netreduce.sim.network import Link, LinkConfig, NetConfig
+from netreduce.sim.net import simrun
+from netreduce.sim.net.model_fabric import cycles_to_ns
+from netreduce.sim.net.network import Link, LinkConfig, NetConfig
+from netreduce.sim.net.scheduler import Scheduler
+from netreduce.sim.net.simrun import BackendUnavailable, SimConfig, get_backend, run_sim
 from netreduce.sim.rtl import fabric as rtl_fabric
 from netreduce.sim.rtl.fabric import RtlFabric
 from netreduce.sim.rtl.fastsim import FastSim, verilator_missing
 from netreduce.sim.rtl.standin import standin_regmap, standin_top
-from netreduce.sim.simrun import BackendUnavailable, SimConfig, get_backend, run_sim
-from netreduce.sw_driver.fabric import Scheduler
 
 A, B = bytes.fromhex("020000000001"), bytes.fromhex("020000000002")
 

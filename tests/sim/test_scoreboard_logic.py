@@ -10,7 +10,7 @@ model with loss/dup/reorder, several jobs, CE marks, PSN wrap, junk and spoofed 
 from __future__ import annotations
 
 import pytest
-from netreduce.sim.scenarios import (
+from netreduce.sim.verif.scenarios import (
     ENGINE_PARAMS,
     SCENARIOS,
     EngineAdapter,
@@ -21,7 +21,7 @@ from netreduce.sim.scenarios import (
     score_backend,
     unit_logs,
 )
-from netreduce.sim.scoreboard import (
+from netreduce.sim.verif.scoreboard import (
     EventLog,
     Out,
     ScoreboardMismatch,

@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from netreduce.sim import simrun
-from netreduce.sim.report import SCHEMA
+from netreduce.sim.net import simrun
+from netreduce.sim.net.report import SCHEMA
 
 from netreduce.cli import main
 

@@ -3,9 +3,9 @@ data, their wire time charged to the frames queued after them), off by default."
 
 from __future__ import annotations
 
-from netreduce.sim.network import Link, LinkConfig, NetConfig
-from netreduce.sim.simrun import SimConfig, net_config
-from netreduce.sw_driver.fabric import Scheduler
+from netreduce.sim.net.network import Link, LinkConfig, NetConfig
+from netreduce.sim.net.scheduler import Scheduler
+from netreduce.sim.net.simrun import SimConfig, net_config
 
 from netreduce.wire import Opcode, RoceFrame
 

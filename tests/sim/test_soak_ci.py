@@ -1,6 +1,7 @@
 """Bounded CI version of the soak (issue 9): seeded scenarios through the reference model.
 
-Each scenario (netreduce.sim.soak.random_scenario) runs 2-4 concurrent jobs of different N, PMTU
+Each scenario (netreduce.sim.verif.soak.random_scenario) runs 2-4 concurrent jobs of different N,
+PMTU
 and window, 1-2 all-reduces each, with one fault style (uniform, per direction/kind, ACK-only
 loss, link outages, CE marking), PSN wrap in some jobs and, for odd seeds, an adversary injecting
 spoofed frames. After each: results bit-exact, every slot freed, the counters balance (see
@@ -10,10 +11,10 @@ run_scenario). The long version is bench/soak.py.
 from __future__ import annotations
 
 import pytest
-from netreduce.sim.fabric_model import ModelFabric
 from netreduce.sim.model import Emit, Engine
-from netreduce.sim.network import LinkConfig, NetConfig
-from netreduce.sim.soak import (
+from netreduce.sim.net.model_fabric import ModelFabric
+from netreduce.sim.net.network import LinkConfig, NetConfig
+from netreduce.sim.verif.soak import (
     JobSpec,
     Outage,
     Scenario,

@@ -1,7 +1,8 @@
 """Bounded soak on the engine RTL (issue 9): the soak scenarios through the Verilog engine top
 (Verilator, 64-bit build of netreduce.sim.rtl.soak_rtl.soak_params) inside the network model.
 
-Each named scenario (netreduce.sim.soak.rtl_ci_scenarios) runs two concurrent jobs of different N
+Each named scenario (netreduce.sim.verif.soak.rtl_ci_scenarios) runs two concurrent jobs of
+different N
 and PMTU with one fault style: loss/dup/reorder on every direction and kind of traffic, a burst
 outage, ACK-only loss, PSN wrap (with a float32 job), CE marks, the adversary. After each, the
 same checks as on the model (run_scenario): every all-reduce bit-exact, every slot freed, the
@@ -13,10 +14,10 @@ output. Two seeds of the random "rtl" profile run too.
 from __future__ import annotations
 
 import pytest
+from netreduce.sim.net.simrun import BackendUnavailable
 from netreduce.sim.rtl.fabric import probe_rtl
 from netreduce.sim.rtl.soak_rtl import misfits, rtl_backend, soak_params
-from netreduce.sim.simrun import BackendUnavailable
-from netreduce.sim.soak import (
+from netreduce.sim.verif.soak import (
     RTL_ENGINE,
     JobSpec,
     Scenario,

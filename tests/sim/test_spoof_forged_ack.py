@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from netreduce.sim.fabric_model import ModelFabric
 from netreduce.sim.model.kit import RingJob, engine_with
-from netreduce.sw_driver.collective import CollectiveConfig, Communicator, run
-from netreduce.sw_driver.fabric import SimulationHang
-from netreduce.sw_driver.rnic import RCError
+from netreduce.sim.net.collective import CollectiveConfig, Communicator, run
+from netreduce.sim.net.model_fabric import ModelFabric
+from netreduce.sim.net.rnic import RCError
+from netreduce.sim.net.scheduler import SimulationHang
 
 from netreduce.wire import Opcode, RoceFrame, parse
 

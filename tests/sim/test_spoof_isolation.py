@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from netreduce.sim.mgmt import attach_mgmt
 from netreduce.sim.model.kit import RingJob, engine_with
+from netreduce.sim.model.mgmt import attach_mgmt
 from netreduce.sw_driver.mgmt import MgmtSettings, MgmtSource
 
 from netreduce.regmap import DISPOSITIONS, Op

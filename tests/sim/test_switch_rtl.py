@@ -19,19 +19,19 @@ import time
 
 import numpy as np
 import pytest
-from netreduce.sim.rtl.fabric import probe_rtl, rtl_params
-from netreduce.sim.rtl.switch_engine import RtlSwitchEngine
-from netreduce.sim.simrun import BackendUnavailable, SimConfig
-from netreduce.sim.switch import RawClient, SwitchConfig, SwitchThread, connect_clients
-from netreduce.sw_driver.collective import CollectiveConfig, Communicator
-from netreduce.sw_driver.control import EngineControl
-from netreduce.sw_driver.tunnel import (
+from netreduce.sim.emu.switch import RawClient, SwitchConfig, SwitchThread, connect_clients
+from netreduce.sim.emu.tunnel import (
     RankComm,
     RankCommConfig,
     Tunnel,
     frame_bytes,
     thread_exchange,
 )
+from netreduce.sim.net.collective import CollectiveConfig, Communicator
+from netreduce.sim.net.simrun import BackendUnavailable, SimConfig
+from netreduce.sim.rtl.fabric import probe_rtl, rtl_params
+from netreduce.sim.rtl.switch_engine import RtlSwitchEngine
+from netreduce.sw_driver.control import EngineControl
 
 from netreduce.regmap import MAGIC, BusError
 

@@ -11,9 +11,15 @@ import sys
 import time
 
 import pytest
-from netreduce.sim.switch import FaultConfig, RawClient, SwitchConfig, SwitchThread, connect_clients
+from netreduce.sim.emu.switch import (
+    FaultConfig,
+    RawClient,
+    SwitchConfig,
+    SwitchThread,
+    connect_clients,
+)
+from netreduce.sim.emu.tunnel import Tunnel, frame_bytes
 from netreduce.sw_driver.control import EngineControl
-from netreduce.sw_driver.tunnel import Tunnel, frame_bytes
 
 from netreduce.regmap import MAGIC
 from netreduce.wire.pcap import read_pcap

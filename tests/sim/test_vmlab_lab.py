@@ -78,8 +78,8 @@ def four(tmp_path_factory, image):
 
 @pytest.fixture(scope="module")
 def rtl_two(tmp_path_factory, image):
+    from netreduce.sim.net.simrun import BackendUnavailable
     from netreduce.sim.rtl.fabric import probe_rtl
-    from netreduce.sim.simrun import BackendUnavailable
 
     try:
         probe_rtl("verilator")
@@ -177,8 +177,8 @@ def test_four_vms_bit_exact(four):
 
 
 def test_two_vms_bit_exact_through_the_engine_rtl(rtl_two):
+    from netreduce.sim.net.simrun import SimConfig
     from netreduce.sim.rtl.fabric import rtl_params
-    from netreduce.sim.simrun import SimConfig
     from netreduce.sim.vmlab.lab import rtl_lab_params
 
     # the build of tests/sim/test_rtl_backend.py: one Verilator build serves both

@@ -2,10 +2,10 @@
 loss, retries, replay recovery, refusals and timeouts."""
 
 import pytest
-from netreduce.sim.fabric_model import ModelFabric
-from netreduce.sim.mgmt import attach_mgmt
 from netreduce.sim.model import Engine
-from netreduce.sim.network import LinkConfig, NetConfig
+from netreduce.sim.model.mgmt import attach_mgmt
+from netreduce.sim.net.model_fabric import ModelFabric
+from netreduce.sim.net.network import LinkConfig, NetConfig
 from netreduce.sw_driver.control import EngineControl, FlowConfig, JobConfig, Op
 from netreduce.sw_driver.mgmt import (
     FabricLink,

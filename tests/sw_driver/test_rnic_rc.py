@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from netreduce.sw_driver.fabric import LoopbackFabric, SimulationHang
-from netreduce.sw_driver.rnic import RNIC, QPConfig, QPState, RCError, timeout_ns
+from netreduce.sim.net.rnic import RNIC, QPConfig, QPState, RCError, timeout_ns
+from netreduce.sim.net.scheduler import LoopbackFabric, SimulationHang
 
 from netreduce.wire import (
     NAK_INVALID_REQ,
@@ -322,7 +322,7 @@ _FIELDS = ("opcode", "dqpn", "psn", "payload", "dmac", "smac", "src_ip", "dst_ip
     RoceFrame.cnp(dqpn=3),
 ])
 def test_fast_parse_agrees_with_parse(frame):
-    from netreduce.sw_driver.rnic import _fast_parse
+    from netreduce.sim.net.rnic import _fast_parse
 
     raw = frame.pack()
     fast, ref = _fast_parse(raw), parse(raw)

@@ -20,7 +20,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch not installed: pip install '.[torch]'")
 
-from netreduce.sim.switch import SwitchThread  # noqa: E402
+from netreduce.sim.emu.switch import SwitchThread  # noqa: E402
 from netreduce.sw_driver import quant  # noqa: E402
 
 WORLD = 2

@@ -13,17 +13,17 @@ import time
 
 import numpy as np
 import pytest
-from netreduce.sim.switch import FaultConfig, SwitchConfig, SwitchThread
-from netreduce.sw_driver import quant
-from netreduce.sw_driver.collective import CollectiveConfig, Communicator
-from netreduce.sw_driver.control import EngineControl
-from netreduce.sw_driver.tunnel import (
+from netreduce.sim.emu.switch import FaultConfig, SwitchConfig, SwitchThread
+from netreduce.sim.emu.tunnel import (
     CollectiveError,
     RankComm,
     RankCommConfig,
     Tunnel,
     thread_exchange,
 )
+from netreduce.sim.net.collective import CollectiveConfig, Communicator
+from netreduce.sw_driver import quant
+from netreduce.sw_driver.control import EngineControl
 
 
 def _floats(rng, world, n):

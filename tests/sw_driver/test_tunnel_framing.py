@@ -9,7 +9,7 @@ import threading
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from netreduce.sw_driver.tunnel import (
+from netreduce.sim.emu.tunnel import (
     MAX_FRAME,
     FrameReader,
     Tunnel,

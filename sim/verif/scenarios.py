@@ -2,12 +2,15 @@
 runner that plays a log into any engine backend and scoreboards it against the model.
 
 Recording
-    :func:`record` runs a :class:`~netreduce.sim.soak.Scenario` closed loop (RC endpoint models,
+    :func:`record` runs a :class:`~netreduce.sim.verif.soak.Scenario` closed loop (RC endpoint
+    models,
     the collective driver programming the engine through :class:`EngineControl`, the seeded
     network model with loss/dup/reorder/CE per direction and kind of traffic, the soak adversary's
     spoofed, replayed and corrupted frames, plus :class:`_Junk`'s non-RoCE and malformed frames)
-    around an engine wrapped in :class:`~netreduce.sim.scoreboard.RecordingEngine`, and returns
-    the :class:`~netreduce.sim.scoreboard.EventLog` of everything that entered the engine (register
+    around an engine wrapped in :class:`~netreduce.sim.verif.scoreboard.RecordingEngine`, and
+    returns
+    the :class:`~netreduce.sim.verif.scoreboard.EventLog` of everything that entered the engine
+    (register
     writes/reads and frames with their cycles) plus what the engine emitted. The engine in the
     loop is the model by default; ``engine=`` puts any object with ``receive(port, frame, time)``
     and ``bus`` there (for instance :class:`EngineAdapter` around an RTL backend), so the RTL can
@@ -17,7 +20,8 @@ Recording
     on the port their rank's frame came in, D13).
 
 Library
-    :data:`SCENARIOS` (name -> :class:`~netreduce.sim.soak.Scenario`) covers N 2..32, PMTU 256,
+    :data:`SCENARIOS` (name -> :class:`~netreduce.sim.verif.soak.Scenario`) covers N 2..32, PMTU
+    256,
     1024 and 4096, message sizes that are not multiples of the PMTU, loss/dup/reorder on every
     direction and kind, 2-4 concurrent jobs, CE marks with CNPs, PSN wrap, float32 (MAX + SUM_SAT
     passes), ACK-only loss and junk/spoofed frames. All use :data:`ENGINE_PARAMS`, so one RTL
@@ -31,7 +35,8 @@ Playing a log into a backend (open loop)
     the gateware takes cycles to enable), frames one at a time, in log order (so the processing
     order is the log's, see the scoreboard's assumptions), and returns the log *as fed* (frame
     cycles as the backend accepted them), the outputs and the final register snapshot for
-    :func:`netreduce.sim.scoreboard.check`. :class:`ModelBackend` implements the protocol on the
+    :func:`netreduce.sim.verif.scoreboard.check`. :class:`ModelBackend` implements the protocol on
+    the
     reference model (the scoreboard must pass: that is the self-test).
 """
 
@@ -46,8 +51,8 @@ from netreduce.regmap import build_regmap
 from netreduce.wire import WireError, parse
 from netreduce.wire.icrc import icrc_bytes
 
-from .model import Emit, Engine
-from .network import DIRECTIONS, KINDS, LinkConfig, NetConfig
+from ..model import Emit, Engine
+from ..net.network import DIRECTIONS, KINDS, LinkConfig, NetConfig
 from .scoreboard import EventLog, Out, RecordingEngine, ScoreReport, check, snapshot
 from .soak import _ATTACKER_MAC, _SINK_MAC, JobSpec, Scenario, _SoakModelFabric, run_scenario
 
@@ -506,7 +511,7 @@ def run_log(backend: FrameBackend, log: EventLog, *, settle_every: int = 0,
 
 def score_backend(backend: FrameBackend, log: EventLog, *, end_state: bool = True
                   ) -> ScoreReport:
-    """:func:`run_log` then :func:`~netreduce.sim.scoreboard.check` (outputs and the whole
+    """:func:`run_log` then :func:`~netreduce.sim.verif.scoreboard.check` (outputs and the whole
     register state against the model)."""
     fed, outs, state = run_log(backend, log)
     rep = check(fed, outs, state, end_state=end_state)
@@ -577,7 +582,7 @@ def unit_logs(params: dict | None = None) -> dict[str, UnitLog]:
     ports (when the build has two), ends with every index acknowledged and every job removed, so
     the end-state identities hold. The expected counters make sure each log really exercises its
     rule on the model; the RTL is then held to the model byte for byte and register for
-    register by :func:`~netreduce.sim.scoreboard.check`."""
+    register by :func:`~netreduce.sim.verif.scoreboard.check`."""
     from netreduce.sim.model.kit import RingJob
 
     from netreduce.regmap import Op

@@ -6,7 +6,8 @@ Topology (a star, as a top-of-rack switch with the engine beside it)::
 
 Every endpoint attached to a :class:`NetworkFabric` gets its own up link (frames it sends) and down
 link (frames it receives). The middle of :class:`NetworkFabric` is a plain switch that forwards by
-destination MAC; :class:`netreduce.sim.fabric_model.ModelFabric` puts the reference engine there.
+destination MAC; :class:`netreduce.sim.net.model_fabric.ModelFabric` puts the reference engine
+there.
 
 A :class:`Link` models, per frame: serialisation at ``gbps`` (FIFO; ``gbps=0``: infinitely fast),
 propagation ``latency_ns`` plus uniform ``jitter_ns``, and seeded faults: loss, duplication
@@ -28,7 +29,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from netreduce.sw_driver.fabric import Scheduler, SchedulerMixin, frame_dmac, frame_smac, mac_str
+from netreduce.sim.net.scheduler import Scheduler, SchedulerMixin, frame_dmac, frame_smac, mac_str
 
 from netreduce.wire import OPCODES, WireError, ipv4_checksum, parse
 
@@ -228,7 +229,7 @@ class DropOnce:
 class NetworkFabric(SchedulerMixin):
     """A star of seeded links around a plain switch (forward by destination MAC); no engine.
 
-    Implements :class:`netreduce.sw_driver.fabric.Fabric`. Frames from an unattached source MAC or
+    Implements :class:`netreduce.sim.net.scheduler.Fabric`. Frames from an unattached source MAC or
     to an unknown destination are counted (``stats["unroutable"]``) and dropped.
     """
 

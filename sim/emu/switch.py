@@ -1,7 +1,7 @@
 """The switch service: a small L2 switch with the NetReduce engine on its path, over loopback TCP.
 
 Workers connect over TCP; every frame is a 4-byte big-endian length followed by the Ethernet frame
-(QEMU ``-netdev socket`` framing), so the software RNIC's :class:`~netreduce.sw_driver.tunnel.
+(QEMU ``-netdev socket`` framing), so the software RNIC's :class:`~netreduce.sim.emu.tunnel.
 Tunnel` and QEMU VMs running Linux soft-RoCE connect alike. One connection is one switch port.
 
 Path of a frame
@@ -24,9 +24,9 @@ Path of a frame
   connection of an output is not known; for the model it is the ingress connection).
 * Management: jobs and flows are registered through the register map with the in-band
   management protocol (docs/management.md): the service gives the engine its management agent
-  (:func:`netreduce.sim.mgmt.attach_mgmt`) at ``mgmt_ip`` / :data:`~netreduce.sw_driver.tunnel.
+  (:func:`netreduce.sim.model.mgmt.attach_mgmt`) at ``mgmt_ip`` / :data:`~netreduce.sim.emu.tunnel.
   ENGINE_MAC`, allowing the sources ``mgmt_sources`` (default 10.255.255.1, what
-  :meth:`netreduce.sw_driver.tunnel.Tunnel.mgmt_bus` uses), optionally with a SipHash key. An
+  :meth:`netreduce.sim.emu.tunnel.Tunnel.mgmt_bus` uses), optionally with a SipHash key. An
   engine with ``provision_mgmt(settings)`` (the RTL) gets the same settings written into its
   ``MGMT`` registers instead: its own management path answers. Requests enter the engine like
   every frame; the agent consumes them and its answers are routed back by MAC.
@@ -63,19 +63,19 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from netreduce.sw_driver.fabric import mac_str
-from netreduce.sw_driver.mgmt import MgmtSettings, MgmtSource
-from netreduce.sw_driver.tunnel import (
+from netreduce.sim.emu.tunnel import (
     DEFAULT_MGMT_CLIENT_IP,
     DEFAULT_MGMT_IP,
     ENGINE_MAC,
     FrameReader,
     frame_bytes,
 )
+from netreduce.sim.net.scheduler import mac_str
+from netreduce.sw_driver.mgmt import MgmtSettings, MgmtSource
 
 from netreduce.wire.pcap import PcapWriter
 
-from .model.engine import CLOCK_HZ
+from ..model.engine import CLOCK_HZ
 
 __all__ = ["FaultConfig", "SwitchConfig", "SwitchService", "SwitchThread", "RawClient",
            "connect_clients", "COUNTER_HELP"]
@@ -233,7 +233,7 @@ class SwitchService:
 
     def __init__(self, engine=None, cfg: SwitchConfig | None = None):
         if engine is None:
-            from .model import Engine
+            from ..model import Engine
 
             engine = Engine()
         self.engine = engine
@@ -244,7 +244,7 @@ class SwitchService:
         if hasattr(engine, "provision_mgmt"):
             engine.provision_mgmt(settings)  # the RTL's own management path
         elif hasattr(engine, "mgmt"):
-            from .mgmt import attach_mgmt
+            from ..model.mgmt import attach_mgmt
 
             attach_mgmt(engine, settings)
         # batched engines (the RTL): every frame of a loop turn is queued, then one run

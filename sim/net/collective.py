@@ -1,6 +1,6 @@
 """The collective all-reduce over a NetReduce engine, with software RC endpoints (DESIGN 2, 5).
 
-N ranks live in one process, each with its own :class:`~netreduce.sw_driver.rnic.RNIC` on a
+N ranks live in one process, each with its own :class:`~netreduce.sim.net.rnic.RNIC` on a
 pluggable fabric (the reference model, the RTL, a tunnel: see :mod:`.fabric`). An all-reduce pass:
 
 1. *Ring QPs.* Rank r's send QP is connected to a receive QP on rank (r+1) mod N (two QPs per rank:
@@ -32,8 +32,8 @@ all-reduce of the fixed-point values (op SUM_SAT: overflow is impossible by cons
 saturation counter doubles as a check), then dequantisation. One chunk = one message.
 
 Errors: an RC error on any QP (retry limit, NAK, sequencing) is raised as
-:class:`~netreduce.sw_driver.rnic.RCError`; a hang as
-:class:`~netreduce.sw_driver.fabric.SimulationHang` whose message lists every rank's progress.
+:class:`~netreduce.sim.net.rnic.RCError`; a hang as
+:class:`~netreduce.sim.net.scheduler.SimulationHang` whose message lists every rank's progress.
 The job is removed from the engine in every case.
 
 The driver never imports netreduce.hw or netreduce.sim (DESIGN 9).
@@ -47,13 +47,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from netreduce.sw_driver import quant
+from netreduce.sw_driver.control import EngineControl, FlowConfig, JobConfig, Op
+from netreduce.sw_driver.credits import check_ring_knobs
 
 from netreduce.wire import PSN_MOD
 
-from . import quant
-from .control import EngineControl, FlowConfig, JobConfig, Op
-from .fabric import Fabric, SimulationHang
-from .rnic import PMTUS, RNIC, QPConfig, QueuePair, RCError
+from .rnic import RNIC, QPConfig, QueuePair, RCError
+from .scheduler import Fabric, SimulationHang
 
 __all__ = ["CollectiveConfig", "Communicator", "AllReduce", "AllReduceResult", "run",
            "allreduce", "STAT_KEYS"]
@@ -62,26 +63,6 @@ __all__ = ["CollectiveConfig", "Communicator", "AllReduce", "AllReduceResult", "
 STAT_KEYS = ("sent", "retransmitted", "acks_sent", "naks_sent", "acks_received",
              "naks_received", "naks_ignored", "stale_acks", "timeouts", "retries", "received",
              "duplicates", "out_of_seq_dropped", "cnps", "ce_received")
-
-
-def check_ring_knobs(cfg, *, pmtus: tuple[int, ...] = PMTUS, min_window: int = 2) -> None:
-    """Validate the ring knobs every transport shares (``pmtu``, ``window``, ``exp_window``,
-    ``margin``, ``msg_packets``, ``timeout``, ``retry_cnt`` attributes of ``cfg``); raises
-    ValueError naming the knob and its value. The engine's window is a power of two and the
-    credit scheme needs ``msg_packets <= window - margin`` (sw_driver.ring)."""
-    if cfg.pmtu not in pmtus:
-        raise ValueError(f"pmtu must be one of {pmtus}, got {cfg.pmtu!r}")
-    for name in ("window", "exp_window"):
-        w = getattr(cfg, name)
-        if not isinstance(w, int) or w < min_window or w & (w - 1):
-            raise ValueError(f"{name} must be a power of two >= {min_window}, got {w!r}")
-    if not isinstance(cfg.margin, int) or not 0 <= cfg.margin < cfg.window:
-        raise ValueError(f"margin must be 0..window-1 ({cfg.window - 1}), got {cfg.margin!r}")
-    room = cfg.window - cfg.margin
-    if not isinstance(cfg.msg_packets, int) or not 1 <= cfg.msg_packets <= room:
-        raise ValueError(f"msg_packets must be 1..window-margin ({room}), got "
-                         f"{cfg.msg_packets!r}")
-    QPConfig(pmtu=cfg.pmtu, timeout=cfg.timeout, retry_cnt=cfg.retry_cnt)  # validates both
 
 
 @dataclass(frozen=True)

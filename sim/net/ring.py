@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .fabric import Fabric
 from .rnic import RNIC, QPConfig, RCError
+from .scheduler import Fabric
 
 __all__ = ["RingAllReduce", "RingResult", "ring_allreduce"]
 

@@ -16,12 +16,12 @@ a :class:`SoakReport` whose ``violations`` list is empty when every guarantee he
   conserves frames (sent - lost + duplicated = delivered, nothing left in flight).
 
 Backends: ``run_scenario(sc, backend)`` takes any callable ``backend(sc, net) -> fabric`` returning
-a :class:`~netreduce.sim.network.NetworkFabric` subclass whose middle is the engine, with
+a :class:`~netreduce.sim.net.network.NetworkFabric` subclass whose middle is the engine, with
 ``bus`` (the engine's register bus), ``stats["engine_in"/"engine_out"]`` and the ``up``/``down``
 link dicts, and ``inject(frame)`` to put a frame straight into the engine; optional
 ``backend_stats()`` (copied into ``SoakReport.backend``) and ``close()`` (called at the end).
 :func:`model_backend` (the reference model through
-:class:`~netreduce.sim.fabric_model.ModelFabric`) is the default;
+:class:`~netreduce.sim.net.model_fabric.ModelFabric`) is the default;
 :func:`netreduce.sim.rtl.soak_rtl.rtl_backend` runs the engine RTL (Verilator) the same way.
 
 Scenario sets: :func:`random_scenario` (profiles "ci" and "soak" for the model; "rtl" sized for
@@ -41,18 +41,18 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
+from netreduce.sim.net.collective import AllReduce, CollectiveConfig, Communicator
+from netreduce.sim.net.rnic import RCError
+from netreduce.sim.net.scheduler import SimulationHang
 from netreduce.sw_driver import quant
-from netreduce.sw_driver.collective import AllReduce, CollectiveConfig, Communicator
 from netreduce.sw_driver.control import EngineControl
-from netreduce.sw_driver.fabric import SimulationHang
-from netreduce.sw_driver.rnic import RCError
 
 from netreduce.regmap import DISPOSITIONS
 from netreduce.wire import PSN_MOD, WireError, parse
 
-from .fabric_model import ModelFabric
-from .model import Engine
-from .network import DIRECTIONS, KINDS, LinkConfig, NetConfig
+from ..model import Engine
+from ..net.model_fabric import ModelFabric
+from ..net.network import DIRECTIONS, KINDS, LinkConfig, NetConfig
 
 __all__ = ["JobSpec", "Outage", "Scenario", "SoakReport", "random_scenario", "run_scenario",
            "model_backend", "FORWARDED", "balance", "rtl_ci_scenarios", "PROFILES", "STYLES",

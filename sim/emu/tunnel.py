@@ -1,22 +1,23 @@
 """A real-time loopback tunnel to the switch service, and a one-rank-per-process all-reduce over it.
 
-The switch service (``netreduce switch``, :mod:`netreduce.sim.switch`) plays a top-of-rack switch
+The switch service (``netreduce switch``, :mod:`netreduce.sim.emu.switch`) plays a top-of-rack
+switch
 with the engine on its path. Workers reach it over TCP; every frame is a 4-byte big-endian length
 followed by the Ethernet frame (QEMU ``-netdev socket`` framing), so a software RNIC here and a
 QEMU VM running Linux soft-RoCE connect alike. This module is the worker side; it never imports
 netreduce.sim (DESIGN 9).
 
 :class:`Tunnel`
-    A :class:`~netreduce.sw_driver.fabric.Fabric` in wall-clock time: ``now()`` is monotonic
+    A :class:`~netreduce.sim.net.scheduler.Fabric` in wall-clock time: ``now()`` is monotonic
     nanoseconds since the tunnel opened, timers fire in real time, and :meth:`Tunnel.run_until`
     is the driver loop (``select`` on the socket, non-blocking reads and writes, due timers).
-    The :class:`~netreduce.sw_driver.rnic.RNIC` runs on it unchanged: its retransmit timers are
+    The :class:`~netreduce.sim.net.rnic.RNIC` runs on it unchanged: its retransmit timers are
     real seconds. Frames are read in large batches and written from one output buffer that is
     flushed once per loop turn. Backpressure: when the switch stops reading, our output buffer
     grows (bounded by the RC windows) while we keep reading, so the two sides never deadlock.
     Errors: the switch closing the connection raises :class:`TunnelClosed` from the loop; a
     ``run_until`` that does not reach its goal in time raises :class:`TunnelTimeout` (a
-    :class:`~netreduce.sw_driver.fabric.SimulationHang`, so code that handles hangs of the
+    :class:`~netreduce.sim.net.scheduler.SimulationHang`, so code that handles hangs of the
     in-process fabrics handles this too).
 
 Management (:meth:`Tunnel.mgmt_bus`)
@@ -52,15 +53,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from netreduce.sw_driver import quant
+from netreduce.sw_driver.control import EngineControl, FlowConfig, JobConfig, Op
+from netreduce.sw_driver.credits import check_ring_knobs
+from netreduce.sw_driver.mgmt import MgmtClient, ReadAheadBus
 
-from netreduce.regmap import Access, BusError
+from netreduce.regmap import BusError
 
-from . import quant
-from .collective import check_ring_knobs
-from .control import EngineControl, FlowConfig, JobConfig, Op
-from .fabric import SimulationHang, Timer, mac_str
-from .mgmt import MgmtClient, MgmtOp
-from .rnic import RNIC, QPConfig, QueuePair, RCError
+from ..net.rnic import RNIC, QPConfig, QueuePair, RCError
+from ..net.scheduler import SimulationHang, Timer, mac_str
 
 __all__ = [
     "ENGINE_MAC", "DEFAULT_MGMT_IP", "DEFAULT_MGMT_CLIENT_IP", "MAX_FRAME", "MIN_FRAME",
@@ -164,7 +165,7 @@ class TunnelTimeout(SimulationHang):
 
 
 class Tunnel:
-    """A wall-clock :class:`~netreduce.sw_driver.fabric.Fabric` over one TCP connection.
+    """A wall-clock :class:`~netreduce.sim.net.scheduler.Fabric` over one TCP connection.
 
     ``address`` is (host, port) or 'HOST:PORT'. ``bus`` is the engine's register bus through the
     switch (:meth:`mgmt_bus` with the defaults). ``stats`` counts frames and bytes each way,
@@ -421,48 +422,6 @@ class TunnelLink:
             end = self.tunnel.now() + int(timeout_s * 1e9)
             self.tunnel.run_until(lambda: bool(self._q) or self.tunnel.now() >= end)
         return self._q.pop(0) if self._q else None
-
-
-class ReadAheadBus:
-    """A register bus over a :class:`~netreduce.sw_driver.mgmt.MgmtClient` that reads the flow
-    table a whole column at a time (one batched request per 64 entries instead of one round trip
-    per entry: :class:`~netreduce.sw_driver.control.EngineControl` scans every entry's CFG when it
-    adds or removes a job). The cache holds only the FLOW configuration registers (all fields
-    RW), which nothing but drivers write, and any write through this bus drops it; every other
-    read goes straight through. Like EngineControl itself, it assumes one configuring client at a
-    time."""
-
-    def __init__(self, client: MgmtClient):
-        self.client = client
-        rm = client.regmap
-        self._flow = rm.table("FLOW")
-        # only configuration registers (every field RW): STATUS and ACKED change in the engine
-        self._cached = {r.offset for r in self._flow.registers
-                        if r.fields and all(f.access == Access.RW for f in r.fields)}
-        self._cache: dict[int, int] = {}
-        self._count: int | None = None  # the engine's flow entries (GLOBAL.FLOWS), on first use
-
-    def read(self, addr: int) -> int:
-        t = self._flow
-        off = (addr - t.base) % t.stride
-        if not (t.base <= addr < t.base + t.count * t.stride) or off not in self._cached:
-            return self.client.read(addr)
-        if self._count is None:
-            # the engine's table may be smaller than the client's default register map's
-            self._count = min(t.count, self.client.read(self.client.regmap.addr("GLOBAL.FLOWS")))
-        if (addr - t.base) // t.stride >= self._count:
-            return self.client.read(addr)  # beyond the engine's table: its answer (BAD_ADDR)
-        v = self._cache.get(addr)
-        if v is None:
-            col = [t.base + e * t.stride + off for e in range(self._count)]
-            vals = self.client.transact([MgmtOp.read(a) for a in col])
-            self._cache.update(zip(col, vals, strict=True))
-            v = self._cache[addr]
-        return v
-
-    def write(self, addr: int, value: int) -> None:
-        self._cache.clear()
-        self.client.write(addr, value)
 
 
 # ============================================================================ one rank per process

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from netreduce.sw_driver.fabric import Scheduler, frame_dmac
+from netreduce.sim.net.scheduler import Scheduler, frame_dmac
 
 from .network import NetConfig, NetworkFabric
 
 __all__ = ["ModelFabric", "ns_to_cycles", "cycles_to_ns"]
 
 try:
-    from .model import CLOCK_HZ
+    from ..model import CLOCK_HZ
 except ImportError:  # pragma: no cover - the model lands separately
     CLOCK_HZ = 322_265_625
 
@@ -47,7 +47,7 @@ class ModelFabric(NetworkFabric):
                  sched: Scheduler | None = None, port_of: Callable[[bytes], int] | None = None):
         super().__init__(net, seed, sched)
         if engine is None:
-            from .model import Engine
+            from ..model import Engine
 
             engine = Engine()
         self.engine = engine

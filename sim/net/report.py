@@ -1,4 +1,4 @@
-"""The ``netreduce sim`` report: analysis of a :class:`~netreduce.sim.simrun.SimRun`, the JSON
+"""The ``netreduce sim`` report: analysis of a :class:`~netreduce.sim.net.simrun.SimRun`, the JSON
 report (schema ``netreduce-sim/1``, documented in docs/sim.md), the terminal summary and the plot.
 
 Everything here is derived from the frames that entered and left the engine (the capture) plus

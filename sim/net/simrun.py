@@ -1,6 +1,6 @@
 """``netreduce sim``'s engine: N software RC endpoints all-reduce through an engine backend.
 
-:func:`run_sim` builds a star network (:mod:`.network`) of N :class:`~netreduce.sw_driver.rnic.RNIC`
+:func:`run_sim` builds a star network (:mod:`.network`) of N :class:`~netreduce.sim.net.rnic.RNIC`
 ranks around an engine chosen from the :data:`BACKENDS` registry, runs one all-reduce with the
 collective driver, and returns a :class:`SimRun`: the result check, the driver's statistics, the
 engine counters and a :class:`Capture` of every frame entering and leaving the engine (optionally
@@ -22,8 +22,8 @@ Ports
 
 Errors
     Bad configuration: ``ValueError`` naming the value. Hang: the driver's watchdog raises
-    :class:`~netreduce.sw_driver.fabric.SimulationHang`; an RC error
-    :class:`~netreduce.sw_driver.rnic.RCError`. Both are caught and returned in ``SimRun.error``
+    :class:`~netreduce.sim.net.scheduler.SimulationHang`; an RC error
+    :class:`~netreduce.sim.net.rnic.RCError`. Both are caught and returned in ``SimRun.error``
     (with the capture so far), so the caller can still write the report.
 """
 
@@ -35,15 +35,16 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
-from netreduce.sw_driver.collective import CollectiveConfig, Communicator
+from netreduce.sim.net.collective import CollectiveConfig, Communicator
+from netreduce.sim.net.rnic import RCError
+from netreduce.sim.net.scheduler import SimulationHang
 from netreduce.sw_driver.control import EngineControl
-from netreduce.sw_driver.fabric import SimulationHang
-from netreduce.sw_driver.rnic import RCError
 
 from netreduce.regmap import CLOCK_HZ
 from netreduce.wire.pcap import PcapWriter
 
-from .fabric_model import ModelFabric
+from ..backend import BackendUnavailable
+from .model_fabric import ModelFabric
 from .network import LinkConfig, NetConfig
 
 __all__ = ["CLOCK_HZ", "SimConfig", "SimRun", "Capture", "Backend", "BACKENDS",
@@ -62,10 +63,6 @@ def wire_limit_gbps(pmtu: int, link_gbps: float = 100.0) -> float:
 
 def cycles_to_ns(cycles: int) -> int:
     return cycles * 1_000_000_000 // CLOCK_HZ
-
-
-class BackendUnavailable(RuntimeError):
-    """The backend is registered but cannot run here; the message is one line."""
 
 
 @dataclass(frozen=True)
@@ -225,7 +222,7 @@ def get_backend(name: str) -> Backend:
 
 
 def _make_model(cfg: SimConfig, net: NetConfig, capture: Capture):
-    from .model import Engine
+    from ..model import Engine
 
     nports = cfg.nports
     eng = TappedEngine(Engine(ports=nports), capture)
@@ -241,7 +238,7 @@ register_backend("model", "bit-exact reference engine model (in-process, untimed
 
 def _register_rtl() -> None:
     # the RTL backends (netreduce.sim.rtl.fabric); probing says why one cannot run here
-    from .rtl.fabric import make_rtl_backend
+    from ..rtl.fabric import make_rtl_backend
 
     for sim in ("verilator", "icarus"):
         register_backend(sim, *make_rtl_backend(sim))
@@ -341,7 +338,7 @@ def run_sim(cfg: SimConfig, pcap: str | Path | None = None,
             progress: Callable[[float], None] | None = None) -> SimRun:
     """Run one all-reduce per group (``cfg.jobs`` concurrent groups of ``cfg.workers`` ranks,
     each its own engine job) and check it; see the module docstring."""
-    from netreduce.sw_driver.collective import run as run_ops
+    from netreduce.sim.net.collective import run as run_ops
 
     backend = get_backend(cfg.backend)
     backend.probe()

@@ -10,7 +10,7 @@ counters read back through the bus.
 Errors
     Every problem with the user's input is a :class:`ReplayError` whose message is one line
     naming the file, the key (``job[0].flow[2].fwd_ip``) or record, and the offending value; an
-    unusable backend is :class:`~netreduce.sim.simrun.BackendUnavailable` (one line). Job rules
+    unusable backend is :class:`~netreduce.sim.net.simrun.BackendUnavailable` (one line). Job rules
     are not restated here: each job is checked by ``EngineControl.add_job`` on a throw-away
     reference model with the file's engine parameters (so cross-job conflicts such as
     overlapping slots or keys used twice are found before a slow RTL build), then again by the
@@ -60,8 +60,8 @@ from netreduce.regmap import (
 )
 from netreduce.wire.pcap import iter_pcap
 
-from .model import Emit
-from .simrun import BackendUnavailable, cycles_to_ns
+from ..model import Emit
+from ..net.simrun import BackendUnavailable, cycles_to_ns
 
 __all__ = ["ReplayError", "EngineParams", "ReplayConfig", "ReplayEngine", "ENGINES",
            "InputFrame", "Capture", "ReplayRun", "load_config", "parse_config", "read_capture",
@@ -236,7 +236,7 @@ def parse_config(data: dict, path: str = "<config>") -> ReplayConfig:
 def _dry_run(cfg: ReplayConfig) -> None:
     """Program every job into a reference model with the file's parameters: the driver's own
     checks (ranges, keys, slot overlap, flow-table room) with their messages."""
-    from .model import Engine
+    from ..model import Engine
 
     try:
         eng = Engine(**asdict(cfg.engine))
@@ -424,7 +424,7 @@ class _ModelEngine:
     """The reference model: untimed, every emit carries its input's cycle."""
 
     def __init__(self, params: dict):
-        from .model import Engine
+        from ..model import Engine
 
         self.engine = Engine(**params)
         self.bus = self.engine.bus
@@ -501,14 +501,14 @@ class HarnessEngine:
 
 def _rtl_probe(simulator: str, need_engine: bool) -> None:
     try:
-        from .rtl import fabric
+        from ..rtl import fabric
         if need_engine:
             fabric.probe_rtl(simulator)
             return
         if simulator == "verilator":
-            from .rtl.fastsim import verilator_missing as missing
+            from ..rtl.fastsim import verilator_missing as missing
         else:
-            from .rtl.icarus import icarus_missing as missing
+            from ..rtl.icarus import icarus_missing as missing
     except ImportError as e:
         raise BackendUnavailable(f"backend {simulator!r}: the RTL harness (netreduce.sim.rtl) "
                                  f"is not importable ({e}); use --backend model") from None
@@ -529,19 +529,19 @@ def rtl_factory(simulator: str, top_factory: Callable | None = None,
 
     def factory(params: dict) -> ReplayEngine:
         probe()
-        from .rtl.fastsim import BuildError
+        from ..rtl.fastsim import BuildError
 
         if top_factory is None:
-            from .rtl.fabric import engine_top as make
+            from ..rtl.fabric import engine_top as make
         else:
             make = top_factory
         try:
             top = make(params)
             if simulator == "verilator":
-                from .rtl.fastsim import FastSim
+                from ..rtl.fastsim import FastSim
                 sim = FastSim(top)
             else:
-                from .rtl.icarus import IcarusSim
+                from ..rtl.icarus import IcarusSim
                 sim = IcarusSim(top)
         except BuildError as e:
             first = str(e).splitlines()[0] if str(e) else "build failed"
@@ -699,7 +699,7 @@ def config_toml_from_sim_report(rep: dict, ports: int = 1) -> str:
     per pass (job ids and slot bases as the driver allocates them for concurrent groups of one
     pass each, i.e. int32 runs; a float32 run's two passes per group reuse job ids over time and
     cannot be replayed as one configuration)."""
-    from netreduce.sw_driver.collective import CollectiveConfig
+    from netreduce.sim.net.collective import CollectiveConfig
 
     cfg = rep["config"]
     if cfg["dtype"] != "int32":

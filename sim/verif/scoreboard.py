@@ -71,7 +71,7 @@ from netreduce.wire import (
     parse,
 )
 
-from .model import Engine
+from ..model import Engine
 
 __all__ = ["Event", "EventLog", "Out", "Replay", "FlowMismatch", "ScoreReport",
            "ScoreboardMismatch", "replay", "flow_of", "compare", "check", "snapshot",

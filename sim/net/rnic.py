@@ -79,7 +79,7 @@ from netreduce.wire import (
 )
 from netreduce.wire.icrc import icrc_bytes, ipv4_checksum
 
-from .fabric import Fabric, Timer, mac_str
+from .scheduler import Fabric, Timer, mac_str
 
 __all__ = ["RNIC", "QueuePair", "QPConfig", "QPState", "MemoryRegion", "Completion", "RCError",
            "timeout_ns", "RXE_MAX_UNACKED", "RXE_MAX_PKT_PER_ACK"]
