@@ -10,7 +10,7 @@ Pause semantics (IEEE 802.3 annex 31B / 802.1Q clause 36): a request for q quant
 holds the port's transmission of p's traffic for q x 512 bit times from the frame's arrival,
 replacing whatever was left of the previous request (q = 0 resumes at once). PAUSE applies to
 every priority. Frames already being sent finish. The model is untimed, so the timers are state
-for whoever schedules transmission: the system simulation (:mod:`netreduce.sim.network`) holds a
+for whoever schedules transmission: the system simulation (:mod:`netreduce.sim.net.network`) holds a
 port's engine-to-switch frames of a paused priority until :meth:`PauseTimers.held_until`.
 """
 

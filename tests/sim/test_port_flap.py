@@ -5,10 +5,10 @@ RC retransmission."""
 from __future__ import annotations
 
 import numpy as np
-from netreduce.sim.fabric_model import ModelFabric
-from netreduce.sim.linkflap import PortFlap
 from netreduce.sim.model import Engine
-from netreduce.sw_driver.collective import CollectiveConfig, allreduce
+from netreduce.sim.net.collective import CollectiveConfig, allreduce
+from netreduce.sim.net.linkflap import PortFlap
+from netreduce.sim.net.model_fabric import ModelFabric
 
 
 def test_port0_flap_mid_allreduce_completes_by_retransmission():

@@ -1,6 +1,6 @@
 """An engine port's link going down and up again (a flap, or a MAC reset) in the model fabric.
 
-:class:`PortFlap` wraps a :class:`netreduce.sim.fabric_model.ModelFabric`'s engine: while port
+:class:`PortFlap` wraps a :class:`netreduce.sim.net.model_fabric.ModelFabric`'s engine: while port
 ``port`` is down (``start_ns <= now < end_ns``), frames that would enter the engine on it are lost
 (the switch's transmitter sends into a dead link) and frames the engine emits on it are lost
 (the shell's :class:`netreduce.hw.boards.linkgate.LinkGate` discards them instead of stalling
