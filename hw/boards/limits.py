@@ -6,7 +6,7 @@ store-and-forward FIFOs and the CMAC's maximum packet length must agree.
 * The CMAC counts the FCS: its maximum packet length is ``max_frame + 4``. A longer frame is the
   MAC's to catch (``stat_rx_toolong``, the frame delivered with ``tuser`` = error): the first
   place that can tell. The shell's RX FIFO then drops every errored frame whole and counts it
-  (``PORT.RX_DROP_ERROR``), so a too-long frame never reaches the engine.
+  (``PORT.RX_ERRORS``), so a too-long frame never reaches the engine.
 * The shell's FIFOs are store and forward: each must hold two largest frames (one draining while
   the next arrives), rounded up to a power of two. At 512 bits a 9216-byte frame is 144 beats:
   512 beats (32 KiB), which costs the same block RAM as 256 (a 578-bit entry is nine 512 x 72
