@@ -1,17 +1,20 @@
-"""Time to all-reduce S bytes with N workers: NetReduce (engine model) against ring all-reduce.
+"""All-reduce time: NetReduce (flat, striped, hierarchical) against ring and hierarchical ring,
+with the engine's ports counted.
 
-Both run side by side in one process over the same software RC endpoints (rxe behaviour) and the
-same physical network model: one 100 Gb/s link per worker and direction (frames serialised with
-82 bytes of per-frame overhead incl. preamble/IFG/FCS, ROCE.md), 500 ns propagation, no loss.
-NetReduce: the engine model in the middle (one engine port per worker, untimed: it adds no
-latency), each worker sends S and receives S. Ring: reduce-scatter + all-gather
-(netreduce.sim.net.ring) through a forwarding-only switch; each worker sends 2(N-1)/N x S.
-int32 (bit-exact, both results checked), PMTU 4096. The ratio t_ring / t_netreduce is reported next
-to the analytic bound 2(N-1)/N. Writes bench/results/vs_ring.json and vs_ring.png.
+Topology (netreduce.sim.net.topology): workers on a ToR switch at B Gb/s, the engine on P ports of
+C Gb/s, timed from the RTL's measured figures (bench/results/engine.json); the ring runs over the
+same worker links through the same switch (forwarding only). int32, PMTU 4096, no loss.
 
-Default grid (feasible on a loaded 2-core machine at ~10-50k simulated frames/s):
-N in {2, 4, 8, 16, 32} x S in {64 KiB, 1 MiB}, plus N in {2, 4, 8, 16} at 16 MiB and
-N in {2, 4, 8} at 64 MiB. ``--points N:S,N:S`` runs a custom list (S with KiB/MiB suffix).
+Both sides are timed the same way: the analytic model of netreduce.sim.net.perf (capacity terms +
+latency terms fitted from two small simulations per link rate) over the whole grid
+(N 2..64, S 64 KiB..64 MiB, B 25 and 100 Gb/s, engines of 1 and 2 ports x 100 Gb/s), and
+simulations (RC endpoints, the collective driver, the timed engine model, the ring driver) at the
+validation points, each printed with the model's error there. Hierarchical: H = N / G hosts of G
+devices (G = 8 by default) with an intra-host link of I Gb/s (--intra-gbps; the intra-host phases
+are modelled, the inter-host phase of hierarchical NetReduce is simulated at its validation
+points). Writes bench/results/vs_ring.json and vs_ring.png::
+
+    .venv/bin/python bench/vs_ring.py [--quick] [--intra-gbps 400] [--gpus 8]
 """
 
 from __future__ import annotations
@@ -22,104 +25,223 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-from netreduce.sim.net.network import NetworkFabric
-from netreduce.sim.net.ring import ring_allreduce
-from netreduce.sim.net.simrun import SimConfig, make_inputs, net_config, run_sim, wire_limit_gbps
+from netreduce.sim.net import perf
 
 KIB, MIB = 1024, 1024 * 1024
-DEFAULT = ([(n, 64 * KIB) for n in (2, 4, 8, 16, 32)] + [(n, MIB) for n in (2, 4, 8, 16, 32)]
-           + [(n, 16 * MIB) for n in (2, 4, 8, 16)] + [(n, 64 * MIB) for n in (2, 4, 8)])
+NS = (2, 4, 8, 16, 32, 64)
+SIZES = (64 * KIB, 1 * MIB, 16 * MIB, 64 * MIB)
+LINKS = (25, 100)
+ENGINES = ((1, 100), (2, 100))
+PMTU = 4096
 
 
-def _size(t: str) -> int:
-    t = t.strip().lower()
-    for suf, m in (("kib", KIB), ("mib", MIB), ("k", KIB), ("m", MIB)):
-        if t.endswith(suf):
-            return int(float(t[:-len(suf)]) * m)
-    return int(t)
+def _lab(s: int) -> str:
+    return f"{s // MIB} MiB" if s >= MIB else f"{s // KIB} KiB"
 
 
-def point(n: int, size: int, pmtu: int, gbps: float, seed: int) -> dict:
-    cfg = SimConfig(workers=n, size=size, dtype="int32", pmtu=pmtu, seed=seed, link_gbps=gbps,
-                    timeout_ns=60_000_000_000)
-    t = time.perf_counter()
-    nr = run_sim(cfg)
-    nr_wall = time.perf_counter() - t
-    if not nr.ok:
-        raise SystemExit(f"NetReduce run N={n} S={size} failed: {nr.error or nr.checks}")
-    xs = make_inputs(cfg)
-    fab = NetworkFabric(net_config(cfg), seed=seed)
-    t = time.perf_counter()
-    ring = ring_allreduce(fab, xs, pmtu=pmtu, seed=seed)
-    ring_wall = time.perf_counter() - t
-    ref = np.sum(np.array(xs, dtype=np.int64), axis=0).astype(np.int32)
-    ring_ok = all(np.array_equal(y, ref) for y in ring.results)
-    if not ring_ok:
-        raise SystemExit(f"ring N={n} S={size}: wrong result")
-    ideal_ns = size * 8 / wire_limit_gbps(pmtu, gbps)  # S over one link at the goodput ceiling
-    row = {"workers": n, "bytes": size,
-           "netreduce_us": round(nr.sim_ns / 1e3, 3), "ring_us": round(ring.sim_ns / 1e3, 3),
-           "ratio": round(ring.sim_ns / nr.sim_ns, 4), "bound_2(N-1)/N": round(2 * (n - 1) / n, 4),
-           "netreduce_fraction_of_wire_limit": round(ideal_ns / nr.sim_ns, 4),
-           "ring_fraction_of_bound": round(ideal_ns * 2 * (n - 1) / n / ring.sim_ns, 4),
-           "netreduce_retransmitted": nr.stats.get("retransmitted", 0),
-           "ring_retransmitted": ring.stats.get("retransmitted", 0),
-           "wall_s": {"netreduce": round(nr_wall, 2), "ring": round(ring_wall, 2)}}
-    print(json.dumps(row), flush=True)
+def model_row(n, s, b, p, c, g, intra, a) -> dict:
+    row = {"workers": n, "bytes": s, "link_gbps": b, "engine_ports": p, "port_gbps": c,
+           "netreduce_us": perf.t_netreduce(n, s, b, p, c, PMTU, a=a) / 1e3,
+           "striped_us": perf.t_netreduce(n, s, b, p, c, PMTU, striped=True, a=a) / 1e3,
+           "ring_us": perf.t_ring(n, s, b, PMTU, a=a) / 1e3}
+    if n % g == 0 and n > g:
+        h = n // g
+        row.update(hosts=h, gpus=g, intra_gbps=intra,
+                   hier_netreduce_us=perf.t_hier_nr(h, g, s, b, p, c, intra, PMTU, a=a) / 1e3,
+                   hier_ring_us=perf.t_hier_ring(h, g, s, b, intra, PMTU, a=a) / 1e3,
+                   flat_netreduce_hosts_us=perf.t_flat_nr_hosts(h, g, s, b, p, c, PMTU,
+                                                                a=a) / 1e3,
+                   flat_ring_hosts_us=perf.t_flat_ring_hosts(h, g, s, b, intra, PMTU,
+                                                             a=a) / 1e3)
+    for k in list(row):
+        if k.endswith("_us"):
+            row[k] = round(row[k], 2)
+    best_nr = min(row["netreduce_us"], row["striped_us"])
+    row["ring_over_netreduce"] = round(row["ring_us"] / best_nr, 3)
+    if "hier_ring_us" in row:
+        row["hier_ring_over_hier_netreduce"] = round(row["hier_ring_us"]
+                                                     / row["hier_netreduce_us"], 3)
     return row
 
 
-def plot(rows: list[dict], path: Path) -> None:
+def crossovers(alphas, g, intra) -> list[dict]:
+    """Per (B, engine, S), every N in 2..64 (model): where NetReduce (best of flat/striped) is
+    faster than the ring."""
+    out = []
+    for b in LINKS:
+        for p, c in ENGINES:
+            for s in SIZES:
+                wins = [n for n in range(2, 65)
+                        if model_row(n, s, b, p, c, g, intra, alphas[b])["ring_over_netreduce"]
+                        > 1]
+                out.append({"link_gbps": b, "engine": f"{p}x{c}G", "bytes": s,
+                            "netreduce_faster_at_N": _ranges(wins)})
+    return out
+
+
+def _ranges(ns: list[int]) -> str:
+    """[2, 3, 4, 7] -> "2-4, 7"; [] -> "none"."""
+    if not ns:
+        return "none"
+    out, lo = [], ns[0]
+    for a, b in zip(ns, ns[1:] + [None], strict=True):
+        if b != a + 1:
+            out.append(f"{lo}-{a}" if a != lo else str(a))
+            lo = b
+    return ", ".join(out)
+
+
+def validate(a_by_b, g, intra, quick) -> list[dict]:
+    pts = []
+    for b in LINKS:
+        a = a_by_b[b]
+        base = [(n, s) for n in ((4, 8) if quick else (2, 4, 8, 16))
+                for s in ((MIB,) if quick else (64 * KIB, MIB))]
+        extra = [] if quick else [(3, MIB), (5, MIB), (32, MIB), (8, 16 * MIB)]
+        for p, c in ENGINES:
+            # odd N (where striping matters) and the larger points on the 2-port engine
+            for n, s in base + (extra if p > 1 else []):
+                t = time.perf_counter()
+                sim = perf.sim_netreduce(n, s, b, p, c, PMTU)
+                mod = perf.t_netreduce(n, s, b, p, c, PMTU, a=a)
+                row = {"what": "netreduce", "workers": n, "bytes": s, "link_gbps": b,
+                       "engine_ports": p, "sim_us": round(sim / 1e3, 2),
+                       "model_us": round(mod / 1e3, 2), "model_error": round(mod / sim - 1, 4)}
+                if p > 1 and n % p:
+                    st = perf.sim_netreduce(n, s, b, p, c, PMTU, stripes=p)
+                    sm = perf.t_netreduce(n, s, b, p, c, PMTU, striped=True, a=a)
+                    row.update(striped_sim_us=round(st / 1e3, 2),
+                               striped_model_us=round(sm / 1e3, 2),
+                               striped_model_error=round(sm / st - 1, 4))
+                row["wall_s"] = round(time.perf_counter() - t, 2)
+                pts.append(row)
+                print(json.dumps(row), flush=True)
+        for n, s in base + extra:
+            sim = perf.sim_ring(n, s, b, PMTU)
+            mod = perf.t_ring(n, s, b, PMTU, a=a)
+            row = {"what": "ring", "workers": n, "bytes": s, "link_gbps": b,
+                   "sim_us": round(sim / 1e3, 2), "model_us": round(mod / 1e3, 2),
+                   "model_error": round(mod / sim - 1, 4)}
+            pts.append(row)
+            print(json.dumps(row), flush=True)
+        for h in ((2,) if quick else (2, 4)):
+            for p, c in ENGINES:
+                r = perf.sim_hier_nr(h, g, MIB, b, p, c, intra, PMTU)
+                if not r["ok"]:
+                    raise SystemExit(f"hierarchical H={h} G={g}: wrong result")
+                mod = perf.t_hier_nr(h, g, MIB, b, p, c, intra, PMTU, a=a)
+                row = {"what": "hier_netreduce", "hosts": h, "gpus": g, "bytes": MIB,
+                       "link_gbps": b, "engine_ports": p, "intra_gbps": intra,
+                       "sim_us": round(r["total_ns"] / 1e3, 2), "model_us": round(mod / 1e3, 2),
+                       "model_error": round(mod / r["total_ns"] - 1, 4),
+                       "inter_sim_us": round(r["inter_ns"] / 1e3, 2)}
+                pts.append(row)
+                print(json.dumps(row), flush=True)
+    return pts
+
+
+def hier_condition(a_by_b, g) -> list[dict]:
+    """Hierarchical against flat NetReduce on either side of the derived condition
+    G I / 2 > min(Be, P Ce / H) (docs/sim.md): simulated, H = 2 hosts, S = 1 MiB. Flat
+    NetReduce with G ranks behind each host's NIC is timed as H workers of G x S each, G stripes
+    (the same bytes on every link and engine port)."""
+    out = []
+    h, s = 2, MIB
+    for b, (p, c) in ((100, (2, 100)), (25, (1, 100))):
+        flat = perf.sim_netreduce(h, g * s, b, p, c, PMTU, stripes=g)
+        for intra in (5.0, 10.0, 400.0):
+            r = perf.sim_hier_nr(h, g, s, b, p, c, intra, PMTU)
+            be, ce = b * perf.eff(PMTU), perf.engine_port_rate(c, PMTU)
+            row = {"what": "hier_vs_flat", "hosts": h, "gpus": g, "bytes": s, "link_gbps": b,
+                   "engine_ports": p, "intra_gbps": intra,
+                   "condition_holds": g * intra / 2 > min(be, p * ce / h),
+                   "hier_sim_us": round(r["total_ns"] / 1e3, 2),
+                   "flat_sim_us": round(flat / 1e3, 2),
+                   "hier_faster": r["total_ns"] < flat, "ok": r["ok"]}
+            out.append(row)
+            print(json.dumps(row), flush=True)
+    return out
+
+
+def plot(rows, path: Path, g: int) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 5))
-    sizes = sorted({r["bytes"] for r in rows})
-    for s in sizes:
-        rs = sorted((r for r in rows if r["bytes"] == s), key=lambda r: r["workers"])
-        lab = f"{s // MIB} MiB" if s >= MIB else f"{s // KIB} KiB"
-        ax.plot([r["workers"] for r in rs], [r["ratio"] for r in rs], "o-", label=f"S = {lab}")
-    ns = np.arange(2, 33)
-    ax.plot(ns, 2 * (ns - 1) / ns, "k--", label="analytic 2(N-1)/N")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("workers N")
-    ax.set_ylabel("t_ring / t_NetReduce")
-    ax.set_title("All-reduce time: ring over NetReduce (100 Gb/s links, PMTU 4096, int32)")
-    ax.grid(alpha=0.3)
-    ax.legend()
+    fig, axes = plt.subplots(len(LINKS), len(ENGINES), figsize=(12, 8), sharex=True)
+    for i, b in enumerate(LINKS):
+        for j, (p, c) in enumerate(ENGINES):
+            ax = axes[i][j]
+            for s in (64 * KIB, MIB, 64 * MIB):
+                rs = sorted((r for r in rows if (r["link_gbps"], r["engine_ports"], r["bytes"])
+                             == (b, p, s)), key=lambda r: r["workers"])
+                x = [r["workers"] for r in rs]
+                line, = ax.plot(x, [r["ring_over_netreduce"] for r in rs], "o-",
+                                label=f"flat, S={_lab(s)}")
+                hr = [r for r in rs if "hier_ring_over_hier_netreduce" in r]
+                ax.plot([r["workers"] for r in hr],
+                        [r["hier_ring_over_hier_netreduce"] for r in hr], "s--",
+                        color=line.get_color(), label=f"hier. G={g}, S={_lab(s)}")
+            ax.axhline(1, color="k", lw=1)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log", base=2)
+            ax.set_title(f"workers {b} Gb/s, engine {p} x {c} Gb/s", fontsize=9)
+            ax.set_ylabel("t_ring / t_NetReduce (>1: NetReduce faster)", fontsize=8)
+            ax.grid(alpha=0.3)
+            if i == len(LINKS) - 1:
+                ax.set_xlabel("ranks N")
+            if i == 0 and j == 0:
+                ax.legend(fontsize=6)
+    fig.suptitle("Ring time over NetReduce time (best of flat/striped; hierarchical: hier. ring "
+                 "over hier. NetReduce), PMTU 4096", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--points", default=None, help="N:S list, e.g. 4:1MiB,8:64KiB")
-    ap.add_argument("--pmtu", type=int, default=4096)
-    ap.add_argument("--gbps", type=float, default=100.0)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "vs_ring.json"))
-    a = ap.parse_args()
-    pts = DEFAULT if a.points is None else [
-        (int(p.split(":")[0]), _size(p.split(":")[1])) for p in a.points.split(",")]
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer validation simulations")
+    ap.add_argument("--intra-gbps", type=float, default=400.0,
+                    help="intra-host link per device and direction (Gb/s)")
+    ap.add_argument("--gpus", type=int, default=8, help="devices per host G (hierarchical)")
+    ap.add_argument("--out", default="bench/results/vs_ring.json")
+    a = ap.parse_args(argv)
+    if a.intra_gbps <= 0:
+        ap.error(f"--intra-gbps must be > 0, got {a.intra_gbps}")
+    if a.gpus < 2 or a.gpus > 16:
+        ap.error(f"--gpus must be 2..16, got {a.gpus}")
     t0 = time.perf_counter()
-    rows = [point(n, s, a.pmtu, a.gbps, a.seed) for n, s in pts]
-    out = {"bench": "vs_ring",
-           "command": " ".join(["python", "bench/vs_ring.py", *sys.argv[1:]]),
-           "backend": "model", "pmtu": a.pmtu, "link_gbps": a.gbps, "latency_ns": 500,
-           "dtype": "int32", "loss": 0.0,
-           "wire_limit_gbps": round(wire_limit_gbps(a.pmtu, a.gbps), 4),
-           "wall_s": round(time.perf_counter() - t0, 1), "rows": rows}
-    p = Path(a.out)
-    p.parent.mkdir(exist_ok=True)
-    p.write_text(json.dumps(out, indent=1) + "\n")
-    plot(rows, p.with_suffix(".png"))
-    print(f"wrote {p} and {p.with_suffix('.png')}")
+    alphas = {b: perf.fit_alphas(b, PMTU) for b in LINKS}
+    alphas = {b: perf.Alphas(x.nr, x.ring, 1000.0) for b, x in alphas.items()}
+    print("latency terms (ns):", {b: vars(x) for b, x in alphas.items()}, flush=True)
+    rows = [model_row(n, s, b, p, c, a.gpus, a.intra_gbps, alphas[b])
+            for b in LINKS for p, c in ENGINES for s in SIZES for n in NS]
+    pts = validate(alphas, a.gpus, a.intra_gbps, a.quick)
+    cond = hier_condition(alphas, a.gpus)
+    cmd = "python bench/vs_ring.py" + (" --quick" if a.quick else "") + (
+        f" --intra-gbps {a.intra_gbps:g}" if a.intra_gbps != 400 else "") + (
+        f" --gpus {a.gpus}" if a.gpus != 8 else "")
+    res = {"command": cmd, "pmtu": PMTU, "engine_timing": vars(perf.engine_timing()),
+           "engine_port_payload_gbps": {c: round(perf.engine_port_rate(c, PMTU), 3)
+                                        for _, c in ENGINES},
+           "alphas_ns": {b: vars(x) for b, x in alphas.items()},
+           "gpus_per_host": a.gpus, "intra_gbps": a.intra_gbps, "rows": rows,
+           "crossovers": crossovers(alphas, a.gpus, a.intra_gbps), "validation": pts,
+           "hier_condition": cond,
+           "max_abs_model_error": max(max(abs(p["model_error"]),
+                                              abs(p.get("striped_model_error", 0)))
+                                          for p in pts),
+           "wall_s": round(time.perf_counter() - t0, 1)}
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res, indent=1) + "\n")
+    plot(rows, out.with_suffix(".png"), a.gpus)
+    print(f"wrote {out} and {out.with_suffix('.png')}; max |model error| "
+          f"{res['max_abs_model_error']:.3f}; wall {res['wall_s']} s")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,12 +1,21 @@
 """Train a small MLP on scikit-learn's digits with DistributedDataParallel on CPU ranks.
 
-The gradient all-reduce is either NetReduce (``--backend netreduce``: every gradient bucket is
-summed by the engine in the switch service, inside the ranks' RoCEv2 RC connections; gloo only
-does the rendezvous and the QP exchange) or gloo's own all-reduce (``--backend gloo``), with the
-same seed, data order and model, so the two loss curves can be compared::
+The gradient all-reduce is NetReduce or gloo's own, with the same seed, data order and model, so
+the loss curves can be compared:
+
+* ``--backend netreduce``: ``init_process_group("netreduce")`` (the torch.distributed backend of
+  :mod:`netreduce.sw_driver.torch_backend`), plain DDP with no hook: every gradient bucket is
+  summed by the engine in the switch service, inside the ranks' RoCEv2 RC connections; the
+  other collectives (DDP's parameter broadcast, the final check) go to gloo on the same store.
+* ``--backend netreduce-hook``: a gloo process group and the DDP communication hook of
+  :mod:`netreduce.sw_driver.torch` (only the gradient buckets use the engine).
+* ``--backend gloo``: gloo's all-reduce.
+
+::
 
     netreduce switch --listen 127.0.0.1:7000 &
     torchrun --nproc-per-node 4 examples/train_ddp.py --backend netreduce --switch 127.0.0.1:7000
+    torchrun --nproc-per-node 4 examples/train_ddp.py --backend netreduce-hook
     torchrun --nproc-per-node 4 examples/train_ddp.py --backend gloo
 
 Data: the 1797 8x8 digit images that ship inside scikit-learn (no download), pixels scaled to
@@ -43,7 +52,8 @@ def load_digits_split(seed: int = 0):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--backend", choices=["netreduce", "gloo"], default="netreduce")
+    ap.add_argument("--backend", choices=["netreduce", "netreduce-hook", "gloo"],
+                    default="netreduce")
     ap.add_argument("--switch", default="127.0.0.1:7000", help="the switch service, HOST:PORT")
     ap.add_argument("--epochs", type=int, default=15)
     ap.add_argument("--batch", type=int, default=16, help="per-rank batch size")
@@ -54,14 +64,20 @@ def main() -> None:
     args = ap.parse_args()
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", timeout=timedelta(seconds=120))
+    if args.backend == "netreduce":
+        from netreduce.sw_driver import torch_backend  # registers the "netreduce" backend
+
+        dist.init_process_group(torch_backend.BACKEND, timeout=timedelta(seconds=120),
+                                pg_options=torch_backend.Options(switch=args.switch))
+    else:
+        dist.init_process_group("gloo", timeout=timedelta(seconds=120))
     rank, world = dist.get_rank(), dist.get_world_size()
     xtr, ytr, xte, yte = load_digits_split(args.seed)
     torch.manual_seed(args.seed)
     model = nn.Sequential(nn.Linear(64, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 10))
     ddp = DDP(model)
     comm = None
-    if args.backend == "netreduce":
+    if args.backend == "netreduce-hook":
         from netreduce.sw_driver import torch as nrt
 
         comm = nrt.init(args.switch)

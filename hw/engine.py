@@ -243,7 +243,7 @@ class NetReduceEngine(wiring.Component):
         mg = attach_mgmt(m, self, bank) if self.mgmt else None
         if mg is None:
             wiring.connect(m, wiring.flipped(self.s_axil), bank.s_axil)
-        # link-local frames (PAUSE, PFC, LLDP, STP, ...) are consumed here (model D17)
+        # link-local frames (PAUSE, PFC, LLDP, STP, ...) are consumed here (model D18)
         ll = attach_linklocal(m, [getattr(self, f"i_p{k}") if mg is None else mg.rx[k]
                                   for k in range(P)], w)
         attach_ports(m, self, bank, ll.pause_valid)   # PORT table: per-port counters

@@ -25,10 +25,11 @@ from netreduce.regmap import (
     Op,
     RegisterBus,
     RegMap,
+    Role,
     build_regmap,
 )
 
-__all__ = ["Op", "FlowConfig", "JobConfig", "EngineInfo", "JobStatus", "ConfigError",
+__all__ = ["Op", "Role", "FlowConfig", "JobConfig", "EngineInfo", "JobStatus", "ConfigError",
            "EngineControl", "DEFAULT_CNP_INTERVAL", "PMTU_VALUES"]
 
 _PSN_MAX = (1 << 24) - 1
@@ -43,7 +44,8 @@ class ConfigError(ValueError):
 @dataclass
 class FlowConfig:
     """Rank ``rank``'s flow: forward key (its IPv4, the successor QP), reverse key (the
-    successor's IPv4, its own QP) and its start PSN S_r."""
+    successor's IPv4, its own QP) and its start PSN S_r. ``role``: what the flow is to the job
+    on this engine (MEMBER on a single engine; leaf and spine roles: docs/spine-leaf.md)."""
 
     rank: int
     fwd_ip: int
@@ -51,6 +53,7 @@ class FlowConfig:
     rev_ip: int
     rev_qpn: int
     start_psn: int
+    role: Role = Role.MEMBER
 
 
 @dataclass
@@ -228,6 +231,19 @@ class EngineControl:
                 if not isinstance(v, int) or not 0 <= v <= hi:
                     raise ConfigError(f"job {cfg.job} rank {f.rank}: {name} = {v!r} outside "
                                       f"0..0x{hi:x}")
+        roles = []
+        for f in cfg.flows:
+            try:
+                roles.append(Role(f.role))
+            except ValueError:
+                raise ConfigError(f"job {cfg.job} rank {f.rank}: role = {f.role!r} not one of "
+                                  f"{[r.name for r in Role]}") from None
+        nup, ndown, nrack = (roles.count(r) for r in (Role.UP, Role.DOWN, Role.RACK))
+        if (nup or ndown) and (nup, ndown, nrack) != (1, 1, 0):
+            raise ConfigError(f"job {cfg.job}: a leaf job needs exactly one UP and one DOWN flow "
+                              f"and no RACK flow, got {nup} UP, {ndown} DOWN, {nrack} RACK")
+        if nup and cfg.fast_retx:
+            raise ConfigError(f"job {cfg.job}: fast_retx is not supported on a leaf job")
         fk = [(f.fwd_ip, f.fwd_qpn) for f in cfg.flows]
         rk = [(f.rev_ip, f.rev_qpn) for f in cfg.flows]
         for keys, what in ((fk, "forward"), (rk, "reverse")):
@@ -286,6 +302,7 @@ class EngineControl:
             v = cfg_reg.field("valid").put(0, 1)
             v = cfg_reg.field("job").put(v, cfg.job)
             v = cfg_reg.field("rank").put(v, f.rank)
+            v = cfg_reg.field("role").put(v, int(f.role))
             self._wr("FLOW.CFG", v, e)
         j = cfg.job
         self._wr("JOB.CTRL", 0, j)

@@ -20,9 +20,10 @@ PACKAGE_DIR: dict[str, str] = SETUPTOOLS["package-dir"]
 ROOTS = {"netreduce": "netreduce", "hw": "netreduce.hw", "sim": "netreduce.sim",
          "sw_driver": "netreduce.sw_driver"}
 STDLIB = set(sys.stdlib_module_names) | {"__future__"}
-# The one host-side module allowed above sw_driver: the PyTorch binding runs its ranks on the
-# software RNIC through the switch service (netreduce.sim.emu.tunnel.RankComm).
-SW_DRIVER_USES_SIM = {"netreduce.sw_driver.torch": {"netreduce.sim.emu.tunnel"}}
+# The host-side modules allowed above sw_driver: the PyTorch binding and backend run their ranks
+# on the software RNIC through the switch service (netreduce.sim.emu.tunnel.RankComm).
+SW_DRIVER_USES_SIM = {"netreduce.sw_driver.torch": {"netreduce.sim.emu.tunnel"},
+                      "netreduce.sw_driver.torch_backend": {"netreduce.sim.emu.tunnel"}}
 
 
 def _dotted(folder: Path) -> str:

@@ -116,7 +116,9 @@ Known differences from the model, all from the model being untimed: release comm
 frame arriving while its job is being enabled or disabled is classified by the state before the
 change; an enable refused by the model reads back ``JOB.CTRL.enable`` = 0, the bank keeps 1 (a
 retry must write 0 then 1); a flow entry bound to a running job cannot be bound by another job
-(refused as KEY_CONFLICT; the model rebinds it if the keys differ).
+(refused as KEY_CONFLICT; the model rebinds it if the keys differ). Not implemented: flow roles
+(model D17, spine-leaf): a job with any flow whose ``FLOW.CFG.role`` is not MEMBER is refused
+(``JobError.ROLES``), where the model runs it.
 
 Error behaviour: bad frames are counted and never change state (D14); a frame of a job being
 disabled while in flight is classified unregistered. Only the consumers' backpressure (``dec``,
@@ -850,6 +852,7 @@ class AggControl(wiring.Component):
         sa_cfg = Signal(self.flow_cfg_layout)
         rank_seen = Signal(WD)
         flows_bad = Signal()
+        roles_bad = Signal()  # a flow role other than MEMBER: D17 is not implemented here
         conflict = Signal()
         ecfg = self.flow_rd.data
         m.d.comb += self.flow_rd.addr.eq((scan_e + 1)[:self.entry_bits])
@@ -905,7 +908,7 @@ class AggControl(wiring.Component):
                                  j_pmtu[sq].eq(c_pmtu), j_op[sq].eq(c_op),
                                  j_cnp[sq].eq(qcfg.cnp_interval.cycles),
                                  scan_e.eq(0), sa_valid.eq(0), rank_seen.eq(0),
-                                 flows_bad.eq(0), conflict.eq(0)]
+                                 flows_bad.eq(0), roles_bad.eq(0), conflict.eq(0)]
                     m.next = "SCAN"
             with m.State("SCAN"):
                 m.d.comb += self.busy.eq(1)
@@ -920,6 +923,8 @@ class AggControl(wiring.Component):
                     with m.If((sa_rank >= j_n[sq]) | (rank_seen & rbit).any()):
                         m.d.sync += flows_bad.eq(1)
                     m.d.sync += rank_seen.eq(rank_seen | rbit)
+                    with m.If(sa_cfg.cfg.role != 0):
+                        m.d.sync += roles_bad.eq(1)
                     is_live = ft.live.bit_select(sa_e, 1)
                     with m.If(ft.chk_fwd_hit | ft.chk_rev_hit | is_live):
                         m.d.sync += conflict.eq(1)
@@ -930,6 +935,10 @@ class AggControl(wiring.Component):
                 with m.If(flows_bad | (rank_seen != fullmask(j_n[sq]))):
                     m.d.comb += [clr_en.eq(1 << sq), seq_set_err.eq(1),
                                  seq_err.eq(JobError.FLOWS), ft.drop_en.eq(1)]
+                    m.next = "IDLE"
+                with m.Elif(roles_bad):
+                    m.d.comb += [clr_en.eq(1 << sq), seq_set_err.eq(1),
+                                 seq_err.eq(JobError.ROLES), ft.drop_en.eq(1)]
                     m.next = "IDLE"
                 with m.Elif(conflict):
                     m.d.comb += [clr_en.eq(1 << sq), seq_set_err.eq(1),

@@ -1,6 +1,6 @@
 """Link-local frame filter: consumes MAC control (PAUSE, PFC) and IEEE link-local group frames.
 
-The rule is :func:`netreduce.wire.linklocal.classify` (reference model decision D17): such frames
+The rule is :func:`netreduce.wire.linklocal.classify` (reference model decision D18): such frames
 are never forwarded. :class:`LinkLocalFilter` sits per port in front of the frame guard and the
 parser (behind the management splitter, as the model matches management first);
 :func:`attach_linklocal` builds one per port inside the engine's ``elaborate``.

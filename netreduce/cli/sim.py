@@ -52,9 +52,21 @@ class _Fail(click.ClickException):
 @click.option("--backend", type=click.Choice(["verilator", "icarus", "model"]), default="model",
               show_default=True, help="Engine: the RTL under a simulator, or the reference model.")
 @click.option("--ports", type=click.IntRange(0, 64), default=0, show_default=True,
-              help="Engine ports (0: one per rank; rank r enters port r mod P).")
-@click.option("--gbps", type=click.FloatRange(1.0, 1000.0), default=100.0, show_default=True,
-              help="Link bandwidth (frames serialised with the ROCE.md wire overhead).")
+              help="Engine ports P on the ToR switch (0: one per rank); rank r's flows use "
+                   "port r mod P.")
+@click.option("--gbps", type=click.Choice(["10", "25", "40", "50", "100", "200", "400"]),
+              default="100", show_default=True,
+              help="Workers' link rate B in Gb/s (frames serialised with the wire overhead).")
+@click.option("--port-gbps", type=click.FloatRange(0.0, 1000.0), default=100.0,
+              show_default=True,
+              help="Engine port rate C in Gb/s (0: no switch, each rank's own link is an engine "
+                   "port and the model engine is untimed).")
+@click.option("--stripes", type=click.IntRange(1, 8), default=1, show_default=True,
+              help="Split each all-reduce into E stripes, each its own engine job and QP ring "
+                   "on engine port e mod P.")
+@click.option("--engines", type=click.IntRange(1, 8), default=1, show_default=True,
+              help="Engines on the ToR switch (model backend), each with P ports; stripes go "
+                   "round-robin over the engines.")
 @click.option("--ack-priority/--ack-fifo", default=True, show_default=True,
               help="ACK/NAK/CNP overtake queued data on a link (NIC TX arbitration), or queue "
                    "behind it.")
@@ -69,8 +81,12 @@ class _Fail(click.ClickException):
 @click.option("--qp-timeout", type=click.IntRange(1, 31), default=8, show_default=True,
               help="RC local ACK timeout of the endpoints: 4.096 us x 2^T (8: 1.05 ms). Lower "
                    "it to shorten the idle waits after a tail loss on the slow RTL simulators.")
+@click.option("--racks", type=click.IntRange(0, 4), default=0, show_default=True,
+              help="Spine-leaf: the N workers in R racks (2..4), a leaf engine each and a spine "
+                   "engine; pcaps PREFIX.<engine>.in/out.pcap per engine (0: one engine).")
 def sim(workers, size, dtype, pmtu, jobs, loss, dup, reorder, seed, backend, ports, gbps,
-        ack_priority, pcap, json_path, plot_path, timeout_ms, qp_timeout):
+        port_gbps, stripes, engines, ack_priority, pcap, json_path, plot_path, timeout_ms,
+        qp_timeout, racks):
     """All-reduce SIZE bytes from each of N RC endpoint models through the NetReduce engine.
 
     The ranks behave like Linux soft-RoCE on 100 Gb/s links that can lose, duplicate and reorder
@@ -90,11 +106,22 @@ def sim(workers, size, dtype, pmtu, jobs, loss, dup, reorder, seed, backend, por
     try:
         cfg = SimConfig(workers=workers, size=size, dtype=dtype, pmtu=int(pmtu), jobs=jobs,
                         loss=loss, dup=dup, reorder=reorder, seed=seed, backend=backend,
-                        ports=ports, link_gbps=gbps, timeout_ns=timeout_ms * 1_000_000,
+                        ports=ports, link_gbps=float(gbps), port_gbps=port_gbps,
+                        stripes=stripes, engines=engines, timeout_ns=timeout_ms * 1_000_000,
                         ack_priority=ack_priority, qp_timeout=qp_timeout)
         get_backend(backend).probe()
     except (ValueError, BackendUnavailable) as e:
         raise _Fail(str(e)) from None
+    if racks:
+        from netreduce.cli.sim_racks import run_racks
+
+        if stripes > 1 or engines > 1:
+            raise _Fail(f"--racks {racks}: not with --stripes {stripes} / --engines {engines} "
+                        "(the racks' engines are the spine-leaf tree)")
+        if racks == 1 or plot_path is not None:
+            raise _Fail(f"--racks {racks}: 2..4 racks, without --plot" if racks == 1 else
+                        "--plot is not available with --racks")
+        return run_racks(cfg, racks, pcap, json_path, _Fail)
     con = console()
     con.print(f"[bold]netreduce sim[/]: {jobs} x {workers} ranks x {size} B {dtype}, PMTU {pmtu}, "
               f"loss {loss:g} dup {dup:g} reorder {reorder:g}, seed {seed}, backend {backend}")

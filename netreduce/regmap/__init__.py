@@ -25,6 +25,7 @@ from .netreduce_map import (
     Counter,
     JobError,
     Op,
+    Role,
     build_regmap,
 )
 from .regfile import RegisterFile
@@ -44,7 +45,8 @@ from .types import (
 __all__ = [
     "Access", "BusError", "Field", "Register", "Table", "RegMap", "RegInstance", "RegisterBus",
     "REG_BITS", "REG_BYTES", "RegisterFile", "PORT_COUNTERS",
-    "build_regmap", "MAGIC", "VERSION", "CLOCK_HZ", "Op", "JobError", "Counter", "JOB_COUNTERS",
+    "build_regmap", "MAGIC", "VERSION", "CLOCK_HZ", "Op", "JobError", "Role", "Counter",
+    "JOB_COUNTERS",
     "GLOBAL_COUNTERS", "ALL_GLOBAL_COUNTERS", "DISPOSITIONS", "DEFAULT_PARAMS",
     "DEFAULT_CNP_INTERVAL", "PMTU_VALUES", "MAX_JOBS", "MGMT_SOURCES", "MGMT_PORT_RESET",
     "constants", "python_module", "c_header", "to_markdown", "to_dict",

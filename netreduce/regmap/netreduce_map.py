@@ -32,14 +32,18 @@ from enum import IntEnum
 from .types import Access, Field, Register, RegMap, Table
 
 __all__ = [
-    "MAGIC", "VERSION", "Op", "JobError", "Counter", "JOB_COUNTERS", "GLOBAL_COUNTERS",
+    "MAGIC", "VERSION", "Op", "JobError", "Role", "Counter", "JOB_COUNTERS", "GLOBAL_COUNTERS",
     "ALL_GLOBAL_COUNTERS", "DISPOSITIONS", "DEFAULT_PARAMS", "DEFAULT_CNP_INTERVAL",
     "PMTU_VALUES", "CLOCK_HZ", "build_regmap", "PORT_COUNTERS", "MAX_JOBS", "MGMT_SOURCES",
     "MGMT_PORT_RESET",
 ]
 
 MAGIC = int.from_bytes(b"NRDC", "big")  # 0x4E524443
-VERSION = (1, 2)  # 1.1: JOB.CTRL.fast_retx, fast_retx counters; 1.2: ll_* counters, PORT
+VERSION = (1, 3)  # 1.1: JOB.CTRL.fast_retx, counters fast_retx and fast_retx_probes;
+#                  1.2: FLOW.CFG.role (spine-leaf, docs/spine-leaf.md), JOB.PARTIAL_PTR,
+#                  counters partials_up,
+#                  totals, drop_role, JobError.ROLES;
+#                  1.3: link-local counters ll_*, PORT (docs/fabric.md)
 CLOCK_HZ = 322_265_625  # datapath clock (CMAC 100G user clock)
 PMTU_VALUES = (256, 512, 1024, 2048, 4096)
 # 4 us at 322.265625 MHz: the usual RNIC minimum time between CNPs per QP (mlx5 default).
@@ -72,6 +76,16 @@ class JobError(IntEnum):
     OP = 6  # unknown operation
     FLOWS = 7  # flow entries of the job do not hold exactly ranks 0..N-1
     KEY_CONFLICT = 8  # a forward or reverse key is used twice among enabled flows
+    ROLES = 9  # flow roles fit neither a leaf (one UP, one DOWN, no RACK) nor a plain/spine job
+
+
+class Role(IntEnum):
+    """What a flow is to its job on this engine (``FLOW.CFG.role``; docs/spine-leaf.md)."""
+
+    MEMBER = 0  # contributor whose result this engine releases (a single engine: every flow)
+    UP = 1  # leaf: contributor that carries the rack's partial to the spine
+    DOWN = 2  # leaf: not a contributor; its frame of index k carries the total
+    RACK = 3  # spine: contributor standing for a whole rack (a leaf's UP flow)
 
 
 @dataclass(frozen=True)
@@ -119,6 +133,12 @@ JOB_COUNTERS: tuple[Counter, ...] = (
             "has a hole (JOB.CTRL.fast_retx, model D16)"),
     Counter("fast_retx_probes", "duplicate probes sent to a flow's receiver to get an ACK when "
             "a hole appears in the flow (JOB.CTRL.fast_retx, model D16)"),
+    Counter("partials_up", "leaf: partial aggregates sent up on the UP flow (first sends; "
+            "re-sends count as reemits; D17)"),
+    Counter("totals", "leaf: totals taken from the DOWN flow and forwarded to its receiver "
+            "(D17)", True),
+    Counter("drop_role", "data frames the flow's role cannot carry (a DOWN total before this "
+            "leaf's partial went up, or of another opcode/length), dropped (D17)", True),
 )
 
 # Engine-wide counters that belong to no job.
@@ -264,6 +284,8 @@ def build_regmap(**params) -> RegMap:
         _r("FREE_PTR", 0x20, "free_j: oldest index not yet freed", _f("index", 0, 24, "RO")),
         _r("RELEASE_PTR", 0x24, "next index to release", _f("index", 0, 24, "RO")),
         _r("SLOTS_BUSY", 0x28, "slots of the job not EMPTY", _f("count", 0, 24, "RO")),
+        _r("PARTIAL_PTR", 0x2C, "leaf job (flow roles): next index whose partial goes up on "
+           "the UP flow; 0 otherwise", _f("index", 0, 24, "RO")),
     ), "Job table")
 
     job_cnt = Table("JOB_CNT", 0x2000, 0x100, p["jobs"], _counter_regs(JOB_COUNTERS),
@@ -271,7 +293,10 @@ def build_regmap(**params) -> RegMap:
 
     flow = Table("FLOW", 0x8000, 0x20, p["flows"], (
         _r("CFG", 0x00, "Flow entry: rank r of job j",
-           _f("valid", 0, 1, "RW"), _f("job", 8, 8, "RW"), _f("rank", 16, 16, "RW")),
+           _f("valid", 0, 1, "RW"),
+           _f("role", 4, 2, "RW", 0, "what the flow is to its job on this engine (spine-leaf, "
+              "docs/spine-leaf.md); MEMBER for a job on one engine", Role),
+           _f("job", 8, 8, "RW"), _f("rank", 16, 16, "RW")),
         _r("FWD_IP", 0x04, "Forward key: source IPv4 of rank r", _f("ip", 0, 32, "RW")),
         _r("FWD_QPN", 0x08, "Forward key: DestQP = the successor's QP", _f("qpn", 0, 24, "RW")),
         _r("REV_IP", 0x0C, "Reverse key: source IPv4 of the successor", _f("ip", 0, 32, "RW")),
@@ -324,5 +349,5 @@ def build_regmap(**params) -> RegMap:
     ), "Management allow-list; each entry has its own sequence space")
 
     return RegMap("netreduce", VERSION, p, (glob, cnt, job, job_cnt, flow, port, mgmt, mgmt_src),
-                  (Op, JobError),
+                  (Op, JobError, Role),
                   "NetReduce in-network all-reduce engine")

@@ -449,6 +449,7 @@ class RankCommConfig:
     retry_cnt: int = 7
     max_bytes: int = 8 << 20
     int32: bool = False  # also register a SUM_WRAP ring for int32 arrays
+    exp_bytes: int = 0  # receive region of the MAX ring beyond the exponents (MAX of arrays)
     op_timeout_s: float = 120.0
 
     def __post_init__(self):
@@ -456,6 +457,9 @@ class RankCommConfig:
         if self.max_bytes < self.msg_bytes or self.max_bytes % 4:
             raise ValueError(f"max_bytes must be a multiple of 4 and >= one message "
                              f"({self.msg_bytes} B), got {self.max_bytes!r}")
+        if not isinstance(self.exp_bytes, int) or self.exp_bytes < 0 or self.exp_bytes % 4:
+            raise ValueError(f"exp_bytes must be a multiple of 4 and >= 0, got "
+                             f"{self.exp_bytes!r}")
 
     @property
     def msg_bytes(self) -> int:
@@ -630,7 +634,8 @@ class RankComm:
         nchunks = -(-(cfg.max_bytes // 4) // ce)
         ew = cfg.exp_window
         exp_msg = min(cfg.msg_packets, ew - ew // 4)
-        self.rings = {"exp": _Ring(self, "exp", Op.MAX, ew, ew // 4, exp_msg, 4 * nchunks),
+        self.rings = {"exp": _Ring(self, "exp", Op.MAX, ew, ew // 4, exp_msg,
+                                   max(4 * nchunks, cfg.exp_bytes)),
                       "sum": _Ring(self, "sum", Op.SUM_SAT, cfg.window, cfg.margin,
                                    cfg.msg_packets, cfg.max_bytes)}
         if cfg.int32:

@@ -150,13 +150,13 @@ D16. (Changes DESIGN 4's "ACK ... forwarded unchanged" when ``JOB.CTRL.fast_retx
         after its RC timeout.
     NAKs, RNR NAKs, ACKs behind acked_f and CNPs are never rewritten; each hole gets at most one
     request and one NAK.
-D17. (Issue 22.) Link-local frames are never forwarded: after the management match, a frame that
+D18. (Issue 22.) Link-local frames are never forwarded: after the management match, a frame that
     :func:`netreduce.wire.linklocal.classify` finds to be MAC control (EtherType 0x8808: PAUSE,
     PFC, other or malformed) or addressed to 01-80-C2-00-00-0x (STP, LLDP, ...) is consumed and
     counted ``ll_pause`` / ``ll_pfc`` / ``ll_mac_control`` / ``ll_group``, whatever else it
     holds. A PAUSE or PFC request also sets the port's pause timers (``Engine.link``,
     :class:`netreduce.sim.model.linklocal.PauseTimers`), which hold that port's transmission of
-    the paused priorities where transmission is timed (the gateware's TX, the system simulation).
+    the paused priorities where transmission is timed (the board: the CMAC itself; docs/fabric.md).
 """
 
 from __future__ import annotations
@@ -174,6 +174,7 @@ from netreduce.regmap import (
     JobError,
     Op,
     RegisterFile,
+    Role,
     build_regmap,
 )
 from netreduce.wire import ECN_CE, ECN_ECT0, NAK_PSN_SEQ, OPCODES
@@ -223,10 +224,10 @@ _REASON = {  # WireError.reason of a data frame -> drop counter
 
 class _Flow:
     __slots__ = ("entry", "job", "rank", "fwd", "rev", "rev_qpn", "start", "acked", "last_cnp",
-                 "nxt", "top", "mark", "naked")
+                 "nxt", "top", "mark", "naked", "role")
 
-    def __init__(self, entry, job, rank, fwd, rev, start):
-        self.entry, self.job, self.rank = entry, job, rank
+    def __init__(self, entry, job, rank, fwd, rev, start, role=Role.MEMBER):
+        self.entry, self.job, self.rank, self.role = entry, job, rank, role
         self.fwd, self.rev, self.start = _key(*fwd), _key(*rev), start
         self.rev_qpn = rev[1]
         self.acked = 0  # every index below this one is acknowledged by f's receiver
@@ -246,7 +247,7 @@ def _key(ip: int, qpn: int) -> bytes:
 
 class _Slot:
     __slots__ = ("index", "bitmap", "count", "released", "opcode", "length", "acc", "hdrs",
-                 "l2", "ports")
+                 "l2", "ports", "sent_up", "total")
 
     def __init__(self, index, n, opcode, length, acc):
         self.index = index
@@ -259,11 +260,13 @@ class _Slot:
         self.hdrs: list[bytes | None] = [None] * n
         self.l2: list[int] = [0] * n
         self.ports: list[int] = [0] * n
+        self.sent_up = False  # leaf (D17): the partial went up
+        self.total = None  # leaf (D17): the total from the DOWN flow
 
 
 class _Job:
     __slots__ = ("id", "n", "w", "wmask", "base", "pmtu", "op", "cnp_interval", "flows", "free",
-                 "rel", "slots", "cnt", "fast_retx")
+                 "rel", "slots", "cnt", "fast_retx", "leaf", "roles")
 
     def __init__(self, jid, n, w, base, pmtu, op, cnp_interval, flows, cnt):
         self.id, self.n, self.w, self.wmask, self.base = jid, n, w, w - 1, base
@@ -274,6 +277,8 @@ class _Job:
         self.slots: dict[int, _Slot] = {}  # slot number -> non-EMPTY slot
         self.cnt = cnt  # this job's counter list (outlives the _Job across disable)
         self.fast_retx = False  # JOB.CTRL.fast_retx, live (D16)
+        self.roles = any(f.role for f in flows)  # a leaf or spine job (D17)
+        self.leaf = _roles.leaf_state(flows)  # leaf jobs' partial pointer etc. (D17), or None
 
 
 class Engine:
@@ -305,7 +310,7 @@ class Engine:
         # In-band management agent (netreduce.sim.model.mgmt.attach_mgmt): frames it matches are
         # its.
         self.mgmt = None
-        # received PAUSE/PFC per port and priority (D17; netreduce.sim.model.linklocal)
+        # received PAUSE/PFC per port and priority (D18; netreduce.sim.model.linklocal)
         self.link = PauseTimers(ports)
         # per-port counters (PORT table; netreduce.sim.model.ports)
         self.port_stats = PortCounters(ports, self.regs, self.regmap, self.link)
@@ -322,6 +327,7 @@ class Engine:
             rf.bind(job.addr(j, "FREE_PTR"), lambda j=j: self._job_attr(j, "free"))
             rf.bind(job.addr(j, "RELEASE_PTR"), lambda j=j: self._job_attr(j, "rel"))
             rf.bind(job.addr(j, "SLOTS_BUSY"), lambda j=j: self.slots_in_use(j))
+            rf.bind(job.addr(j, "PARTIAL_PTR"), lambda j=j: _roles.partial_ptr(self._jobs[j]))
             rf.on_write(job.addr(j, "CTRL"), self._on_job_ctrl)
         for e in range(self.nflows):
             rf.bind(rm.addr("FLOW.ACKED", e), lambda e=e: self._flow_acked(e))
@@ -351,7 +357,7 @@ class Engine:
             self._disable(j)
         job = self._jobs[j]
         if job is not None:
-            job.fast_retx = bool(value & self._fast_retx_mask)
+            job.fast_retx = bool(value & self._fast_retx_mask) and not job.roles
 
     def _set_status(self, j: int, enabled: int, error: int) -> None:
         rm = self.regmap
@@ -374,7 +380,7 @@ class Engine:
         for e in range(self.nflows):
             cfg = get("FLOW.CFG", e)
             if cfg_f.field("valid").get(cfg) and cfg_f.field("job").get(cfg) == j:
-                entries.append((e, cfg_f.field("rank").get(cfg)))
+                entries.append((e, cfg_f.field("rank").get(cfg), cfg_f.field("role").get(cfg)))
         err = JobError.NONE
         if not 1 <= n <= self.max_world:
             err = JobError.WORLD
@@ -389,14 +395,16 @@ class Engine:
             err = JobError.PMTU
         elif op not in set(Op):
             err = JobError.OP
-        elif sorted(r for _, r in entries) != list(range(n)):
+        elif sorted(e[1] for e in entries) != list(range(n)):
             err = JobError.FLOWS
+        elif not _roles.roles_ok([e[2] for e in entries]):
+            err = JobError.ROLES
         flows: list[_Flow] = []
         if err == JobError.NONE:
-            for e, r in sorted(entries, key=lambda x: x[1]):
+            for e, r, role in sorted(entries, key=lambda x: x[1]):
                 flows.append(_Flow(e, j, r, (get("FLOW.FWD_IP", e), get("FLOW.FWD_QPN", e)),
                                    (get("FLOW.REV_IP", e), get("FLOW.REV_QPN", e)),
-                                   get("FLOW.START_PSN", e)))
+                                   get("FLOW.START_PSN", e), Role(role)))
             fk = [f.fwd for f in flows]
             rk = [f.rev for f in flows]
             if (len(set(fk)) != n or len(set(rk)) != n or any(k in self._fwd for k in fk)
@@ -477,7 +485,7 @@ class Engine:
             resp = mg.handle(frame)  # counts mgmt_rx (the disposition) and its verdict
             out = [] if resp is None else [Emit(port, resp, time)]
         else:
-            ll, pause = _ll_classify(frame)  # D17: link-local frames are consumed
+            ll, pause = _ll_classify(frame)  # D18: link-local frames are consumed
             if ll:
                 g[_G_LL[ll]] += 1
                 if pause is not None:
@@ -549,7 +557,8 @@ class Engine:
             self._count(job, "fwd_nak")
             cand = k
         adv = (cand - fl.acked) & PSN_MASK
-        lim = (job.rel - fl.acked) & PSN_MASK
+        # D17: a leaf's UP flow is acknowledged for what went up (the partial pointer)
+        lim = ((job.leaf.upptr if fl.role == Role.UP else job.rel) - fl.acked) & PSN_MASK
         if kind == 0b00 and adv <= lim:  # an ACK not behind acked_f (D16)
             fl.nxt = nxt = _nxt(fl, job)
             if (job.fast_retx and 0 < (fl.top - nxt) & PSN_MASK < _HALF
@@ -593,6 +602,11 @@ class Engine:
         if plen & 3:
             self._count(job, "drop_align")
             return []
+        if job.roles:  # D17: stage marks, totals, other engines' probes
+            r = _roles.data(self, job, fl, port, buf, l2, p, plen, time)
+            if isinstance(r, list):
+                return r
+            buf = r
         k = (p.psn - fl.start) & PSN_MASK
         d = (k - job.free) & PSN_MASK
         if d >= _HALF:
@@ -614,7 +628,9 @@ class Engine:
                 self._count(job, "drop_mismatch")
                 self.regs.set_bits(self._status_addr[job.id], self._mismatch_mask)
             elif slot.bitmap >> r & 1:
-                if slot.released:
+                if job.leaf is not None:  # D17
+                    _roles.again(self, job, fl, slot, port, buf, l2, p, time, out)
+                elif slot.released:
                     self._count(job, "reemits")
                     out.append(Emit(port, _result(buf[:p.x], l2, slot.acc.tobytes()), time))
                 else:
@@ -659,7 +675,9 @@ class Engine:
         slot.hdrs[r] = buf[:p.x]
         slot.l2[r] = l2
         slot.ports[r] = port
-        if slot.count == job.n and slot.index == job.rel:
+        if job.leaf is not None:  # D17: a complete slot goes up, in index order
+            _roles.send_up(self, job, time, out)
+        elif slot.count == job.n and slot.index == job.rel:
             self._release(job, time, out)
 
     def _release(self, job: _Job, time: int, out: list[Emit]) -> None:
@@ -830,3 +848,9 @@ def _result(hdr: bytes, l2: int, payload: bytes) -> bytes:
     if len(h) < 60:
         h += bytes(60 - len(h))
     return bytes(h)
+
+
+# D17 (flow roles, spine-leaf) lives in .roles; it builds its frames with the helpers above
+from . import roles as _roles  # noqa: E402
+
+_roles.bind(Emit, _probe, _result)

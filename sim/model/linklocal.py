@@ -1,7 +1,7 @@
 """Link-local frames in the reference model: consumed, counted, and PAUSE/PFC honoured.
 
 The rule is :func:`netreduce.wire.linklocal.classify` (module doc there). :meth:`Engine.receive`
-applies it after the management match and before RoCE classification (D17 in
+applies it after the management match and before RoCE classification (D18 in
 :mod:`netreduce.sim.model.engine`): a link-local frame is consumed, counted under its reason
 (``ll_pause``, ``ll_pfc``, ``ll_mac_control``, ``ll_group``) and never forwarded; a PAUSE or PFC
 frame also sets the receiving port's pause timers (:class:`PauseTimers`).

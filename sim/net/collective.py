@@ -172,8 +172,10 @@ class _Pass:
     """One engine job: ring QPs, receive regions, messages and credits (module docstring 1-5)."""
 
     def __init__(self, comm: Communicator, op: Op, sendbufs: list[np.ndarray], window: int,
-                 margin: int, msg_packets: int, on_done: Callable[[_Pass], None], tag: str):
+                 margin: int, msg_packets: int, on_done: Callable[[_Pass], None], tag: str,
+                 port: int | None = None):
         cfg = comm.cfg
+        self.port = port  # engine port of this job (striping), None: the fabric's choice
         self.comm = comm
         self.op = op
         self.window = window
@@ -233,6 +235,12 @@ class _Pass:
                                slot_base=ctrl.alloc_slots(self.window), pmtu=comm.cfg.pmtu,
                                op=self.op, flows=flows, fast_retx=comm.cfg.fast_retx))
         self.job = job
+        # the switch's per-flow steering (a ToR with the engine on some of its ports), installed
+        # with the job: forward and reverse key of every flow, and the job's engine port
+        steer = getattr(comm.fabric, "steer_flows", None)
+        if steer is not None:
+            steer([(r, f.fwd_ip, f.fwd_qpn, f.rev_ip, f.rev_qpn) for r, f in enumerate(flows)],
+                  self.port)
         for r in range(n):
             self._post(r)
 
@@ -315,7 +323,7 @@ class _Pass:
 class AllReduce:
     """One all-reduce in progress (see :meth:`Communicator.allreduce_async` and :func:`run`)."""
 
-    def __init__(self, comm: Communicator, arrays: Sequence[np.ndarray]):
+    def __init__(self, comm: Communicator, arrays: Sequence[np.ndarray], port: int | None = None):
         n = comm.world
         if len(arrays) != n:
             raise ValueError(f"need one array per rank ({n}), got {len(arrays)}")
@@ -328,6 +336,7 @@ class AllReduce:
                 raise ValueError(f"rank {r}: {a.dtype}{list(a.shape)} differs from rank 0's "
                                  f"{dt}{list(shape)}")
         self.comm = comm
+        self.port = port  # engine port of this all-reduce's jobs (a stripe), None: any
         self.arrays = arrs
         self.shape = shape
         self.dtype = dt
@@ -352,7 +361,8 @@ class AllReduce:
                            self._exps_done, "exp")
 
     def _run_pass(self, op, bufs, window, margin, msg_packets, then, tag) -> None:
-        p = _Pass(self.comm, op, bufs, window, margin, msg_packets, self._pass_done, tag)
+        p = _Pass(self.comm, op, bufs, window, margin, msg_packets, self._pass_done, tag,
+                  self.port)
         p.then = then
         self.passes.append(p)
         self.cur = p

@@ -151,19 +151,48 @@ def _dist(lat: np.ndarray) -> dict:
                           "counts": [int(x) for x in hist]}}
 
 
+def _topology(cfg, sim_ns: int) -> dict:
+    """Workers' link rate, engine ports and port rate, the engine's timing source and the
+    capacity bound N x S / (P x C) (docs/sim.md, Topology)."""
+    if not cfg.port_gbps:
+        shared = cfg.nports < cfg.workers
+        return {"kind": "star", "link_gbps": cfg.link_gbps, "engine_ports": cfg.nports,
+                "port_gbps": cfg.link_gbps, "engine_timing": "untimed" if cfg.backend == "model"
+                else "RTL", "bound_ns": None, "time_over_bound": None,
+                "warning": (f"star with {cfg.nports} engine port(s) for {cfg.workers} ranks: "
+                            "each port takes several ranks' links at once, so its goodput is "
+                            "not a physical rate (use the ToR topology: --port-gbps C)")
+                if shared else None}
+    from .topology import engine_timing, lower_bound_ns
+
+    tm = engine_timing()
+    bound = lower_bound_ns(cfg.workers * cfg.jobs, cfg.size, cfg.nports, cfg.port_gbps)
+    return {"kind": "tor", "link_gbps": cfg.link_gbps, "engines": cfg.engines,
+            "engine_ports": cfg.nports,
+            "port_gbps": cfg.port_gbps,
+            "engine_timing": (f"model: {tm.data_width}-bit x {tm.beats_per_cycle} beat/cycle at "
+                              f"{CLOCK_HZ} Hz ({tm.port_gbps:.1f} Gb/s per port), latency "
+                              f"{tm.latency_base} + beats cycles, from {tm.source}")
+            if cfg.backend == "model" else "RTL",
+            "bound_ns": round(bound, 1),
+            "time_over_bound": round(sim_ns / bound, 4) if bound else None}
+
+
 def build_report(run: SimRun, ana: dict | None = None, command: str = "") -> dict:
     """The JSON report (see docs/sim.md for the schema)."""
     ana = ana if ana is not None else analyse(run)
     cfg = run.cfg
     limit = wire_limit_gbps(cfg.pmtu, cfg.link_gbps)
     t_ns = _ns(max(run.cycles, 1))
+    # an engine port's limit: its own link (ToR topology) or the rank's link (star)
+    plimit = wire_limit_gbps(cfg.pmtu, cfg.port_gbps) if cfg.port_gbps else limit
     ports = []
     for p in range(cfg.nports):
         g = ana["out_bytes"][p] * 8 / t_ns
         ports.append({"port": p, "ranks": [r for r in range(cfg.workers) if r % cfg.nports == p],
                       "result_payload_bytes": ana["out_bytes"][p],
                       "contribution_payload_bytes": ana["in_bytes"][p],
-                      "gbps": round(g, 4), "fraction_of_wire_limit": round(g / limit, 5)})
+                      "gbps": round(g, 4), "fraction_of_wire_limit": round(g / plimit, 5)})
     per_rank = cfg.size * 8 / t_ns
     st = run.stats
     cap = run.capture
@@ -182,6 +211,7 @@ def build_report(run: SimRun, ana: dict | None = None, command: str = "") -> dic
                        "overhead_bytes": WIRE_OVERHEAD, "efficiency": round(limit /
                                                                             cfg.link_gbps, 6),
                        "gbps": round(limit, 4)},
+        "topology": _topology(cfg, run.sim_ns),
         "goodput": {"ports": ports,
                     "allreduce_gbps_per_rank": round(per_rank, 4),
                     "allreduce_fraction_of_wire_limit": round(per_rank / limit, 5)},
@@ -234,6 +264,13 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
             ("all-reduce goodput per rank", f"{gp['allreduce_gbps_per_rank']:.2f} Gb/s = "
                                             f"{100 * gp['allreduce_fraction_of_wire_limit']:.1f}"
                                             " % of the limit")]
+    topo = rep.get("topology") or {}
+    if topo.get("warning"):
+        rows.append(("warning", f"[yellow]{topo['warning']}[/]"))
+    if topo.get("kind") == "tor":
+        rows.append(("topology", f"workers at {topo['link_gbps']:g} Gb/s, engine "
+                                 f"{topo['engine_ports']} x {topo['port_gbps']:g} Gb/s"))
+        rows.append(("time / N x S / (P x C)", f"{topo['time_over_bound']:.3f}"))
     ps = gp["ports"]
     shown = ps if len(ps) <= 8 else ps[:4] + ps[-2:]
     for p in shown:
@@ -293,11 +330,19 @@ def plot(rep: dict, path) -> None:
         a1.plot(t_us, row, lw=1, label=f"port {p}" if p < 8 else None)
     a1.axhline(rep["wire_limit"]["gbps"], color="k", ls="--", lw=1,
                label=f"wire limit {rep['wire_limit']['gbps']:.1f} Gb/s")
+    topo0 = rep.get("topology") or {}
+    if topo0.get("kind") == "tor" and topo0["port_gbps"] != topo0["link_gbps"]:
+        lim = wire_limit_gbps(rep["wire_limit"]["pmtu"], topo0["port_gbps"])
+        a1.axhline(lim, color="r", ls=":", lw=1, label=f"engine port limit {lim:.1f} Gb/s")
     a1.set_ylabel("result goodput (Gb/s)")
     a1.legend(fontsize=7, ncol=3, loc="lower center")
     cfg = rep["config"]
+    topo = rep.get("topology") or {}
+    where = (f"\nworkers at {topo['link_gbps']:g} Gb/s, engine {topo['engine_ports']} x "
+             f"{topo['port_gbps']:g} Gb/s" if topo.get("kind") == "tor" else
+             f"\nstar: every rank's {cfg['link_gbps']:g} Gb/s link is an engine port")
     a1.set_title(f"netreduce sim: {cfg['workers']} ranks x {cfg['size']} B {cfg['dtype']}, "
-                 f"PMTU {cfg['pmtu']}, backend {cfg['backend']}")
+                 f"PMTU {cfg['pmtu']}, backend {cfg['backend']}" + where, fontsize=9)
     a2.step(t_us, tl["slots_in_flight_peak"], where="post", label="peak in bin")
     a2.step(t_us, tl["slots_in_flight"], where="post", label="at bin end")
     a2.set_ylabel("slots in flight")

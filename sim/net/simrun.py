@@ -18,7 +18,10 @@ Backends
 
 Ports
     The engine gets ``cfg.ports`` Ethernet ports (default: one per rank); rank r's up link enters
-    port r mod ports, and each result leaves on the port its rank's frame came in on.
+    port r mod ports, and each result leaves on the port its rank's frame came in on. With
+    ``cfg.port_gbps`` > 0 the ranks sit on a ToR switch and the engine hangs off it by those
+    ports at that rate (:mod:`.topology`: steering per flow, the model engine timed);
+    ``cfg.stripes`` splits each all-reduce over engine ports (and ``cfg.engines`` engines).
 
 Errors
     Bad configuration: ``ValueError`` naming the value. Hang: the driver's watchdog raises
@@ -81,6 +84,12 @@ class SimConfig:
     backend: str = "model"
     ports: int = 0  # 0: one engine port per rank
     link_gbps: float = 100.0
+    # > 0: the ToR topology (.topology): workers at link_gbps on a switch, the engine (timed on
+    # the model) attached by `nports` links of port_gbps; 0: the star, each rank's link is an
+    # engine port and the model engine is untimed
+    port_gbps: float = 0.0
+    stripes: int = 1  # each all-reduce split across this many engine jobs, stripe e on port e
+    engines: int = 1  # engines on the ToR switch (model backend), each with `ports` ports
     latency_ns: int = 500
     timeout_ns: int = 10_000_000_000  # watchdog on simulated time
     ack_priority: bool = True  # ACK/NAK/CNP overtake queued data on a link (see net_config)
@@ -97,13 +106,27 @@ class SimConfig:
             raise ValueError(f"jobs must be 1..4 (concurrent all-reduces), got {self.jobs!r}")
         if not isinstance(self.ports, int) or self.ports < 0:
             raise ValueError(f"ports must be >= 0 (0: one per rank), got {self.ports!r}")
+        if not isinstance(self.stripes, int) or not 1 <= self.stripes <= 8:
+            raise ValueError(f"stripes must be 1..8, got {self.stripes!r}")
+        if self.stripes > 1 and self.size // 4 < self.stripes:
+            raise ValueError(f"size {self.size} B has fewer elements than stripes "
+                             f"{self.stripes}")
+        if not isinstance(self.engines, int) or not 1 <= self.engines <= 8:
+            raise ValueError(f"engines must be 1..8, got {self.engines!r}")
+        if self.engines > 1 and not (self.port_gbps and self.backend == "model"):
+            raise ValueError(f"engines {self.engines}: several engines need the ToR topology "
+                             "(port_gbps > 0) and the model backend")
+        if not (isinstance(self.port_gbps, int | float) and 0 <= self.port_gbps <= 1000):
+            raise ValueError(f"port_gbps must be 0 (star) or an engine port rate in Gb/s up to "
+                             f"1000, got {self.port_gbps!r}")
         LinkConfig(latency_ns=self.latency_ns, gbps=self.link_gbps, loss=self.loss, dup=self.dup,
                    reorder=self.reorder)  # validates the link parameters
         CollectiveConfig(pmtu=self.pmtu, timeout=self.qp_timeout)  # validates PMTU, timeout
 
     @property
     def nports(self) -> int:
-        return self.ports or self.workers
+        """Engine ports in all (every engine's, engine k's numbered from k x per-engine)."""
+        return (self.ports or self.workers) * self.engines
 
 
 # ---------------------------------------------------------------------------------- capture
@@ -224,6 +247,9 @@ def get_backend(name: str) -> Backend:
 def _make_model(cfg: SimConfig, net: NetConfig, capture: Capture):
     from ..model import Engine
 
+    if cfg.port_gbps:
+        from .topology import make_tor_model
+        return make_tor_model(cfg, net, capture)
     nports = cfg.nports
     eng = TappedEngine(Engine(ports=nports), capture)
     # each rank's MAC is registered before its first frame (see run_sim: port_of)
@@ -233,7 +259,8 @@ def _make_model(cfg: SimConfig, net: NetConfig, capture: Capture):
     return fab
 
 
-register_backend("model", "bit-exact reference engine model (in-process, untimed)", _make_model)
+register_backend("model", "bit-exact reference engine model (in-process; timed from the RTL's "
+                 "figures in the ToR topology, untimed in the star)", _make_model)
 
 
 def _register_rtl() -> None:
@@ -362,7 +389,11 @@ def run_sim(cfg: SimConfig, pcap: str | Path | None = None,
         inputs.append(make_inputs(cfg, g))
     t0 = time.perf_counter()
     try:
-        ops = [c.allreduce_async(x) for c, x in zip(comms, inputs, strict=True)]
+        from .stripe import striped_allreduce_async
+
+        buses = getattr(fab, "buses", None) if cfg.engines > 1 else None
+        ops = [striped_allreduce_async(c, x, cfg.stripes, buses=buses)
+               for c, x in zip(comms, inputs, strict=True)]
         run_ops(fab, ops, timeout_ns=cfg.timeout_ns, progress=progress)
     except SimulationHang as e:
         out.error, out.error_kind = f"watchdog: {e}", "hang"
@@ -375,10 +406,15 @@ def run_sim(cfg: SimConfig, pcap: str | Path | None = None,
     nframes = len(cap.ins) + len(cap.outs) + cap.other_in + cap.other_out
     out.frames_per_s = nframes / out.wall_s if out.wall_s > 0 else 0.0
     out.link_stats = {d: dict(c) for d, c in fab.link_stats().items()}
-    ctrl = EngineControl(fab.bus)
-    out.engine_counters = dict(ctrl.counters())
+    ctrls = [EngineControl(b) for b in getattr(fab, "buses", [fab.bus])]
+    counters: dict = {}
+    for c in ctrls:  # summed over the engines (one in all but multi-engine runs)
+        for k, v in c.counters().items():
+            counters[k] = counters.get(k, 0) + v
+    out.engine_counters = counters
     # flows of every pass (also of failed runs: the passes that started)
     nports = cfg.nports
+    steered = hasattr(fab, "steer_flows")  # a stripe's port is real only behind the ToR
     for g, op in enumerate(ops):
         rn = op.comm.rnics
         n = cfg.workers
@@ -390,7 +426,10 @@ def run_sim(cfg: SimConfig, pcap: str | Path | None = None,
                     pass_id=f"g{g}.{p.tag}", op=p.op.name, rank=r,
                     src_ip=_ip(rn[r].ip), dqpn=p.rq[(r + 1) % n].qpn,
                     rev_ip=_ip(rn[(r + 1) % n].ip), rev_qpn=p.sq[r].qpn,
-                    start_psn=p.sq[r].start_psn, port=r % nports, packets=p.total_pkts,
+                    start_psn=p.sq[r].start_psn,
+                    port=(p.port if steered and getattr(p, "port", None) is not None
+                          else r) % nports,
+                    packets=p.total_pkts,
                     group=g))
     if out.error is None:
         stats: dict = {}
@@ -404,11 +443,11 @@ def run_sim(cfg: SimConfig, pcap: str | Path | None = None,
             for k, v in res.stats["engine"].items():
                 eng[k] = eng.get(k, 0) + v
         out.stats, out.job_counters = stats, eng
-        out.slots_left = stats.get("slots_left", 0) + ctrl.slots_in_use()
+        out.slots_left = stats.get("slots_left", 0) + sum(c.slots_in_use() for c in ctrls)
     else:
         for op in ops:
             op.abort()
-        out.slots_left = ctrl.slots_in_use()
+        out.slots_left = sum(c.slots_in_use() for c in ctrls)
     out.ok = (out.error is None and out.slots_left == 0 and bool(out.checks)
               and all(c["ok"] for c in out.checks))
     return out

@@ -408,8 +408,12 @@ def rtl_params(cfg) -> dict:
     similar runs share one build. Per group: a SUM job (window 256) and an exponent MAX job
     (window 64), N flows each."""
     groups = _pow2(cfg.jobs)
-    return dict(ports=cfg.nports, jobs=max(2, 2 * groups),
-                flows=max(16, _pow2(2 * cfg.workers * groups)), slots=512 * groups,
+    # stripes: one job at a time per stripe (SUM 256 after exponents 64: 512 slots each leave
+    # room for the pool's fragmentation)
+    par = _pow2(cfg.jobs * getattr(cfg, "stripes", 1))
+    return dict(ports=cfg.nports, jobs=max(2, 2 * groups, par),
+                flows=max(16, _pow2(2 * cfg.workers * groups), _pow2(cfg.workers * par)),
+                slots=512 * par,
                 pmtu_max=max(1024, cfg.pmtu), data_width=512,
                 max_world=max(8, _pow2(cfg.workers)))
 
@@ -497,9 +501,14 @@ def make_rtl_backend(sim: str, top=None, fabric_options: dict | None = None, **o
         if "threaded" not in opts:  # two cores: the RTL's windows overlap the network model
             opts["threaded"] = (sim == "verilator" and opts.get("windowed") is not False
                                 and _window_cycles(net) >= 8)
-        fab = RtlFabric(dut, net=net, seed=cfg.seed, capture=capture, **opts)
-        fab.rank_of_mac = {}
-        fab.port_of = lambda mac: fab.rank_of_mac.get(mac, 0) % nports
+        if getattr(cfg, "port_gbps", 0):  # the ToR topology (netreduce.sim.net.topology)
+            from ..net.topology import tor_rtl_class
+            fab = tor_rtl_class(RtlFabric)(dut, net=net, seed=cfg.seed, capture=capture, **opts)
+            fab._setup_tor(nports, cfg.port_gbps)
+        else:
+            fab = RtlFabric(dut, net=net, seed=cfg.seed, capture=capture, **opts)
+            fab.rank_of_mac = {}
+            fab.port_of = lambda mac: fab.rank_of_mac.get(mac, 0) % nports
         fab.rtl_params = params
         return fab
 

@@ -830,3 +830,22 @@ def test_enable_overlaps_traffic():
             sc.frame(b.data_bytes(r, k, payload(rng)))
     gw = check(sc, overlap=True)
     assert gw.stalls > 0  # the clearing took some of job 0's write cycles
+
+
+def test_flow_roles_are_refused():
+    """The gateware does not implement flow roles (model D17, spine-leaf) yet: a leaf job is
+    refused with ROLES instead of being aggregated as if its roles were MEMBER; a plain job
+    next to it runs."""
+    from netreduce.regmap import JobError, Role
+
+    sc = Scenario()
+    job = RingJob(job=0, world=3, window=8)
+    cfg = job.config()
+    cfg.flows[1].role, cfg.flows[2].role = Role.UP, Role.DOWN
+    sc.ctl.add_job(cfg)  # the model runs it
+    sc.add(RingJob(job=1, world=2, window=8, slot_base=8))
+    gw = Gateware(sc).run()
+    st = [j["status"] for j in gw.status["job"]]  # the RO fields packed: enabled, error
+    assert st[0] == JobError.ROLES << 1, st
+    assert st[1] == 1, st
+    assert sc.eng.job_state(0) is not None  # where the model runs the leaf job

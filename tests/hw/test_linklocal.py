@@ -1,4 +1,4 @@
-"""Link-local frames (issue 22, model D17): the filter against netreduce.wire.linklocal.classify,
+"""Link-local frames (issue 22, model D18): the filter against netreduce.wire.linklocal.classify,
 and the whole engine at 64 bits against the model (nothing link-local leaves, counters equal)."""
 
 from __future__ import annotations

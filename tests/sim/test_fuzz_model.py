@@ -114,7 +114,7 @@ def run(attacks) -> None:
             assert after["rx_frames"] == before["rx_frames"] + 1 and len(moved) == 1, moved
             assert after["tx_frames"] == before["tx_frames"] + len(out)
             ll = ll_classify(frame)[0]
-            if ll:  # D17: consumed, counted under its reason, never forwarded
+            if ll:  # D18: consumed, counted under its reason, never forwarded
                 assert out == [] and moved == [LL_COUNTERS[ll]], (ll, moved)
             for e in out:
                 if e.frame == frame:

@@ -184,8 +184,10 @@ def test_pcap_lossless_int32(tmp_path):
 
 def test_pcap_faulty_float32(tmp_path):
     # float: a MAX pass (exponents) then a SUM_SAT pass; loss/dup/reorder give re-emits
+    # in the star (no ToR hop): this seed's faults put data frames behind the window there
     prefix, rep = _run_sim(tmp_path, "-n", "3", "-s", "16KiB", "--pmtu", "512", "--loss", "0.03",
-                           "--dup", "0.02", "--reorder", "0.02", "--seed", "11")
+                           "--dup", "0.02", "--reorder", "0.02", "--seed", "11",
+                           "--port-gbps", "0")
     assert rep["ok"] and rep["recovery"]["retransmitted"] > 0
     assert rep["engine_counters"]["reemits"] > 0 and rep["engine_counters"]["behind_window"] > 0
     assert {f["op"] for f in rep["flows"]} == {"MAX", "SUM_SAT"}
