@@ -2,7 +2,9 @@
 
 The engine is estimated block by block from Amaranth's RTLIL with the native Yosys
 (:func:`netreduce.hw.estimate.estimate_design`: ``synth_xilinx -flatten -noiopad -noclkbuf``,
-plus ``-uram`` on xcup, per block; ``ltp`` over LUT/CARRY/MUXF/INV cells for the logic depth):
+plus ``-uram`` on xcup, per block; ``ltp`` over LUT/CARRY/MUXF/INV cells for the logic depth, and
+from the netlist ``lut_levels`` / ``carry_levels``: LUT-class cells and CARRY8 on the worst
+register-to-register path, checked against the budget of the clock plan):
 control, flow table, register bank, parsers (and their ICRC checkers), slot memory, deparser,
 and the rest of the top (header store, dispatcher, emitter, FIFOs, TX arbiters). The engine's
 figure is the sum; every block is cached by its RTLIL digest (``~/.cache/netreduce/estimate``),
@@ -15,7 +17,8 @@ Engine sets (``--sets``):
   build) with 1 / 2 ports, on the VCU118's xcvu9p (``xcup``);
 * ``vcu108-1p`` / ``vcu108-2p``: the VCU108 build parameters
   (:data:`netreduce.hw.boards.project.BOARD_PARAMS`: 512 slots, max_world 32; the xcvu095 has no
-  URAM) on the xcvu095 (``xcu``).
+  URAM) on the xcvu095 (``xcu``);
+* ``ci-small``: the CI parameter set (64 bits, 1 port, 8 slots) on the xcvu9p.
 
 Usage::
 
@@ -49,6 +52,10 @@ SETS = {
     "default-2p": ("xcup", {"ports": 2}),
     "vcu108-1p": ("xcu", dict(BOARD_PARAMS["vcu108"], ports=1)),
     "vcu108-2p": ("xcu", dict(BOARD_PARAMS["vcu108"], ports=2)),
+    # the CI parameter set of tests/hw/test_boards_estimate.py (64 bits, 8 slots): minutes, not
+    # hours, so its per-block figures follow every design change
+    "ci-small": ("xcup", dict(data_width=64, ports=1, jobs=2, flows=8, slots=8, pmtu_max=256,
+                              max_world=4)),
 }
 DEFAULT_SETS = "default-1p,default-2p,vcu108-1p"
 # block label -> what it stands for in the logic-depth table
@@ -60,18 +67,32 @@ CRITICAL = {"slotmem": "slot memory pipeline (read-modify-write + forwarding)",
 COLUMNS = ("LUT", "FF", "CARRY", "DSP", "BRAM36", "URAM")
 
 
+# Logic-depth budget per register-to-register path (docs/engine.md, "Clock plan"): the core
+# runs at 250 MHz (4 ns): at most 8 LUT-class cells (LUT, MUXF7/8/9) and at most 8 CARRY8 more.
+CORE_MHZ = 250
+LUT_BUDGET = {250: 8, 322: 6}[CORE_MHZ]
+CARRY_BUDGET = 8
+
+
 def _brief(e: Estimate) -> dict:
-    return {"resources": {k: e.resources[k] for k in COLUMNS + ("LUTRAM", "SRL")},
-            "utilisation": e.utilisation, "logic_depth": e.logic_depth,
-            "yosys_seconds": e.seconds}
+    d = {"resources": {k: e.resources[k] for k in COLUMNS + ("LUTRAM", "SRL")},
+         "utilisation": e.utilisation, "logic_depth": e.logic_depth,
+         "lut_levels": e.lut_levels, "carry_levels": e.carry_levels, "carry_max": e.carry_max,
+         "yosys_seconds": e.seconds}
+    if e.lut_levels is not None:
+        d["within_budget"] = e.lut_levels <= LUT_BUDGET and e.carry_max <= CARRY_BUDGET
+        d["lut_path"] = e.lut_path
+    return d
 
 
 def run_set(name: str, out: Path, command: str, timeout: float) -> dict:
     family, params = SETS[name]
     cap = type(platform_for(BOARD[family])).capacity
-    p = dict(params, data_width=512)
+    p = dict({"data_width": 512}, **params)
     entry = {"set": name, "family": family, "device": cap.part, "params": p,
              "design_digest": design_digest(p), "command": command, "status": "partial",
+             "budget": {"core_mhz": CORE_MHZ, "lut_levels": LUT_BUDGET,
+                        "carry_levels": CARRY_BUDGET},
              "blocks": {}}
     t0 = time.monotonic()
 
@@ -80,7 +101,8 @@ def run_set(name: str, out: Path, command: str, timeout: float) -> dict:
             entry["blocks"][label] = _brief(r)
             print(f"  {name} {label:16s} LUT={r.resources['LUT']} FF={r.resources['FF']} "
                   f"BRAM36={r.resources['BRAM36']} URAM={r.resources['URAM']} "
-                  f"depth={r.logic_depth} ({r.seconds} s)", flush=True)
+                  f"depth={r.logic_depth} lut={r.lut_levels} carry={r.carry_levels}/"
+                  f"{r.carry_max} ({r.seconds} s)", flush=True)
         else:
             entry["blocks"][label] = {"error": r}
             print(f"  {name} {label:16s} ERROR {r[-200:]}", flush=True)
@@ -178,13 +200,21 @@ def markdown(doc: dict) -> str:
                                              else ""))
             status = f"{e['status']} ({len(done)} blocks done)"
         lines.append(f"| {name} | {e['device']} | {status} | " + " | ".join(cells) + " |")
-    lines += ["", "| block | " + " | ".join(SETS) + " |", "|---|" + "---:|" * len(SETS)]
-    for label, what in CRITICAL.items():
+    lines += ["", "ltp / LUT-class levels / CARRY8 on that path (budget at "
+              f"{CORE_MHZ} MHz: {LUT_BUDGET} LUT levels + {CARRY_BUDGET} CARRY8)", "",
+              "| block | " + " | ".join(SETS) + " |", "|---|" + "---:|" * len(SETS)]
+    labels = list(CRITICAL) + sorted({k for e in doc["engine"].values()
+                                      for k in e.get("blocks", {}) if k not in CRITICAL})
+    for label in labels:
         row = []
         for name in SETS:
             b = doc["engine"].get(name, {}).get("blocks", {}).get(label, {})
-            row.append(str(b.get("logic_depth", "")))
-        lines.append(f"| {label}: {what} | " + " | ".join(row) + " |")
+            cell = str(b.get("logic_depth", ""))
+            if b.get("lut_levels") is not None:
+                cell += f" / {b['lut_levels']} / {b['carry_levels']}"
+            row.append(cell)
+        what = CRITICAL.get(label, "")
+        lines.append(f"| {label}{': ' + what if what else ''} | " + " | ".join(row) + " |")
     return "\n".join(lines)
 
 

@@ -8,6 +8,7 @@
 #   this user constraint is read after it (same period), so the board fact is what is timed.
 # * MAC clocks (gt_txusrclk2, {{ mac_hz }} Hz): derived by Vivado from the reference clock through
 #   the transceiver; cdc.xdc refers to them through the CMAC instance's pin.
+# * core ({{ core_hz }} Hz): the core_clock MMCM's CLKOUT0, derived by Vivado from sys.
 {% for p in ports %}
 create_clock -period {{ '%.3f' % p.refclk_period_ns }} -name qsfp{{ p.cage }}_refclk [get_ports {{ p.refclk_port }}]
 {% endfor %}

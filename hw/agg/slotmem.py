@@ -56,7 +56,9 @@ Error behaviour (no memory change, reported, never a hang)
     the contribution is dropped. Either way the beat still produces its event, with the error
     bit set and no saturation flags, so the aggregator can count it.
 
-Memory contents are not reset: a slot's next generation starts with an ``overwrite`` contribution.
+Memory contents are not reset and have no initial value (the two copies are large RAMs of
+:mod:`netreduce.hw.rams`: ``ram_style`` attribute, no ``initial`` block, so they map to
+UltraRAM): a slot's next generation starts with an ``overwrite`` contribution.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
+from ..rams import large_ram_attrs
 from ..stream import beat_layout, check_data_width
 from .lanes import LANE_BITS, LaneALU, Op
 
@@ -195,8 +198,11 @@ class SlotMemory(wiring.Component):
         L = self.read_latency
         addr_bits = self.slot_bits + self.beat_bits
 
-        m.submodules.mem_rmw = mem_rmw = Memory(shape=self.width, depth=self.depth, init=[])
-        m.submodules.mem_res = mem_res = Memory(shape=self.width, depth=self.depth, init=[])
+        # large RAMs: ram_style attribute, no initial content (hw/rams.py)
+        m.submodules.mem_rmw = mem_rmw = Memory(shape=self.width, depth=self.depth, init=[],
+                                                attrs=large_ram_attrs())
+        m.submodules.mem_res = mem_res = Memory(shape=self.width, depth=self.depth, init=[],
+                                                attrs=large_ram_attrs())
         wr_rmw = mem_rmw.write_port()
         wr_res = mem_res.write_port()
         rd_rmw = mem_rmw.read_port()

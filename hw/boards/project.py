@@ -37,13 +37,16 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..rams import large_ram_style, omit_large_ram_init
+from ..verilog import native_conversion
 from .bringup import LoopbackCore
 from .cmac import validate_config
+from .coreclock import CORE_HZ
 from .platforms import NetReducePlatform
 from .shell import ENGINE_MODULE, TOP_NAME, BoardShell, EngineCore
 
 __all__ = ["BOARDS", "BOARD_PARAMS", "CORES", "make_core", "platform_for", "write_project",
-           "check_project", "engine_verilog_cached", "Project", "verilog_ports",
+           "check_project", "engine_verilog_cached", "board_ram_style", "Project", "verilog_ports",
            "verilog_instances", "xdc_object_refs"]
 
 BOARDS = ("vcu118", "vcu108")
@@ -107,7 +110,8 @@ def verilog_modules(text: str) -> dict[str, tuple[list[str], str]]:
         pos = m.start()
         end = text.find("\nendmodule", pos)
         body = text[m.end():end if end >= 0 else len(text)]
-        ports = [_clean(p.strip()) for p in m.group(2).split(",") if p.strip()]
+        # non-ANSI (``module m(a, b);``, Yosys) or ANSI (``input wire [7:0] a``, the AXI top)
+        ports = [_clean(p.split()[-1]) for p in m.group(2).split(",") if p.strip()]
         mods[_clean(m.group(1))] = (ports, body)
     return mods
 
@@ -212,7 +216,7 @@ def check_project(files: dict[str, str], ip: str, top: str = TOP_NAME) -> list[s
     # black boxes: instantiated, not defined, not a Xilinx primitive we know
     primitives = {"IBUFDS", "IBUF", "OBUF", "OBUFT", "IOBUF", "BUFG", "BUFGCE", "BUFGCTRL",
                   "FDPE", "FDCE", "FDRE", "FDSE", "IBUFDS_GTE4", "IBUFDS_GTE3", "STARTUPE3",
-                  "IDDRE1", "ODDRE1"}
+                  "IDDRE1", "ODDRE1", "MMCME4_BASE", "MMCME3_BASE"}
     # modules defined in the other Verilog files of the tree (the flow adds every .v file)
     defined_elsewhere: dict[str, list[str]] = {}
     for path, text in files.items():
@@ -293,7 +297,8 @@ def make_core(spec: str, ports: int, data_width: int = 512, board: str | None = 
     if spec in ("engine", "engine-inline"):
         if board is not None and board not in BOARD_PARAMS:
             raise ValueError(f"unknown board {board!r}; expected one of {BOARDS}")
-        params = BOARD_PARAMS.get(board, {})
+        # the core runs on the shell's core clock: GLOBAL.CLOCK_HZ tells the driver so
+        params = dict(BOARD_PARAMS.get(board, {}), clock_hz=int(CORE_HZ))
         return EngineCore(ports, params, data_width=data_width,
                           netlist="instance" if spec == "engine" else "inline")
     if spec == "loopback":
@@ -319,19 +324,24 @@ def make_core(spec: str, ports: int, data_width: int = 512, board: str | None = 
     return obj(**kw)
 
 
-def engine_verilog_cached(core: EngineCore) -> str:
-    """Verilog text of module ``netreduce_engine`` for ``core``'s parameters.
+def engine_verilog_cached(core: EngineCore, *, ram_style: str = "ultra", progress=None) -> str:
+    """Verilog text of module ``netreduce_engine`` for ``core``'s parameters, its large RAMs
+    for ``ram_style`` (:mod:`netreduce.hw.rams`: ``"ultra"`` or ``"block"``).
 
-    Cached in ``<cache>/engine-verilog/<digest>.v`` (:func:`netreduce.hw.estimate.cache_dir`),
-    keyed by the engine's source digest and parameters, so only the first build of a design
-    version pays the minutes of conversion."""
+    Cached in ``<cache>/engine-verilog/<digest>-<style>.v``
+    (:func:`netreduce.hw.estimate.cache_dir`), keyed by the engine's source digest and
+    parameters; ``progress(phase, text)`` reports the conversion (:func:`.verilog.to_verilog`)."""
     from ..engine import engine_verilog
     from ..estimate import cache_dir, design_digest
+    from ..rams import large_ram_style
 
-    path = cache_dir("engine-verilog") / f"{design_digest(core.params)}.v"
+    path = cache_dir("engine-verilog") / f"{design_digest(core.params)}-{ram_style}.v"
     if path.exists():
+        if progress is not None:
+            progress("engine", f"engine Verilog from the cache ({path})")
         return path.read_text()
-    text = engine_verilog(core.regmap, name=ENGINE_MODULE).verilog
+    with large_ram_style(ram_style):
+        text = engine_verilog(core.regmap, name=ENGINE_MODULE, progress=progress).verilog
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(text)
@@ -339,9 +349,14 @@ def engine_verilog_cached(core: EngineCore) -> str:
     return text
 
 
+def board_ram_style(platform: NetReducePlatform) -> str:
+    """``"ultra"`` for a device with UltraRAM (the large RAMs go there), else ``"block"``."""
+    return "ultra" if platform.capacity.uram else "block"
+
+
 def write_project(board: str, out_dir, *, ports=None, core=None, mgmt=None,
                   rs_fec: bool | None = None, cmac_site: dict[int, str] | None = None,
-                  clean: bool = False) -> Project:
+                  clean: bool = False, progress=None) -> Project:
     """Write the Vivado project tree of ``board`` to ``out_dir`` (see the module docstring).
 
     ``core``: a component, or a :func:`make_core` spec (default ``"engine"``: the engine with
@@ -363,10 +378,16 @@ def write_project(board: str, out_dir, *, ports=None, core=None, mgmt=None,
     except (TypeError, ValueError):
         core._MustUse__silence = True  # never elaborated because the shell refused it
         raise
+    style = board_ram_style(platform)
     if isinstance(core, EngineCore) and core.netlist == "instance":
-        platform.add_file(f"{ENGINE_MODULE}.v", engine_verilog_cached(core))
-    plan = platform.build(shell, name=TOP_NAME, do_build=False,
-                          script_after_read="source ip/create_ips.tcl")
+        platform.add_file(f"{ENGINE_MODULE}.v",
+                          engine_verilog_cached(core, ram_style=style, progress=progress))
+    if progress is not None:
+        progress("shell", f"elaborating and converting the {board} shell "
+                 f"({len(ports)} port(s)) and rendering the Vivado project")
+    with large_ram_style(style), omit_large_ram_init(), native_conversion():
+        plan = platform.build(shell, name=TOP_NAME, do_build=False,
+                              script_after_read="source ip/create_ips.tcl")
     files = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in plan.files.items()}
     problems = check_project(files, platform.cmac_ip)
     out = Path(out_dir)

@@ -9,31 +9,35 @@ behind that signature; :class:`.bringup.LoopbackCore` is the bring-up alternativ
 :class:`BoardShell` is the top-level elaboratable for a :class:`.platforms.NetReducePlatform`:
 
 * Clocks. ``sync``: the board's 125 MHz oscillator (the platform's default clock, gated by the
-  end of configuration, reset by the CPU reset button). ``mac<c>``: the 322.265625 MHz
-  ``gt_txusrclk2`` of the CMAC of cage ``c`` (its RX side is clocked by the same clock). The core
-  runs on ``mac<c0>``, the MAC clock of the first port in use (``core`` domain in the netlist):
-  that port needs no clock-domain crossing; every other port crosses into and out of the core
-  clock through an :class:`~amaranth.lib.fifo.AsyncFIFO` (its MAC clock is asynchronous: each
-  cage has its own reference clock).
+  end of configuration, reset by the CPU reset button). ``core``: 250 MHz from ``sync`` through
+  an MMCM (:class:`.coreclock.CoreClock`), the clock of the core and of the management master;
+  held in reset until the MMCM locks. ``mac<c>``: the 322.265625 MHz ``gt_txusrclk2`` of the
+  CMAC of cage ``c`` (its RX side is clocked by the same clock). Every port crosses into and out
+  of ``core`` through a :class:`.coreclock.PortCrossing` (an
+  :class:`~amaranth.lib.fifo.AsyncFIFO` each way): each cage has its own reference clock, so
+  the MAC clocks are asynchronous to each other and to ``core`` (clock plan and FIFO sizing:
+  docs/engine.md, "Clock plan").
 * Reset sequencing. ``sync`` reset (button or end of configuration) -> a 1024-cycle (8 us) hold of
   every CMAC's ``sys_reset`` -> each MAC releases its user side (``usr_tx_reset`` /
   ``usr_rx_reset``), which resets that port's ``mac<c>`` logic through a reset synchroniser ->
   once the RX is aligned (``stat_rx_aligned``) the MAC's transmitter is enabled (until then it
-  sends remote fault). The core (``core`` domain: the first port's MAC clock) is reset by the
-  board reset only, never by a MAC's user reset: jobs, flows and slots survive a MAC reset or a
-  link flap on any port, and a :class:`.linkgate.LinkGate` per port ends frames broken by the
-  flap and discards the core's frames to a port that is down (no backpressure from a dead link).
+  sends remote fault). The core's reset is its own (``core``: the board reset and the MMCM
+  lock), never a MAC's user reset: jobs, flows and slots survive a MAC reset or a link flap on
+  any port, and a :class:`.linkgate.LinkGate` per port (``core`` domain) ends frames broken by
+  the flap and discards the core's frames to a port that is down (no backpressure from a dead
+  link).
 * Per port: RX MAC -> dropping :class:`.framefifo.FrameFifo` (the MAC cannot wait: a frame that
   does not fit is dropped whole, and so is a frame the MAC flagged: bad FCS, longer than the
-  MAC's maximum packet length) -> [CDC] -> ``core.rx[i]``; ``core.tx[i]`` -> [CDC] ->
-  store-and-forward FrameFifo (the MAC must get every frame without gaps) -> TX MAC. A frame
-  starts towards the MAC only while its transmitter is enabled. Frame limits (``max_frame``,
-  FIFO depths, the MAC's maximum packet length) come from :func:`.limits.frame_limits` and are
-  checked to agree (:func:`.limits.check_limits`).
+  MAC's maximum packet length) -> CDC -> LinkGate -> ``core.rx[i]``; ``core.tx[i]`` ->
+  LinkGate -> CDC -> store-and-forward FrameFifo (the MAC must get every frame without gaps) ->
+  TX MAC. A frame starts towards the MAC only while its transmitter is enabled. Frame limits
+  (``max_frame``, FIFO depths: two largest frames, 512 beats for 9216 bytes; the MAC's maximum
+  packet length) come from :func:`.limits.frame_limits` and are checked to agree
+  (:func:`.limits.check_limits`).
 * QSFP sideband: ``ModSelL`` high (the shell does not use the module's I2C), ``ResetL`` low while
   the ``sync`` domain is in reset, ``LPMode`` low (high power).
 * Management: ``mgmt`` (optional) is a component with an ``m_axil`` AXI4-Lite master member; it
-  is put in the core clock domain and drives ``core.s_axil``. Without it (in-band management is
+  is put in the ``core`` domain and drives ``core.s_axil``. Without it (in-band management is
   another issue) the AXI-Lite bus is idle (no request is ever made).
 * LEDs: 0 heartbeat (``sync``), 1 core out of reset, then per port: RX aligned, sticky RX drop,
   sticky TX MAC error (over/underflow); LEDs beyond the board's count are left out.
@@ -55,17 +59,16 @@ from amaranth.hdl import (
     Module,
     ResetSignal,
     Signal,
-    Value,
 )
 from amaranth.lib import data, io, wiring
 from amaranth.lib.cdc import FFSynchronizer, PulseSynchronizer, ResetSynchronizer
-from amaranth.lib.fifo import AsyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from ..csr import AXI4LiteSignature
 from ..ports import SHELL_LAYOUT
-from ..stream import beat_layout, beat_signature
+from ..stream import beat_signature
 from .cmac import cmac_config, cmac_for, ip_tcl
+from .coreclock import CORE_HZ, CoreClock, PortCrossing
 from .framefifo import FrameFifo
 from .limits import check_limits, frame_limits
 from .linkgate import LinkGate
@@ -288,6 +291,11 @@ class BoardShell(Elaboratable):
         }
 
     # names shared by the elaborated netlist, the constraints and the IP Tcl
+    @property
+    def family(self) -> str:
+        """``xcup`` (UltraScale+, CMAC ``cmac_usplus``) or ``xcu`` (UltraScale)."""
+        return "xcup" if self.ip == "cmac_usplus" else "xcu"
+
     @staticmethod
     def ip_module(cage: int) -> str:
         return f"cmac_port{cage}"
@@ -314,10 +322,10 @@ class BoardShell(Elaboratable):
         return files
 
     @staticmethod
-    def _port_status(m, st, dom, core_dom, gate, rx_fifo, mac, aligned, c):
+    def _port_status(m, st, dom, core_dom, gate, rx_fifo, mac, c):
         """Drive one port's :data:`~netreduce.hw.ports.SHELL_LAYOUT` entry in the core domain:
-        levels through synchronisers, the RX FIFO's drop pulses through pulse synchronisers
-        (from another port's MAC clock; pulses closer than a few cycles may merge there)."""
+        levels through synchronisers, the RX FIFO's drop pulses (MAC clock) through pulse
+        synchronisers (pulses closer than a few cycles may merge there)."""
         m.d.comb += [st.link_up.eq(gate.up), st.rx_cut.eq(gate.rx_cut),
                      st.tx_drop_down.eq(gate.tx_drop)]
         m.submodules[f"rsfec_sync{c}"] = FFSynchronizer(mac.rsfec_lock, st.rsfec_lock,
@@ -325,12 +333,9 @@ class BoardShell(Elaboratable):
         m.submodules[f"paused_sync{c}"] = FFSynchronizer(mac.pause_req.any(), st.tx_paused,
                                                          o_domain=core_dom)
         for name, pulse in (("rx_errors", rx_fifo.drop_error), ("rx_drop_full", rx_fifo.drop)):
-            if dom == core_dom:
-                m.d.comb += getattr(st, name).eq(pulse)
-            else:
-                ps = PulseSynchronizer(i_domain=dom, o_domain=core_dom)
-                m.submodules[f"{name}_sync{c}"] = ps
-                m.d.comb += [ps.i.eq(pulse), getattr(st, name).eq(ps.o)]
+            ps = PulseSynchronizer(i_domain=dom, o_domain=core_dom)
+            m.submodules[f"{name}_sync{c}"] = ps
+            m.d.comb += [ps.i.eq(pulse), getattr(st, name).eq(ps.o)]
 
     def constraint_context(self) -> dict:
         """What the ``constraints/*.xdc`` templates are rendered with."""
@@ -356,6 +361,7 @@ class BoardShell(Elaboratable):
             "leds": [f"led_{i}__io" for i in range(min(nleds, self.led_count()))],
             "bitstream_props": list(p.bitstream_props),
             "mac_hz": CMAC_DATAPATH_HZ,
+            "core_hz": CORE_HZ,
         }
 
     def led_count(self) -> int:
@@ -382,13 +388,9 @@ class BoardShell(Elaboratable):
         heartbeat = Signal(27)
         m.d.sync += heartbeat.eq(heartbeat + 1)
 
-        # the core runs on the first port's MAC clock but has its own reset domain: the board
-        # reset (with the CMAC hold), never a MAC's user reset, so its jobs, flows and slots
-        # survive a MAC reset or link flap on any port (LinkGate keeps frames whole)
         core_dom = "core"
         m.domains += ClockDomain(core_dom)
-        m.d.comb += ClockSignal(core_dom).eq(ClockSignal(f"mac{self.ports[0]}"))
-        m.submodules.core_rst = ResetSynchronizer(cmac_sys_reset, domain=core_dom)
+        m.submodules.core_clock = CoreClock(self.family, out_hz=CORE_HZ, domain=core_dom)
         core = DomainRenamer(core_dom)(self.core)
         m.submodules.core = core
         if self.mgmt is not None:
@@ -406,7 +408,6 @@ class BoardShell(Elaboratable):
         m.submodules.core_running_sync = FFSynchronizer(~ResetSignal(core_dom), core_running)
         m.d.comb += leds[1].eq(core_running)
 
-        layout = beat_layout(DATA_WIDTH)
         for i, c in enumerate(self.ports):
             dom = f"mac{c}"
             m.domains += ClockDomain(dom)
@@ -450,40 +451,24 @@ class BoardShell(Elaboratable):
             with m.If(mac.tx.valid & mac.tx.ready):
                 m.d[dom] += tx_in_frame.eq(~mac.tx.payload.last)
 
+            xing = PortCrossing(DATA_WIDTH, mac_domain=dom, core_domain=core_dom,
+                                depth=self.cdc_depth)
+            m.submodules[f"cdc{c}"] = xing
+            wiring.connect(m, rx_fifo.o, xing.mac_rx)
+            wiring.connect(m, xing.mac_tx, tx_fifo.i)
+            # the core survives a flap: the gate keeps frames whole and drains a dead port
             gate = DomainRenamer(core_dom)(LinkGate(DATA_WIDTH))
             m.submodules[f"link_gate{c}"] = gate
             m.submodules[f"link_up{c}"] = FFSynchronizer(aligned, gate.up, o_domain=core_dom)
+            wiring.connect(m, xing.core_rx, gate.rx_i)
             wiring.connect(m, gate.rx_o, self.core.rx[i])
             wiring.connect(m, self.core.tx[i], gate.tx_i)
-            if i == 0:   # same clock as the core
-                wiring.connect(m, rx_fifo.o, gate.rx_i)
-                wiring.connect(m, gate.tx_o, tx_fifo.i)
-            else:
-                rx_cdc = AsyncFIFO(width=layout.size, depth=self.cdc_depth,
-                                   w_domain=dom, r_domain=core_dom)
-                tx_cdc = AsyncFIFO(width=layout.size, depth=self.cdc_depth,
-                                   w_domain=core_dom, r_domain=dom)
-                m.submodules[f"rx_cdc{c}"] = rx_cdc
-                m.submodules[f"tx_cdc{c}"] = tx_cdc
-                m.d.comb += [
-                    rx_cdc.w_data.eq(Value.cast(rx_fifo.o.payload)),
-                    rx_cdc.w_en.eq(rx_fifo.o.valid),
-                    rx_fifo.o.ready.eq(rx_cdc.w_rdy),
-                    gate.rx_i.payload.eq(layout(rx_cdc.r_data)),
-                    gate.rx_i.valid.eq(rx_cdc.r_rdy),
-                    rx_cdc.r_en.eq(gate.rx_i.ready),
-                    tx_cdc.w_data.eq(Value.cast(gate.tx_o.payload)),
-                    tx_cdc.w_en.eq(gate.tx_o.valid),
-                    gate.tx_o.ready.eq(tx_cdc.w_rdy),
-                    tx_fifo.i.payload.eq(layout(tx_cdc.r_data)),
-                    tx_fifo.i.valid.eq(tx_cdc.r_rdy),
-                    tx_cdc.r_en.eq(tx_fifo.i.ready),
-                ]
+            wiring.connect(m, gate.tx_o, xing.core_tx)
 
             # link status and drop strobes for the engine's PORT registers (netreduce.hw.ports)
             st = getattr(self.core, "shell", None)
             if st is not None:
-                self._port_status(m, st[i], dom, core_dom, gate, rx_fifo, mac, aligned, c)
+                self._port_status(m, st[i], dom, core_dom, gate, rx_fifo, mac, c)
 
             # status LEDs (sync domain)
             base = 2 + 3 * i

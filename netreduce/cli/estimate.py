@@ -65,7 +65,8 @@ def estimate(designs, family, data_width, ports, slots, pmtu_max, jobs, flows, m
                 con.print(f"  {name}/{label}: [red]failed[/red]")
             else:
                 con.print(f"  {name}/{label}: LUT {r.resources['LUT']:g}, depth "
-                          f"{r.logic_depth} ({r.seconds:.0f} s)")
+                          f"{r.logic_depth}, LUT levels {r.lut_levels} + CARRY8 "
+                          f"{r.carry_levels} ({r.seconds:.0f} s)")
         try:
             total, blocks = estimate_design(name, family=family, capacity=cap,
                                             timeout=timeout, progress=progress, **params)
@@ -81,6 +82,8 @@ def estimate(designs, family, data_width, ports, slots, pmtu_max, jobs, flows, m
     for col in ("LUT", "FF", "CARRY", "DSP", "BRAM36", "URAM"):
         t.add_column(col, justify="right")
     t.add_column("depth", justify="right")
+    t.add_column("LUT lv", justify="right")
+    t.add_column("carry", justify="right")
     t.add_column("s", justify="right")
     for e in results:
         row = [e.design]
@@ -89,12 +92,14 @@ def estimate(designs, family, data_width, ports, slots, pmtu_max, jobs, flows, m
             pct = e.utilisation.get(col)
             used_s = f"{used:g}"
             row.append(used_s if pct is None else f"{used_s} ({pct:.2f}%)")
-        row += [str(e.logic_depth), f"{e.seconds:.0f}"]
+        row += [str(e.logic_depth), str(e.lut_levels), str(e.carry_levels), f"{e.seconds:.0f}"]
         t.add_row(*row)
     t.add_row("device", *[f"{v:,}" for v in (cap.lut, cap.ff, cap.carry8, cap.dsp, cap.bram36,
-                                             cap.uram)], "", "")
+                                             cap.uram)], "", "", "", "")
     con.print(t)
     con.print(f"{results[0].yosys}; depth = logic cells on the longest register-to-register "
-              f"path. Vivado's figures will differ; Fmax needs Vivado.")
+              "path; LUT lv = LUT/MUXF cells on the worst path, carry = CARRY8 on it (budget at "
+              "the 250 MHz core clock: 8 + 8, docs/engine.md). Vivado's figures will differ; "
+              "Fmax needs Vivado.")
     write_json(results, json_path, command="netreduce estimate " + " ".join(sys.argv[2:]))
     con.print(f"JSON: {json_path}")

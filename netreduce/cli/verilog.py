@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from netreduce.cli._console import console
+from netreduce.cli._console import console, phases
 from netreduce.regmap import DEFAULT_PARAMS, PMTU_VALUES, build_regmap
 
 
@@ -44,23 +44,31 @@ def _positive(name):
               callback=_positive("--max-world"), help="Largest world size N.")
 @click.option("--max-frame", type=int, default=None,
               help="Largest frame kept whole, bytes (default 9216).")
+@click.option("--clock-hz", type=int, default=DEFAULT_PARAMS["clock_hz"], show_default=True,
+              callback=_positive("--clock-hz"),
+              help="Core clock the design will run at (GLOBAL.CLOCK_HZ; the boards' shell runs "
+                   "the core at 250000000).")
 @click.option("--name", default="netreduce_engine", show_default=True, help="Top module name.")
 @click.option("-o", "--out", "out", required=True, type=click.Path(dir_okay=False),
               help="Verilog file to write.")
 @click.option("--info", "info", type=click.Path(dir_okay=False), default=None,
               help="Also write the JSON port map here.")
-def verilog(ports, jobs, flows, slots, pmtu, width, max_world, max_frame, name, out, info):
+def verilog(ports, jobs, flows, slots, pmtu, width, max_world, max_frame, clock_hz, name, out,
+            info):
     """Write the engine top (board-agnostic core) as Verilog."""
     from netreduce.hw.engine import DEFAULT_MAX_FRAME, engine_verilog
+    from netreduce.hw.verilog import ConversionError
 
     try:
         rm = build_regmap(ports=ports, jobs=jobs, flows=flows, slots=slots, pmtu_max=int(pmtu),
-                          data_width=int(width), max_world=max_world)
-        with console().status("elaborating and converting (1-3 minutes at 512 bits)"):
-            top = engine_verilog(rm, out, name=name,
+                          data_width=int(width), max_world=max_world, clock_hz=clock_hz)
+        with phases(console()) as progress:
+            top = engine_verilog(rm, out, name=name, progress=progress,
                                  max_frame=max_frame if max_frame else DEFAULT_MAX_FRAME)
     except (ValueError, TypeError) as e:
         raise click.UsageError(str(e)) from None
+    except ConversionError as e:
+        raise click.ClickException(str(e)) from None
     except OSError as e:
         raise click.ClickException(f"cannot write {out}: {e.strerror}") from None
     if info:

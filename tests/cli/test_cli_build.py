@@ -107,7 +107,7 @@ def test_build_default_core_is_the_engine(tmp_path, monkeypatch):
     stubbed here: converting the 512-bit engine takes minutes)."""
     import netreduce.hw.boards.project as project
 
-    def stub(core):
+    def stub(core, **kw):
         ports = core.instance_ports()
         return (f"module netreduce_engine({', '.join(ports)});\n"
                 + "".join(f"  input {p};\n" for p in ports) + "endmodule\n")

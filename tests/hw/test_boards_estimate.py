@@ -17,6 +17,7 @@ from netreduce.hw.estimate import (
     make_design,
     parse_ltp,
     parse_stat,
+    path_levels,
 )
 
 STAT_023 = """
@@ -77,6 +78,44 @@ def test_parse_ltp():
     assert parse_ltp(text) == 7
     with pytest.raises(ValueError):
         parse_ltp("")
+
+
+def _cell(t, ins, outs):
+    dirs = {**{p: "input" for p in ins}, **{p: "output" for p in outs}}
+    return {"type": t, "port_directions": dirs, "connections": {**ins, **outs}}
+
+
+def test_path_levels_counts_lut_class_and_carry_cells_of_one_path():
+    """FF -> LUT6 -> CARRY4 x3 -> LUT2 -> INV -> MUXF7 -> LUT3 -> FF, and a parallel path of 4 LUTs
+    from the same FF: lut_levels is the longest LUT-class count, carry cells in CARRY8 units."""
+    cells = {
+        "ff0": _cell("FDRE", {"D": [100]}, {"Q": [1]}),
+        "l0": _cell("LUT6", {"I0": [1]}, {"O": [2]}),
+        "c0": _cell("CARRY4", {"S": [2, 2, 2, 2], "CI": ["0"]}, {"CO": [3, 4, 5, 6]}),
+        "c1": _cell("CARRY4", {"S": [2, 2, 2, 2], "CI": [6]}, {"CO": [7, 8, 9, 10]}),
+        "c2": _cell("CARRY4", {"S": [2, 2, 2, 2], "CI": [10]}, {"CO": [11, 12, 13, 14]}),
+        "l1": _cell("LUT2", {"I0": [14], "I1": [1]}, {"O": [15]}),
+        "i0": _cell("INV", {"I": [15]}, {"O": [16]}),
+        "m0": _cell("MUXF7", {"I0": [16], "I1": [1], "S": [1]}, {"O": [19]}),
+        "l2": _cell("LUT3", {"I0": [19]}, {"O": [17]}),
+        "ff1": _cell("FDRE", {"D": [17]}, {"Q": [18]}),
+        "a": _cell("LUT1", {"I0": [1]}, {"O": [20]}),
+        "b": _cell("LUT1", {"I0": [20]}, {"O": [21]}),
+        "c": _cell("LUT1", {"I0": [21]}, {"O": [22]}),
+        "d": _cell("LUT1", {"I0": [22]}, {"O": [23]}),
+        "ff2": _cell("FDRE", {"D": [23]}, {"Q": [24]}),
+    }
+    lv = path_levels({"modules": {"top": {"cells": cells}}}, "top")
+    assert lv["lut_levels"] == 4 and lv["carry_max"] == 2   # 3 CARRY4 = 2 CARRY8 (rounded up)
+    # the tie between the two 4-LUT paths goes to the one with more carry cells
+    assert lv["carry_levels"] == 2
+    assert lv["lut_path"] == ["LUT6", "CARRY4", "CARRY4", "CARRY4", "LUT2", "INV", "MUXF7", "LUT3"]
+    cells["loop"] = _cell("LUT2", {"I0": [30]}, {"O": [30]})    # a self-loop is ignored
+    assert path_levels({"modules": {"top": {"cells": cells}}}, "top")["lut_levels"] == 4
+    cells["x"] = _cell("LUT2", {"I0": [41]}, {"O": [40]})
+    cells["y"] = _cell("LUT2", {"I0": [40]}, {"O": [41]})
+    with pytest.raises(ValueError, match="combinational loop"):
+        path_levels({"modules": {"top": {"cells": cells}}}, "top")
 
 
 def test_make_design_errors():
@@ -229,6 +268,12 @@ def test_ci_engine_estimate_small(small_core):
     for k in ("LUT", "FF", "CARRY", "BRAM36", "URAM"):
         assert total.resources[k] == pytest.approx(sum(b.resources[k] for b in blocks.values()))
     assert total.logic_depth == max(b.logic_depth for b in blocks.values())
+    for label, b in blocks.items():
+        # LUT-class and carry levels are parts of one path that ltp also counts
+        assert 1 <= b.lut_levels <= b.logic_depth, label
+        assert 0 <= b.carry_levels <= b.carry_max, label
+        assert len(b.lut_path) >= b.lut_levels, label
+    assert total.lut_levels == max(b.lut_levels for b in blocks.values())
     assert 0 < total.utilisation["LUT"] < 5
     assert total.params["design_digest"] and total.params["ports"] == 1
     # no black box of another block is counted as a cell

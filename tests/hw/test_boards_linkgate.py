@@ -90,6 +90,7 @@ def test_shell_core_reset_is_the_board_reset_not_a_mac_reset():
     from amaranth.hdl import Fragment
     from amaranth.lib.cdc import ResetSynchronizer
     from netreduce.hw.boards.bringup import LoopbackCore
+    from netreduce.hw.boards.coreclock import CoreClock
     from netreduce.hw.boards.shell import BoardShell
     from netreduce.hw.boards.vcu118 import VCU118Platform
 
@@ -99,9 +100,12 @@ def test_shell_core_reset_is_the_board_reset_not_a_mac_reset():
     shell._MustUse__silence = True   # elaborated by hand below
     m = shell.elaborate(plat)
     subs = {k: v[0] for k, v in m._named_submodules.items()}
-    rst = subs["core_rst"]
-    assert isinstance(rst, ResetSynchronizer) and rst._domain == "core"
-    macs = [subs[f"mac{c}"] for c in (0, 1)]
-    assert all(rst.arst is not mac.mac_reset for mac in macs)
-    assert all(isinstance(subs[f"link_gate{c}"], type(subs["link_gate0"])) for c in (0, 1))
+    # the core domain's clock and reset come from the MMCM (board reset, lock), and every MAC
+    # reset synchroniser resets its own MAC domain only
+    assert isinstance(subs["core_clock"], CoreClock) and subs["core_clock"].domain == "core"
+    for c in (0, 1):
+        rst = subs[f"mac{c}_rst"]
+        assert isinstance(rst, ResetSynchronizer) and rst._domain == f"mac{c}"
+        assert rst.arst is subs[f"mac{c}"].mac_reset
+        assert f"link_gate{c}" in subs and f"link_up{c}" in subs   # a LinkGate per port
     Fragment.get(m, plat)   # elaborates the rest (the whole shell builds)

@@ -199,7 +199,7 @@ def stub_engine(monkeypatch):
     import netreduce.hw.boards.project as project
     drop = []
     monkeypatch.setattr(project, "engine_verilog_cached",
-                        lambda core: _stub_engine_verilog(core, drop))
+                        lambda core, **kw: _stub_engine_verilog(core, drop))
     return drop
 
 

@@ -73,9 +73,9 @@ def by_flow(frames):
     return out
 
 
-def run_rtl(sc: Scenario, *, gap=0.0, stall=0.0, seed=0, max_cycles=200_000):
+def run_rtl(sc: Scenario, *, gap=0.0, stall=0.0, seed=0, max_cycles=200_000, read_latency=2):
     rm = build_regmap(**sc.params)
-    dut = NetReduceEngine(rm, max_frame=512)
+    dut = NetReduceEngine(rm, max_frame=512, read_latency=read_latency)
     P = sc.params["ports"]
     got: list = []
     regs: dict = {}
@@ -209,8 +209,8 @@ def test_one_job_results():
     assert len(got) == 9
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_mixed_rules(seed):
+@pytest.mark.parametrize("seed,read_latency", [(0, 2), (1, 2), (0, 8)])
+def test_mixed_rules(seed, read_latency):
     """Duplicates, re-emit after ACKs, behind-window probe, CE -> CNP, mismatch, unregistered,
     bad ICRC and non-RoCE frames, with input gaps and output stalls."""
     rng = random.Random(seed)
@@ -236,7 +236,9 @@ def test_mixed_rules(seed):
     bad[-1] ^= 1                                                 # bad ICRC: dropped
     sc.frame(bytes(bad))
     sc.frame(bytes(range(60)))                                   # not RoCE: forwarded
-    check(sc, gap=0.2, stall=0.3, seed=seed)
+    # read_latency 8: a slot memory pipelined for a cascaded UltraRAM matrix (docs/engine.md,
+    # "Memories") stays byte-exact with the model
+    check(sc, gap=0.2, stall=0.3, seed=seed, read_latency=read_latency)
     assert sc.eng.counters()["saturations"] > 0
 
 
