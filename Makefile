@@ -10,12 +10,13 @@ JOBS   ?= auto
 export OBJCACHE := $(shell command -v ccache >/dev/null 2>&1 && echo ccache)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: all demo test lint bench venv clean help
+.PHONY: all demo test test-quick lint bench venv clean help
 all: help
 
 help:
 	@echo "make demo   run the NetReduce demo (sets up .venv on first use)"
-	@echo "make test   ruff + the whole pytest suite"
+	@echo "make test   ruff + the whole pytest suite (what CI runs)"
+	@echo "make test-quick  ruff + the suite without RTL, VM-lab and slow tests (a few minutes)"
 	@echo "make bench  run every bench/*.py (JSON in bench/results/)"
 
 $(STAMP): pyproject.toml
@@ -36,6 +37,10 @@ lint: $(STAMP)
 
 test: $(STAMP) lint
 	$(PY) -m pytest -n $(JOBS) --dist loadgroup -q tests
+
+# The edit-test loop: everything but the tests marked rtl, vmlab or slow (tests/conftest.py).
+test-quick: $(STAMP) lint
+	$(PY) -m pytest -n $(JOBS) --dist loadgroup -q -m "not rtl and not vmlab and not slow" tests
 
 bench: $(STAMP)
 	@set -e; for b in bench/*.py; do echo "== $$b"; $(PY) $$b; done

@@ -1,4 +1,5 @@
-"""Goodput per engine port versus PMTU and N against the ROCE.md wire limit (``netreduce sim``).
+"""Goodput per engine port versus PMTU and N against the docs/roce.md wire limit (``netreduce
+sim``).
 
 Each point is one ``run_sim`` (the ``netreduce sim`` engine): N software RC endpoints (rxe
 behaviour), one 100 Gb/s link per worker and direction (82 bytes per-frame overhead), 500 ns

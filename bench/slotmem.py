@@ -52,7 +52,7 @@ PARAM_SETS = {
     # netreduce.regmap DEFAULT_PARAMS asks for 4096 slots: 16 MiB logical, 32 MiB physical.
     "slots4096": dict(width=512, slots=4096, pmtu_max=4096, read_latency=2),
 }
-# Block RAM of the two boards (DESIGN.md section 8), to say whether a run fits.
+# Block RAM of the two boards (docs/design.md section 8), to say whether a run fits.
 DEVICES = {"xcvu9p": {"BRAM36": 2160, "URAM": 960}, "xcvu095": {"BRAM36": 1728, "URAM": 0}}
 VARIANTS = {"bram": "", "uram": " -uram"}
 

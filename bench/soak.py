@@ -1,6 +1,5 @@
 """Long soak of the engine: seeded scenarios (netreduce.sim.verif.soak) until a time budget runs
-out,
-in parallel worker processes, on the reference model or on the engine RTL (Verilator). Writes
+out, in parallel worker processes, on the reference model or on the engine RTL (Verilator). Writes
 bench/results/soak.json: per scenario the outcome and figures, totals, every violation (with the
 seed that reproduces it), and the command. The model run is the file's top level; an RTL run is
 stored under the key "verilator" (each run keeps the other's figures).

@@ -96,7 +96,7 @@ def measure(racks: int, per_rack: int, size: int, pmtu: int = 1024, seed: int = 
     out["hier_ring_us"] = (t_intra + t_inter) / 1000
     out["hier_intra_us"], out["hier_inter_us"] = t_intra / 1000, t_inter / 1000
     # the physics bound: every rank sends S and receives S through its 100G link
-    wire = (size + -(-size // pmtu) * 82) * 8 / cfg.link_gbps  # ns, one link, ROCE.md overhead
+    wire = (size + -(-size // pmtu) * 82) * 8 / cfg.link_gbps  # ns, one link, docs/roce.md overhead
     out["wire_bound_us"] = wire / 1000
     out["wall_s"] = round(time.perf_counter() - t, 1)
     return out

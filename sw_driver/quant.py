@@ -1,4 +1,4 @@
-"""float32 <-> int32 fixed point with one power-of-two scale per chunk (DESIGN 5).
+"""float32 <-> int32 fixed point with one power-of-two scale per chunk (docs/design.md section 5).
 
 The engine adds int32 lanes. A float32 gradient is sent as ``q = rint(x * 2^e)`` with one exponent
 ``e`` per chunk of ``chunk`` elements, the same on every rank, chosen so that

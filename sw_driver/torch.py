@@ -3,7 +3,7 @@
 Install with the ``[torch]`` extra. One process per rank (torchrun); a gloo process group is used
 for the rendezvous and for exchanging QP/buffer information only (:func:`init` all-gathers a few
 small dicts), never for gradients: every gradient byte crosses the engine in the switch service,
-inside the ranks' RoCEv2 RC connections (:class:`~netreduce.sim.emu.tunnel.RankComm`).
+inside the ranks' RoCEv2 RC connections (:class:`~netreduce.sim.emu.rank.RankComm`).
 
 Usage (every rank)::
 
@@ -25,7 +25,7 @@ chunk (a chunk is one message, 16384 elements by default).
 
 Errors: a failed all-reduce (peer died, switch gone, timeout) is set on the returned future, so
 DDP raises it from ``backward()``; the message names the rank and why (see
-:class:`~netreduce.sim.emu.tunnel.CollectiveError`). The communicator is broken afterwards.
+:class:`~netreduce.sim.emu.rank.CollectiveError`). The communicator is broken afterwards.
 """
 
 # No ``from __future__ import annotations`` here: DDP checks the hook's return annotation at
@@ -33,7 +33,7 @@ DDP raises it from ``backward()``; the message names the rank and why (see
 import numpy as np
 import torch
 import torch.distributed as dist
-from netreduce.sim.emu.tunnel import CollectiveError, RankComm, RankCommConfig
+from netreduce.sim.emu.rank import CollectiveError, RankComm, RankCommConfig
 
 __all__ = ["init", "get_comm", "allreduce", "allreduce_hook", "shutdown", "CollectiveError",
            "RankCommConfig"]

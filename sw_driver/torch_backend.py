@@ -9,7 +9,7 @@ Importing this module registers the backend (:func:`register`, idempotent) for t
     DistributedDataParallel(model)                               # no hook needed
 
 Every ``all_reduce`` crosses the engine in the switch service (``netreduce switch``) inside the
-ranks' RoCEv2 RC connections (:class:`~netreduce.sim.emu.tunnel.RankComm`); the other
+ranks' RoCEv2 RC connections (:class:`~netreduce.sim.emu.rank.RankComm`); the other
 collectives (broadcast, all_gather, all_gather_into_tensor, gather, scatter, reduce,
 reduce_scatter, reduce_scatter_tensor, all_to_all, all_to_all_single, send, recv, barrier) are
 delegated to a gloo process group built on the same store. Engine all-reduces run in order on one
@@ -70,13 +70,8 @@ from datetime import timedelta
 import numpy as np
 import torch
 import torch.distributed as dist
-from netreduce.sim.emu.tunnel import (
-    CollectiveError,
-    RankComm,
-    RankCommConfig,
-    Tunnel,
-    TunnelClosed,
-)
+from netreduce.sim.emu.rank import CollectiveError, RankComm, RankCommConfig
+from netreduce.sim.emu.tunnel import Tunnel, TunnelClosed
 from torch._C._distributed_c10d import ProcessGroupGloo, Work
 
 __all__ = ["BACKEND", "Options", "ProcessGroupNetReduce", "register", "host_groups",

@@ -1,6 +1,7 @@
-"""Verbs backend: the driver's all-reduce over a real RNIC through pyverbs (DESIGN 2, 5).
+"""Verbs backend: the driver's all-reduce over a real RNIC through pyverbs (docs/design.md section
+2, 5).
 
-Same collective as :class:`netreduce.sim.emu.tunnel.RankComm` (one rank per process, an
+Same collective as :class:`netreduce.sim.emu.rank.RankComm` (one rank per process, an
 injected ``exchange`` all-gather for rendezvous), but the RC connections are the kernel's: Linux
 soft-RoCE (rdma_rxe) in the VM lab, or any RoCEv2 RNIC.
 
@@ -51,7 +52,7 @@ import numpy as np
 
 from . import quant
 from .control import EngineControl, FlowConfig, JobConfig, Op
-from .credits import check_ring_knobs
+from .credits import Credits, check_ring_knobs
 
 __all__ = ["VerbsError", "VerbsUnavailable", "VerbsConfig", "VerbsDevice", "VerbsComm",
            "RawLink", "FileExchange", "rxe_counters", "WC_STATUS"]
@@ -332,8 +333,7 @@ class _Ring:
         rng = np.random.default_rng()
         self.sq_psn, self.rq_psn = (int(x) for x in rng.integers(0, PSN_MOD, 2))
         # progress in engine indices (packets) and messages, cumulative over calls
-        self.pk_posted = 0  # packets of the messages posted
-        self.pk_recvd = 0  # packets of the messages whose results arrived
+        self.credits = Credits(window, margin, comm.cfg.pmtu)
         self.msg_recvd = 0
         self.msg_acked = 0
         self.peer = "?"
@@ -408,10 +408,9 @@ class _Ring:
             raise ValueError(f"{n} bytes exceed the ring's {self.max_bytes}")
         mb = self.msg_packets * cfg.pmtu
         msgs = [(o, min(mb, n - o)) for o in range(0, n, mb)] or [(0, 0)]
-        npk = [max(1, -(-ln // cfg.pmtu)) for _, ln in msgs]
         self.sbuf[:n] = data
-        base_pk, base_msg = self.pk_posted, self.msg_recvd
-        ends = np.cumsum(npk).tolist()
+        base_msg = self.msg_recvd
+        credits = self.credits
         # every message needs a receive WR (WRITE WITH_IMM consumes one); post them all first
         for m in range(len(msgs)):
             sge = pv["SGE"](self.dmr.buf, 4, self.dmr.lkey)
@@ -423,8 +422,7 @@ class _Ring:
         posted = recvd = acked = 0
         last = time.monotonic()
         while recvd < len(msgs) or acked < len(msgs):
-            limit = self.pk_recvd + self.window - self.margin
-            while posted < len(msgs) and base_pk + ends[posted] <= limit:
+            while posted < len(msgs) and credits.fits(msgs[posted][1]):
                 off, ln = msgs[posted]
                 sge = pv["SGE"](self.smr.buf + off, ln, self.smr.lkey)
                 wr = pv["SendWR"](wr_id=posted, opcode=e.IBV_WR_RDMA_WRITE_WITH_IMM,
@@ -438,8 +436,8 @@ class _Ring:
                     raise VerbsError(self._where(self.sq, f"post_send of message {posted} "
                                                  f"(offset {off}, {ln} bytes)") + f": {ex}") \
                         from ex
+                credits.post(ln)
                 posted += 1
-            self.pk_posted = base_pk + (ends[posted - 1] if posted else 0)
             k, wcs = self.cq.poll(64)
             if not k:
                 if time.monotonic() - last > cfg.op_timeout_s:
@@ -471,7 +469,7 @@ class _Ring:
                                          f": immediate {imm}, expected {want} (out of order)")
                     recvd += 1
                     self.msg_recvd += 1
-                    self.pk_recvd = base_pk + ends[recvd - 1]
+                    credits.received()
         return self.rbuf[:n].copy()
 
     def _where(self, qp, wr: str) -> str:

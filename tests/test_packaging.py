@@ -21,9 +21,11 @@ ROOTS = {"netreduce": "netreduce", "hw": "netreduce.hw", "sim": "netreduce.sim",
          "sw_driver": "netreduce.sw_driver"}
 STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 # The host-side modules allowed above sw_driver: the PyTorch binding and backend run their ranks
-# on the software RNIC through the switch service (netreduce.sim.emu.tunnel.RankComm).
-SW_DRIVER_USES_SIM = {"netreduce.sw_driver.torch": {"netreduce.sim.emu.tunnel"},
-                      "netreduce.sw_driver.torch_backend": {"netreduce.sim.emu.tunnel"}}
+# on the software RNIC through the switch service (netreduce.sim.emu.rank.RankComm over
+# netreduce.sim.emu.tunnel).
+SW_DRIVER_USES_SIM = {"netreduce.sw_driver.torch": {"netreduce.sim.emu.rank"},
+                      "netreduce.sw_driver.torch_backend": {"netreduce.sim.emu.rank",
+                                                            "netreduce.sim.emu.tunnel"}}
 
 
 def _dotted(folder: Path) -> str:

@@ -1,2 +1,2 @@
 """Aggregation gateware: lane ALU, slot memory (read-modify-write), and later slot state,
-release, emitter, ack monitor and CNP generator (DESIGN.md section 6)."""
+release, emitter, ack monitor and CNP generator (docs/design.md section 6)."""

@@ -1,11 +1,11 @@
 """Flow table: the engine's latched copy of the registered flows and its parallel key lookup.
 
-Each of the ``flows`` entries holds what DESIGN section 3 registers per rank: the forward key
-(source IPv4, DestQP) of rank r's data, the reverse key (source IPv4 of the successor, DestQP of
+Each of the ``flows`` entries holds what docs/design.md section 3 registers per rank: the forward
+key (source IPv4, DestQP) of rank r's data, the reverse key (source IPv4 of the successor, DestQP of
 r's QP) of its ACK/NAK/CNP traffic, the job, the rank and the start PSN S_r. The register bank's
 FLOW table is the live, bus-written configuration; this table holds the copy latched when the
-entry's job was enabled (model decision D9), so bus writes to a running job's flows take effect
-only at the next enable.
+entry's job was enabled (model decision D9), so bus writes to a running job's flows take effect only
+at the next enable.
 
 Entry states: *free*, *pending* (latched by the enable sequencer, not yet visible to lookups) and
 *live* (bound to a running job: lookups hit it). Pending and live entries both take part in the

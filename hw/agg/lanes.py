@@ -4,7 +4,7 @@ A beat of ``width`` bits is ``width // 32`` int32 lanes in host memory order: la
 ``4i .. 4i+3`` of the beat with byte ``4i`` the least significant (little-endian), and beat byte
 ``k`` is ``data[8k : 8k+8]`` (AXI-Stream byte order), so lane ``i`` is ``data[32i : 32i+32]``.
 
-Operations (DESIGN.md section 4, "Arithmetic"), per lane, ``acc`` = stored value, ``contrib`` =
+Operations (docs/design.md section 4, "Arithmetic"), per lane, ``acc`` = stored value, ``contrib`` =
 incoming value, both signed int32:
 
 * ``SUM_WRAP``: ``(acc + contrib) mod 2**32`` (two's complement wrap-around).

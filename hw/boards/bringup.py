@@ -2,8 +2,8 @@
 
 :class:`LoopbackCore` has exactly the core interface the shell expects
 (:func:`.shell.core_signature`), so a board build can be made, timed and brought up before the
-engine top exists, and the engine top (DESIGN section 6, another issue) replaces it with no change
-to the shell: ``BoardShell(platform, core=EngineTop(...))``.
+engine top exists, and the engine top (docs/design.md section 6, another issue) replaces it with no
+change to the shell: ``BoardShell(platform, core=EngineTop(...))``.
 
 Contract: ``tx[i]`` carries exactly the frames of ``rx[i]``, beat for beat (``ready`` and
 ``valid`` pass straight through: zero latency, backpressure from ``tx`` reaches ``rx``).

@@ -20,7 +20,7 @@ __all__ = ["QsfpCage", "DeviceCapacity", "NetReducePlatform", "CMAC_DATAPATH_HZ"
 
 # The CMAC's user clock (gt_txusrclk2) for 100GBASE-R over CAUI-4 (4 x 25.78125 Gb/s): the lane
 # rate over the GT's 80-bit interface, 25.78125 GHz / 80. At 512 bits per cycle it carries 165 Gb/s,
-# so a 100 Gb/s stream leaves idle cycles (DESIGN section 6).
+# so a 100 Gb/s stream leaves idle cycles (docs/design.md section 6).
 CMAC_DATAPATH_HZ = 322_265_625
 
 

@@ -1,6 +1,6 @@
 """Board shell: the board-agnostic core between the QSFP28 100G MACs of a board.
 
-The core (DESIGN section 6) is any ``wiring.Component`` with the signature of
+The core (docs/design.md section 6) is any ``wiring.Component`` with the signature of
 :func:`core_signature`: ``P`` beat-stream port pairs (``rx[i]`` In, ``tx[i]`` Out, 512-bit beats of
 :func:`netreduce.hw.stream.beat_layout`) and one AXI4-Lite slave ``s_axil``, all in its ``sync``
 domain. :class:`EngineCore` puts the engine top (:class:`netreduce.hw.engine.NetReduceEngine`)

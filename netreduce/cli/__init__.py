@@ -1,4 +1,4 @@
-"""The ``netreduce`` command line: glue only (DESIGN section 9).
+"""The ``netreduce`` command line: glue only (docs/design.md section 9).
 
 Each subcommand lives in its own module and is imported only when it runs, so ``--help`` stays fast
 and a command's heavy imports (Amaranth, cocotb) never slow the others down.

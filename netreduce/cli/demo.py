@@ -258,16 +258,18 @@ def _fallback(con, why: str) -> None:
 def _rtl_fabric(con, workers: int, pmtu: int, seed: int, net, overrides: dict):
     """The RTL fabric of the demo, building the engine first if needed (announced: it takes
     minutes once); None after a one-line message when Verilator cannot be used."""
-    from netreduce.sim.net.simrun import BackendUnavailable, Capture, SimConfig
-    from netreduce.sim.rtl import fabric as rtl
+    from netreduce.sim.backend import BackendUnavailable, probe_backend
+    from netreduce.sim.net.simrun import Capture, SimConfig
+    from netreduce.sim.rtl import backend as rtl
     from netreduce.sim.rtl import fastsim
+    from netreduce.sim.rtl.fabric import make_rtl_backend
 
-    reason = fastsim.verilator_missing()
+    reason = rtl.simulator_missing("verilator")
     if reason:
         _fallback(con, reason)
         return None
     try:
-        rtl.probe_rtl("verilator")
+        probe_backend("verilator")
     except BackendUnavailable as e:
         _fallback(con, str(e).split(" (use --backend")[0])
         return None
@@ -295,7 +297,7 @@ def _rtl_fabric(con, workers: int, pmtu: int, seed: int, net, overrides: dict):
             con.print(f"  simulator ready ({time.perf_counter() - t0:.0f} s)")
         cfg = SimConfig(workers=workers, pmtu=pmtu, seed=seed, ports=params["ports"],
                         backend="verilator")
-        _, make, _ = rtl.make_rtl_backend("verilator", top=top)
+        _, make, _ = make_rtl_backend("verilator", top=top)
         fab = make(cfg, net, Capture())
         fab.rtl_params = params
         return fab

@@ -60,8 +60,9 @@ def replay(config_path, in_path, out_path, backend, port_map, max_gap, json_path
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
+    from netreduce.regmap.clock import cycles_to_ns
+    from netreduce.sim.backend import BackendUnavailable
     from netreduce.sim.emu import replay as rp
-    from netreduce.sim.net.simrun import BackendUnavailable, cycles_to_ns
     from netreduce.wire.pcap import PcapWriter
 
     try:

@@ -178,11 +178,12 @@ def switch(listen, backend, ports, jobs, flows, slots, max_world, pmtu_max, data
 
 def _rtl_engine(params: dict, seed: int, log):
     """The RTL adapter for ``params``; a one-line error (exit 2) when it cannot be built."""
-    from netreduce.sim.rtl.fastsim import BuildError, verilator_missing
+    from netreduce.sim.backend import BackendUnavailable, BuildFailed, probe_backend
 
-    reason = verilator_missing()
-    if reason:
-        raise click.UsageError(f"--backend verilator: {reason} (use --backend model)")
+    try:
+        probe_backend("verilator", need_engine=False)
+    except BackendUnavailable as e:
+        raise click.UsageError(f"--backend verilator: {str(e).split(': ', 1)[1]}") from None
     from netreduce.sim.rtl.switch_engine import RtlSwitchEngine
 
     log.info("backend verilator: engine RTL %s; the first run of these parameters elaborates "
@@ -191,10 +192,11 @@ def _rtl_engine(params: dict, seed: int, log):
     t0 = time.monotonic()
     try:
         eng = RtlSwitchEngine(**params, seed=seed)
-    except BuildError as e:
-        log.error("%s", e)
-        raise click.ClickException(f"the RTL build failed: {str(e).splitlines()[0]}") from None
-    except RuntimeError as e:  # netreduce.hw.engine missing
-        raise click.UsageError(f"--backend verilator: {e} (use --backend model)") from None
+    except BuildFailed as e:
+        log.error("%s", e.log)
+        raise click.ClickException(f"the RTL build failed: {str(e).split('failed: ', 1)[1]}"
+                                   ) from None
+    except BackendUnavailable as e:  # netreduce.hw.engine missing
+        raise click.UsageError(f"--backend verilator: {str(e).split(': ', 1)[1]}") from None
     log.info("engine RTL ready in %.1f s (%s)", time.monotonic() - t0, eng.sim.lib_path)
     return eng

@@ -1,4 +1,4 @@
-"""The NetReduce engine's register map (DESIGN section 3), defined once.
+"""The NetReduce engine's register map (docs/design.md section 3), defined once.
 
 Layout (byte addresses; every register 32 bits, AXI4-Lite):
 

@@ -1,4 +1,5 @@
-"""RC (and CNP) BTH opcodes and the extension headers each one carries (ROCE.md opcode table)."""
+"""RC (and CNP) BTH opcodes and the extension headers each one carries (docs/roce.md opcode
+table)."""
 
 from __future__ import annotations
 

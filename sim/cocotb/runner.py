@@ -40,6 +40,17 @@ from pathlib import Path
 
 from netreduce.hw.verilog import AxisTop
 
+from ..rtl.cache import (  # noqa: F401 - build_root, gen_cache_root, repo_root: API
+    build_root,
+    cache_key,
+    cached_top,
+    gen_cache_root,
+    repo_root,
+    sources_digest,
+)
+
+_sources_digest = sources_digest  # the name other modules used
+
 __all__ = ["SimBuild", "RunResult", "CocotbFailure", "build", "run", "simulator_missing",
            "generate_cached", "build_root", "gen_cache_root", "icarus_settle", "TIMESCALE",
            "SIMULATORS"]
@@ -80,29 +91,6 @@ class RunResult:
     seconds: float
     metrics: dict = field(default_factory=dict)
     log: Path | None = None
-
-
-def repo_root() -> Path:
-    import netreduce
-    return Path(netreduce.__file__).resolve().parents[1]
-
-
-def build_root() -> Path:
-    """``$NETREDUCE_BUILD`` or ``build/`` at the top of the work tree."""
-    env = os.environ.get("NETREDUCE_BUILD")
-    return Path(env) if env else repo_root() / "build"
-
-
-def gen_cache_root() -> Path:
-    """Where :func:`generate_cached` keeps converted Verilog: ``$NETREDUCE_GEN_CACHE``, else
-    ``$XDG_CACHE_HOME/netreduce/gen`` (default ``~/.cache/netreduce/gen``). Outside the work tree
-    on purpose: the key is the source text, so every clone of the same sources shares an entry
-    (converting the 512-bit engine takes minutes)."""
-    env = os.environ.get("NETREDUCE_GEN_CACHE")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "netreduce" / "gen"
 
 
 def _verilator() -> str | None:
@@ -217,29 +205,6 @@ def icarus_settle(verilog: str) -> str:
     return _DUMP_REG.sub(lambda m: f"{m.group(0)}\n  initial #1 {m.group(1)} = 1'b1;", verilog)
 
 
-def _not_gateware(package: str, rel: Path) -> bool:
-    """Files of netreduce.hw that no core elaborated from it can depend on (board shells and the
-    Yosys wrapper): editing them must not invalidate the converted-Verilog caches."""
-    return package == "netreduce.hw" and (rel.parts[0] == "boards" or str(rel) == "estimate.py")
-
-
-def _sources_digest(modules: tuple[str, ...]) -> str:
-    """Hash of every .py file of the given packages/modules, plus the Amaranth version."""
-    import importlib
-    from importlib import metadata
-
-    h = hashlib.sha256(metadata.version("amaranth").encode())
-    for name in modules:
-        mod = importlib.import_module(name)
-        paths = ([Path(mod.__file__)] if not hasattr(mod, "__path__") else
-                 sorted(p for d in mod.__path__ for p in Path(d).rglob("*.py")
-                        if not _not_gateware(name, p.relative_to(d))))
-        for p in paths:
-            h.update(str(p.name).encode())
-            h.update(p.read_bytes())
-    return h.hexdigest()[:16]
-
-
 def generate_cached(factory, *args, name: str,
                     sources: tuple[str, ...] = ("netreduce.hw", "netreduce.wire",
                                                 "netreduce.regmap"),
@@ -250,25 +215,12 @@ def generate_cached(factory, *args, name: str,
     factory, its arguments and the source text of ``sources`` (default netreduce.hw and .wire) and
     of the factory's own module, so any edit there regenerates.
     """
-    from netreduce.hw.verilog import AxisPort, generate
+    from netreduce.hw.verilog import generate
 
     mods = tuple(sources) + (factory.__module__,)
-    key = hashlib.sha256(json.dumps([factory.__module__, factory.__qualname__, repr(args),
-                                     repr(sorted(kwargs.items())), name,
-                                     _sources_digest(mods)]).encode()).hexdigest()[:16]
-    path = gen_cache_root() / f"{name}-{key}.json"
-    if path.exists():
-        d = json.loads(path.read_text())
-        streams = [AxisPort(**{k: tuple(tuple(x) for x in v) if k.endswith("_fields") else v
-                               for k, v in s.items()}) for s in d["streams"]]
-        return AxisTop(name=d["name"], verilog=d["verilog"], streams=streams,
-                       ports={k: tuple(v) for k, v in d["ports"].items()})
-    top = generate(factory(*args, **kwargs), name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(dict(top.info(), verilog=top.verilog)))
-    tmp.replace(path)
-    return top
+    key = cache_key([factory.__module__, factory.__qualname__, repr(args),
+                     repr(sorted(kwargs.items())), name, sources_digest(mods)])
+    return cached_top(name, key, lambda: generate(factory(*args, **kwargs), name))
 
 
 def build(top: AxisTop, sim: str = "verilator", *, waves: bool = False,

@@ -26,8 +26,7 @@ For every log, after a reset (so each starts from a fresh engine, as the model r
 Per log it writes ``<outdir>/<name>.fed.jsonl`` (the log as fed: frame cycles are those of the
 last input beat's handshake) and ``<outdir>/<name>.out.json`` (``outs``: [port, hex, cycle],
 ``state``: :func:`~netreduce.sim.verif.scoreboard.snapshot` names -> values read over AXI4-Lite at
-the
-end, ``errors``). A failure inside one log (timeout, protocol error) is recorded there and the
+the end, ``errors``). A failure inside one log (timeout, protocol error) is recorded there and the
 next log still runs.
 """
 

@@ -10,7 +10,7 @@ counters read back through the bus.
 Errors
     Every problem with the user's input is a :class:`ReplayError` whose message is one line
     naming the file, the key (``job[0].flow[2].fwd_ip``) or record, and the offending value; an
-    unusable backend is :class:`~netreduce.sim.net.simrun.BackendUnavailable` (one line). Job rules
+    unusable backend is :class:`~netreduce.sim.backend.BackendUnavailable` (one line). Job rules
     are not restated here: each job is checked by ``EngineControl.add_job`` on a throw-away
     reference model with the file's engine parameters (so cross-job conflicts such as
     overlapping slots or keys used twice are found before a slow RTL build), then again by the
@@ -32,7 +32,7 @@ Engines (:data:`ENGINES`, name -> factory)
     in order, cycles relative to the first frame; the emits' ``time`` on the same base,
     non-decreasing) and ``close()``. ``model`` wraps :class:`netreduce.sim.model.Engine`
     (untimed: an emit carries its input's cycle). ``verilator`` / ``icarus`` run the engine top
-    built for ``params`` (:func:`netreduce.sim.rtl.fabric.engine_top`) in the frame-level
+    built for ``params`` (:func:`netreduce.sim.rtl.backend.engine_top`) in the frame-level
     harness (FastSim / IcarusSim) through :class:`HarnessEngine`: frames are queued at their
     cycle, emits carry the cycle of their last beat. Their factories carry ``probe()``, which
     raises ``BackendUnavailable`` (one line) if the simulator, the harness or the engine top is
@@ -58,10 +58,13 @@ from netreduce.regmap import (
     Op,
     RegisterBus,
 )
+from netreduce.regmap.clock import cycles_to_ns
 from netreduce.wire.pcap import iter_pcap
+from netreduce.wire.view import ETHERTYPE_IPV4_BYTES
 
+from .. import backend as engines
 from ..model import Emit
-from ..net.simrun import BackendUnavailable, cycles_to_ns
+from ..rtl.backend import HarnessBus
 
 __all__ = ["ReplayError", "EngineParams", "ReplayConfig", "ReplayEngine", "ENGINES",
            "InputFrame", "Capture", "ReplayRun", "load_config", "parse_config", "read_capture",
@@ -384,7 +387,7 @@ def _ipv4_src(f: bytes) -> bytes | None:
     l2 = 12
     while len(f) >= l2 + 2 and f[l2:l2 + 2] in (b"\x81\x00", b"\x88\xa8"):
         l2 += 4
-    if len(f) < l2 + 2 + 16 or f[l2:l2 + 2] != b"\x08\x00":
+    if len(f) < l2 + 2 + 16 or f[l2:l2 + 2] != ETHERTYPE_IPV4_BYTES:
         return None
     return f[l2 + 14:l2 + 18]
 
@@ -424,9 +427,7 @@ class _ModelEngine:
     """The reference model: untimed, every emit carries its input's cycle."""
 
     def __init__(self, params: dict):
-        from ..model import Engine
-
-        self.engine = Engine(**params)
+        self.engine = engines.open_engine("model", params)
         self.bus = self.engine.bus
 
     def replay(self, frames):
@@ -436,20 +437,6 @@ class _ModelEngine:
 
     def close(self) -> None:
         pass
-
-
-class _AxilBus:
-    """RegisterBus over the harness's AXI4-Lite master (one transaction at a time; a non-OKAY
-    response raises the harness's ``AxilError``)."""
-
-    def __init__(self, sim):
-        self.sim = sim
-
-    def read(self, addr: int) -> int:
-        return self.sim.axil_read(addr)
-
-    def write(self, addr: int, value: int) -> None:
-        self.sim.axil_write(addr, value)
 
 
 class HarnessEngine:
@@ -469,7 +456,7 @@ class HarnessEngine:
 
     def __init__(self, sim, *, quiet: int = 2000, drain_limit: int = 10_000_000):
         self.sim = sim
-        self.bus = _AxilBus(sim)
+        self.bus = HarnessBus(sim)
         self.quiet, self.drain_limit = quiet, drain_limit
         self.error_frames = 0
 
@@ -499,54 +486,20 @@ class HarnessEngine:
         self.sim.close()
 
 
-def _rtl_probe(simulator: str, need_engine: bool) -> None:
-    try:
-        from ..rtl import fabric
-        if need_engine:
-            fabric.probe_rtl(simulator)
-            return
-        if simulator == "verilator":
-            from ..rtl.fastsim import verilator_missing as missing
-        else:
-            from ..rtl.icarus import icarus_missing as missing
-    except ImportError as e:
-        raise BackendUnavailable(f"backend {simulator!r}: the RTL harness (netreduce.sim.rtl) "
-                                 f"is not importable ({e}); use --backend model") from None
-    why = missing()
-    if why:
-        raise BackendUnavailable(f"backend {simulator!r}: {why} (use --backend model)")
-
-
 def rtl_factory(simulator: str, top_factory: Callable | None = None,
                 ) -> Callable[[dict], ReplayEngine]:
     """Factory of a :class:`HarnessEngine` under ``simulator`` (``verilator``: FastSim,
     ``icarus``: IcarusSim) running ``top_factory(params) -> AxisTop``; default: the engine top
-    for ``params`` (:func:`netreduce.sim.rtl.fabric.engine_top`, elaboration cached). The
+    for ``params`` (:func:`netreduce.sim.rtl.backend.engine_top`, elaboration cached). The
     factory's ``probe()`` raises ``BackendUnavailable`` (one line) if the simulator, the harness
     or (by default) the engine top is missing."""
     def probe() -> None:
-        _rtl_probe(simulator, need_engine=top_factory is None)
+        engines.probe_backend(simulator, need_engine=top_factory is None)
 
     def factory(params: dict) -> ReplayEngine:
         probe()
-        from ..rtl.fastsim import BuildError
-
-        if top_factory is None:
-            from ..rtl.fabric import engine_top as make
-        else:
-            make = top_factory
-        try:
-            top = make(params)
-            if simulator == "verilator":
-                from ..rtl.fastsim import FastSim
-                sim = FastSim(top)
-            else:
-                from ..rtl.icarus import IcarusSim
-                sim = IcarusSim(top)
-        except BuildError as e:
-            first = str(e).splitlines()[0] if str(e) else "build failed"
-            raise BackendUnavailable(f"backend {simulator!r}: building the engine failed: "
-                                     f"{first}") from None
+        top = None if top_factory is None else top_factory(params)
+        sim = engines.open_engine(simulator, params, top=top)
         return HarnessEngine(sim)
     factory.probe = probe
     return factory

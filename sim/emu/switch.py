@@ -74,6 +74,7 @@ from netreduce.sim.net.scheduler import mac_str
 from netreduce.sw_driver.mgmt import MgmtSettings, MgmtSource
 
 from netreduce.wire.pcap import PcapWriter
+from netreduce.wire.view import ETHERTYPE_IPV4_BYTES, UDP_OFF
 
 from ..model.engine import CLOCK_HZ
 
@@ -371,7 +372,7 @@ class SwitchService:
 
     def _is_mgmt(self, f: bytes, off: int) -> bool:
         """IPv4 (untagged) to (off 30) or from (off 26) the management address."""
-        return len(f) >= 34 and f[12] == 0x08 and f[13] == 0x00 and f[off:off + 4] == \
+        return len(f) >= UDP_OFF and f[12:14] == ETHERTYPE_IPV4_BYTES and f[off:off + 4] == \
             self._mgmt_ip
 
     def _learn(self, c: _Conn, smac: bytes) -> None:

@@ -1,7 +1,7 @@
 """Bit-exact, event-level reference model of the NetReduce engine: the specification in code.
 
-:class:`Engine` implements DESIGN section 4 frame by frame. The gateware is scoreboarded against
-it (same frames in, same frames out, same counters) and the switch service runs it.
+:class:`Engine` implements docs/design.md section 4 frame by frame. The gateware is scoreboarded
+against it (same frames in, same frames out, same counters) and the switch service runs it.
 
 Contract
 --------
@@ -49,114 +49,12 @@ Processing of one frame
    The candidate acked_f is accepted if it lies in (acked_f, rel_j] modulo 2^24, else
    ``ack_stale``. free_j = the smallest acked_f over the job's flows; indices below it are freed.
 
-Decisions (where DESIGN section 4 leaves room)
-----------------------------------------------
-D1. Window arithmetic is signed 24-bit distance from free_j: behind if k - free_j in [-2^23, 0),
-    ahead if in [W, 2^23). A slot in the window can only hold index k or be EMPTY, because the
-    previous occupant k - W lies below free_j and was freed; so "slot still holds an older,
-    unfreed generation" is exactly "ahead of window" and is counted ``drop_ahead``.
-D2. Per-packet checks come before the window test: a frame with a bad ICRC is counted
-    ``drop_icrc`` whatever its PSN (its PSN cannot be trusted). Exactly one reason is counted, in
-    the priority of step 3.
-D3. Release happens in the same event as the completion of slot k when rel_j == k, and continues
-    with every following COMPLETE slot. RELEASED slots keep their aggregate until freed, which is
-    what the re-emit path (a retransmission after a lost result) answers from.
-D4. A re-emitted result uses the retransmitted frame's own header (it is flow f's packet of that
-    index) with the stored aggregate; normal results use the header stored with flow f's first
-    accepted frame of the index (a later duplicate is dropped and never used).
-D5. Result frames: payload replaced by the aggregate (lengths and PadCnt unchanged, since every
-    contribution has the slot's length and a multiple of 4), CE -> ECT(0) with the IPv4
-    checksum recomputed, other ECN codepoints, VLAN tag, TTL, IPv4 id and all BTH/RETH/ImmDt
-    fields kept, ICRC recomputed; padded to 60 bytes like the original. Results of an index go
-    out ranks 0..N-1, each on the port its own frame of that index arrived on.
-D6. SUM_SAT saturates at every addition in arrival order (the first contribution is copied), so
-    with mixed signs and clipping the result depends on arrival order, as in the gateware's
-    32-bit lanes. ``saturations`` counts contributions that clipped at least one lane and sets
-    ``JOB.STATUS.saturated``. SUM_WRAP wraps; MAX is the signed maximum.
-D7. acked_f: ACK at p -> k + 1; NAK-sequence, RNR NAK and the error NAKs at p -> k (IBA: a NAK
-    acknowledges everything before its PSN). Values beyond rel_j (nothing was released there, so
-    the ACK is not about aggregated data) or not ahead of acked_f are ignored (``ack_stale``).
-    AETH syndromes with the reserved class 0b10 count as ``fwd_ctrl_invalid``.
-D8. CNP: every CE-marked data frame of a registered flow that passes the checks of step 3 and is
-    not forwarded unchanged (contribution, duplicate, re-emit, ahead or mismatch drop) is answered
-    with a CNP unless one went to the same flow less than ``JOB.CNP_INTERVAL`` cycles before
-    (``cnp_suppressed``; a time earlier than the last CNP's counts as inside the interval).
-    The CNP is what the receiving RNIC would send: Ethernet source/destination swapped from
-    the data frame (VLAN tag kept), IPv4 from the frame's destination
-    (the receiver) to its source (the sender of flow f), DSCP kept, ECN not-ECT, TTL 64, id 0,
-    DF, UDP source port of the data frame, BTH opcode 0x81, P_Key kept, BECN 1, DestQP = rank
-    r's QP (the reverse key's DestQP), PSN 0, 16 zero bytes, ICRC. Behind-window frames keep
-    their CE mark; the receiver answers them.
-D9. Job and flow configuration is latched at enable (``JOB.CTRL.enable`` 0 -> 1). The engine
-    refuses bad configurations (``JOB.STATUS.error`` = :class:`~netreduce.regmap.JobError`, the
-    enable bit reads back 0): N outside 1..max_world, W not a power of two, slot range outside
-    the pool or overlapping another enabled job, bad PMTU or op, flow entries of the job not
-    exactly ranks 0..N-1, or a forward/reverse key used twice. Disable discards all in-flight
-    state of the job (slots freed, pointers and acked_f back to 0, CNP timers reset); counters
-    and the sticky STATUS flags are kept. A re-enabled job starts at index 0 again.
-D10. Frames too short to show the UDP destination port count as ``fwd_not_roce``; frames of
-    port 4791 too short for a BTH as ``fwd_unregistered``; both are forwarded unchanged, like all
-    traffic that matches no registered flow.
-D11. Counters are unbounded in the model; the registers show them modulo 2^32.
-D12. Only opcodes ACK (0x11) and CNP (0x81) are looked up by reverse key, every other opcode by
-    forward key. So a READ request, atomic or UC packet on a registered forward key is a
-    ``drop_opcode`` (the flow carries only RC WRITE/SEND by contract), while data travelling on
-    a reverse key is ordinary bypass traffic. Forward keys must be unique among enabled flows,
-    and so must reverse keys; a forward key may equal some reverse key.
-D13. A flow's frames may arrive on any port; each index remembers, per rank, the port its frame
-    came in on, and that rank's result leaves there (a re-emit leaves on the retransmission's
-    port). Forwarded frames leave on the port they came in on (the switch steers them).
-D14. A frame dropped for any reason leaves bitmap, accumulator, stored headers, pointers and
-    acked_f as they were, so a later valid copy of the same packet is accepted normally.
-D15. (Changes DESIGN 4's "behind the window -> forward unchanged"; issue 9.) A behind-window data
-    frame is forwarded as a *duplicate probe*: the same Ethernet header (VLAN tag kept), IPv4
-    header (TOS with any CE mark, TTL, id kept; total length 44 and checksum recomputed), UDP
-    ports, and BTH (P_Key, FECN/BECN, DestQP, AckReq, PSN, SE/M kept) with opcode RDMA WRITE
-    MIDDLE, PadCnt 0, no extension header, no payload, ICRC recomputed; padded to 60 bytes. Why:
-    freeing trusts data-plane ACKs, which anyone on the path can forge. A forged ACK can free
-    index k while f's receiver never got its result; forwarding f's retransmission unchanged
-    then made the receiver accept the sender's raw contribution as the all-reduced result
-    (silent corruption, tests/sim/test_spoof_forged_ack.py). The engine cannot tell a genuine
-    ACK from a forged one, but the receiver knows whether it has k: a responder checks the PSN
-    first, so a probe behind its expected PSN is a duplicate and is re-ACKed (IBA C9-105, rxe
-    ``duplicate_request``), which is all a genuine late retransmission needs (its ACK was lost);
-    a probe at the expected PSN is a WRITE MIDDLE without 256..4096 payload bytes, which no RC
-    responder accepts (NAK invalid request, QP to error): a forged ACK can stall or fail the
-    job, never corrupt it. The probe carries no contribution data, so even a responder that
-    re-executes duplicate WRITEs writes nothing.
-D16. (Changes DESIGN 4's "ACK ... forwarded unchanged" when ``JOB.CTRL.fast_retx`` is set; issue
-    9, docs/engine.md "Fast retransmit".) Per flow f the engine keeps nxt_f (f's first missing
-    contribution, as far as it tracks: see below), top_f (one past the highest index of f
-    present) and mark_f (the hole last handled, none at enable) with naked_f (it was NAKed).
-    Wherever nxt_f is used, it is first raised to rel_j if that is ahead (every index below
-    rel_j was released, so f contributed it), and stored back when the per-flow state is
-    written. A data frame of f in the window whose contribution is, or becomes, present in its
-    slot (contribution, duplicate, re-emit) moves top_f past its index if that is ahead, and
-    the one at nxt_f moves nxt_f to top_f (the go-back-N that fills f's first hole resends all
-    after it). f has a *hole* when top_f is ahead of nxt_f (signed 24-bit).
-    With the bit set (read live, not latched):
-    (a) *ACK request*: a contribution of f at an index ahead of nxt_f, when mark_f != nxt_f,
-        also sends f's receiver a duplicate probe (D15's format, from this frame's header) at
-        PSN S_f + acked_f - 1, an index the receiver has acknowledged (S_f - 1 before any ACK):
-        a responder re-ACKs a duplicate at once with its expected PSN - 1. mark_f = nxt_f,
-        naked_f = 0, ``fast_retx_probes`` counts. Emitted before any result of the frame.
-    (b) *ACK rewrite*: an ACK (syndrome class ACK) of f at PSN p that is not behind acked_f
-        (a repeat of the latest one included: the answer to (a) often is) and not beyond rel_j,
-        when f has a hole and not (mark_f == nxt_f and naked_f), leaves as a NAK-sequence at
-        PSN p + 1 (BTH PSN and AETH syndrome 0x60 replaced, MSN and all other bytes kept, ICRC
-        recomputed); mark_f = nxt_f, naked_f = 1, ``fast_retx`` counts. It is still counted
-        ``fwd_ack`` (or ``ack_stale``) and snooped as the ACK: a NAK at p + 1 acknowledges
-        exactly what the ACK at p did. The requester goes back to p + 1 at once instead of
-        after its RC timeout.
-    NAKs, RNR NAKs, ACKs behind acked_f and CNPs are never rewritten; each hole gets at most one
-    request and one NAK.
-D18. (Issue 22.) Link-local frames are never forwarded: after the management match, a frame that
-    :func:`netreduce.wire.linklocal.classify` finds to be MAC control (EtherType 0x8808: PAUSE,
-    PFC, other or malformed) or addressed to 01-80-C2-00-00-0x (STP, LLDP, ...) is consumed and
-    counted ``ll_pause`` / ``ll_pfc`` / ``ll_mac_control`` / ``ll_group``, whatever else it
-    holds. A PAUSE or PFC request also sets the port's pause timers (``Engine.link``,
-    :class:`netreduce.sim.model.linklocal.PauseTimers`), which hold that port's transmission of
-    the paused priorities where transmission is timed (the board: the CMAC itself; docs/fabric.md).
+Decisions
+---------
+Where the design leaves room, the model decides; the decisions D1-D18 (window arithmetic, check
+priority, release, result and CNP format, configuration latching, the duplicate probe D15, the
+fast retransmit D16, the spine-leaf flow roles D17, the link-local frames D18, ...) are written
+out in docs/design.md section 10.
 """
 
 from __future__ import annotations
@@ -177,8 +75,19 @@ from netreduce.regmap import (
     Role,
     build_regmap,
 )
-from netreduce.wire import ECN_CE, ECN_ECT0, NAK_PSN_SEQ, OPCODES
+from netreduce.regmap.clock import ns_to_cycles
+from netreduce.wire import (
+    ECN_CE,
+    ECN_ECT0,
+    ETHERTYPE_IPV4,
+    ETHERTYPE_VLAN,
+    IP_PROTO_UDP,
+    NAK_PSN_SEQ,
+    OPCODES,
+    ROCEV2_UDP_PORT,
+)
 from netreduce.wire.icrc import icrc_bytes, ipv4_checksum
+from netreduce.wire.view import OP_ACK, OP_CNP, ROCEV2_PORT_BYTES
 
 from .linklocal import COUNTERS as _LL_COUNTERS
 from .linklocal import PauseTimers
@@ -190,13 +99,8 @@ __all__ = ["CLOCK_HZ", "Emit", "Engine", "DISPOSITIONS", "ns_to_cycles"]
 PSN_MASK = (1 << 24) - 1
 _HALF = 1 << 23
 _I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
-_OP_ACK, _OP_CNP = 0x11, 0x81
+_OP_ACK, _OP_CNP = OP_ACK, OP_CNP
 _OP_WRITE_MIDDLE = 0x07
-
-
-def ns_to_cycles(ns: int) -> int:
-    """Nanoseconds to datapath clock cycles (floor)."""
-    return ns * CLOCK_HZ // 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -508,15 +412,15 @@ class Engine:
             return self._bypass(not_roce, port, buf, time)
         l3 = 14
         et = (buf[12] << 8) | buf[13]
-        if et == 0x8100:
+        if et == ETHERTYPE_VLAN:
             if n < 18:
                 return self._bypass(not_roce, port, buf, time)
             et = (buf[16] << 8) | buf[17]
             l3 = 18
         u = l3 + 20
-        if (et != 0x0800 or n < u + 4 or buf[l3] != 0x45 or buf[l3 + 9] != 17
+        if (et != ETHERTYPE_IPV4 or n < u + 4 or buf[l3] != 0x45 or buf[l3 + 9] != IP_PROTO_UDP
                 or (((buf[l3 + 6] << 8) | buf[l3 + 7]) & 0x3FFF)
-                or ((buf[u + 2] << 8) | buf[u + 3]) != 4791):
+                or ((buf[u + 2] << 8) | buf[u + 3]) != ROCEV2_UDP_PORT):
             return self._bypass(not_roce, port, buf, time)
         b = u + 8
         if n < b + 12:
@@ -735,7 +639,7 @@ class _Parsed:
 
 
 def _l3(buf: bytes) -> int:
-    return 18 if buf[12] == 0x81 and buf[13] == 0x00 else 14
+    return 18 if ((buf[12] << 8) | buf[13]) == ETHERTYPE_VLAN else 14
 
 
 def _parse(buf: bytes, l3: int) -> _Parsed | str:
@@ -795,7 +699,7 @@ def _cnp_frame(buf: bytes, l2: int, dqpn: int) -> bytes:
     ip[10:12] = b"\x00\x00"
     ip[10:12] = ipv4_checksum(ip).to_bytes(2, "big")
     u = l2 + 20
-    udp = buf[u:u + 2] + (4791).to_bytes(2, "big") + (8 + 12 + 16 + 4).to_bytes(2, "big") \
+    udp = buf[u:u + 2] + ROCEV2_PORT_BYTES + (8 + 12 + 16 + 4).to_bytes(2, "big") \
         + b"\x00\x00"
     b = u + 8
     bth = bytes([_OP_CNP, 0]) + buf[b + 2:b + 4] + bytes([0x40]) + dqpn.to_bytes(3, "big") \

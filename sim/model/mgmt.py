@@ -43,7 +43,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from netreduce.regmap import BusError, RegisterBus, RegMap
-from netreduce.wire import WireError
+from netreduce.wire import ETHERTYPE_VLAN, IP_PROTO_UDP, WireError
 from netreduce.wire.mgmt import (
     NO_ERROR_INDEX,
     MgmtFrame,
@@ -56,8 +56,11 @@ from netreduce.wire.mgmt import (
     pack_mgmt,
     parse_mgmt,
 )
+from netreduce.wire.view import ETHERTYPE_IPV4_BYTES, PROTO_AT
 
 __all__ = ["MgmtAgent", "attach_mgmt", "REJECT_COUNTERS"]
+
+_VLAN = ETHERTYPE_VLAN.to_bytes(2, "big")
 
 REJECT_COUNTERS = ("mgmt_reject_malformed", "mgmt_reject_source", "mgmt_reject_auth",
                    "mgmt_reject_replay", "mgmt_reject_opcode", "mgmt_reject_addr",
@@ -124,11 +127,11 @@ class MgmtAgent:
         l3 = 14
         if n < 34:
             return False
-        if frame[12] == 0x81 and frame[13] == 0x00:
+        if frame[12:14] == _VLAN:
             l3 = 18
             if n < 38:
                 return False
-        if frame[l3 - 2] != 0x08 or frame[l3 - 1] != 0x00 or frame[l3 + 9] != 17 \
+        if frame[l3 - 2:l3] != ETHERTYPE_IPV4_BYTES or frame[l3 + PROTO_AT] != IP_PROTO_UDP \
                 or frame[l3 + 16:l3 + 20] != self._ip:
             return False
         if frame[l3] != 0x45 or (((frame[l3 + 6] << 8) | frame[l3 + 7]) & 0x1FFF) \

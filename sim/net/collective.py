@@ -1,4 +1,5 @@
-"""The collective all-reduce over a NetReduce engine, with software RC endpoints (DESIGN 2, 5).
+"""The collective all-reduce over a NetReduce engine, with software RC endpoints (docs/design.md
+section 2, 5).
 
 N ranks live in one process, each with its own :class:`~netreduce.sim.net.rnic.RNIC` on a
 pluggable fabric (the reference model, the RTL, a tunnel: see :mod:`.fabric`). An all-reduce pass:
@@ -36,7 +37,7 @@ Errors: an RC error on any QP (retry limit, NAK, sequencing) is raised as
 :class:`~netreduce.sim.net.scheduler.SimulationHang` whose message lists every rank's progress.
 The job is removed from the engine in every case.
 
-The driver never imports netreduce.hw or netreduce.sim (DESIGN 9).
+The driver never imports netreduce.hw or netreduce.sim (docs/design.md section 9).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from netreduce.sw_driver import quant
 from netreduce.sw_driver.control import EngineControl, FlowConfig, JobConfig, Op
-from netreduce.sw_driver.credits import check_ring_knobs
+from netreduce.sw_driver.credits import Credits, check_ring_knobs
 
 from netreduce.wire import PSN_MOD
 
@@ -193,6 +194,7 @@ class _Pass:
         self.qcfg = QPConfig(pmtu=cfg.pmtu, timeout=cfg.timeout, retry_cnt=cfg.retry_cnt,
                              ecn=cfg.ecn)
         self.posted = [0] * n
+        self.credits = [Credits(window, margin, cfg.pmtu) for _ in range(n)]
         self.sent = [0] * n
         self.recvd = [0] * n
         self.error: RCError | None = None
@@ -260,13 +262,13 @@ class _Pass:
 
     # ------------------------------------------------------------------ data path
     def _post(self, r: int) -> None:
-        limit = (self.pkt_end[self.recvd[r] - 1] if self.recvd[r] else 0) + (
-            self.window - self.margin)
+        credits = self.credits[r]
         m = self.posted[r]
         s = (r + 1) % self.comm.world
         mr = self.mrs[s]
-        while m < len(self.msgs) and self.pkt_end[m] <= limit:
+        while m < len(self.msgs) and credits.fits(self.msgs[m][1]):
             off, ln = self.msgs[m]
+            credits.post(ln)
             self.sq[r].post_write(self.send[r][off:off + ln], mr.va + off, mr.rkey, imm=m,
                                   wr_id=m)
             m += 1
@@ -285,6 +287,7 @@ class _Pass:
                                                          f"{self.recvd[r]} (out of order)"))
                 return
             self.recvd[r] += 1
+            self.credits[r].received()
             self._post(r)
             self._check_done()
         return cb

@@ -16,23 +16,11 @@ from collections.abc import Callable
 
 from netreduce.sim.net.scheduler import Scheduler, frame_dmac
 
+from netreduce.regmap.clock import cycles_to_ns, ns_to_cycles
+
 from .network import NetConfig, NetworkFabric
 
 __all__ = ["ModelFabric", "ns_to_cycles", "cycles_to_ns"]
-
-try:
-    from ..model import CLOCK_HZ
-except ImportError:  # pragma: no cover - the model lands separately
-    CLOCK_HZ = 322_265_625
-
-
-def ns_to_cycles(ns: int) -> int:
-    return ns * CLOCK_HZ // 1_000_000_000
-
-
-def cycles_to_ns(cycles: int) -> int:
-    return -(-cycles * 1_000_000_000 // CLOCK_HZ)
-
 
 class ModelFabric(NetworkFabric):
     """A :class:`NetworkFabric` whose middle is ``engine`` (default: a new ``Engine()``).
@@ -63,7 +51,7 @@ class ModelFabric(NetworkFabric):
         emits = self.engine.receive(self.port_of(src_mac), frame, ns_to_cycles(now))
         for e in emits:
             self.stats["engine_out"] += 1
-            t = max(now, cycles_to_ns(e.time))
+            t = max(now, cycles_to_ns(e.time, ceil=True))
             if t == now:
                 self._forward(bytes(e.frame))
             else:

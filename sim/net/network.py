@@ -31,31 +31,39 @@ from dataclasses import dataclass, field, replace
 
 from netreduce.sim.net.scheduler import Scheduler, SchedulerMixin, frame_dmac, frame_smac, mac_str
 
-from netreduce.wire import OPCODES, WireError, ipv4_checksum, parse
+from netreduce.wire import IP_PROTO_UDP, OPCODES, WireError, ipv4_checksum, parse
+from netreduce.wire.view import (
+    BTH_AT,
+    CONTROL_OPCODES,
+    DATA_OPCODES,
+    DPORT_AT,
+    ETHERTYPE_IPV4_BYTES,
+    PROTO_AT,
+    ROCEV2_PORT_BYTES,
+    l3_offset,
+)
 
 __all__ = ["LinkConfig", "NetConfig", "Link", "NetworkFabric", "DropOnce", "classify", "DIRECTIONS",
            "KINDS"]
 
 DIRECTIONS = ("up", "down")
 KINDS = ("data", "ack", "other")
-_DATA_OPCODES = frozenset(range(0x00, 0x0C))
-_CONTROL_OPCODES = frozenset((0x11, 0x81))
+_DATA_OPCODES = DATA_OPCODES
+_CONTROL_OPCODES = CONTROL_OPCODES
 # Bytes on the wire besides the frame: preamble+SFD 8, FCS 4, inter-frame gap 12.
 _WIRE_OVERHEAD = 24
 
 
-def _l3(frame) -> int:
-    if len(frame) >= 18 and frame[12] == 0x81 and frame[13] == 0x00:
-        return 18
-    return 14
+_l3 = l3_offset
 
 
 def classify(frame) -> str:
     """"data", "ack" (ACK/NAK/CNP) or "other" (anything that is not RoCEv2 RC data/control)."""
     l3 = _l3(frame)
-    b = l3 + 28  # BTH
-    if (len(frame) <= b or frame[l3 - 2] != 0x08 or frame[l3 - 1] != 0x00
-            or frame[l3 + 9] != 17 or frame[l3 + 22] != 0x12 or frame[l3 + 23] != 0xB7):
+    b = l3 + BTH_AT
+    if (len(frame) <= b or frame[l3 - 2:l3] != ETHERTYPE_IPV4_BYTES
+            or frame[l3 + PROTO_AT] != IP_PROTO_UDP
+            or frame[l3 + DPORT_AT:l3 + DPORT_AT + 2] != ROCEV2_PORT_BYTES):
         return "other"
     op = frame[b]
     if op in _DATA_OPCODES:

@@ -8,7 +8,7 @@ Definitions (times are engine clock cycles at ``CLOCK_HZ``, shown in ns):
 
 * *goodput of port p*: payload bytes of distinct result packets (first emission of each flow and
   PSN; re-emits excluded) leaving engine port p, times 8, over the simulated time of the run;
-  compared with the payload ceiling of one link at the PMTU (ROCE.md: 82 bytes of per-frame
+  compared with the payload ceiling of one link at the PMTU (docs/roce.md: 82 bytes of per-frame
   overhead).
 * *slot latency* of index k of a job: from the first contribution of k entering the engine to the
   first emission of the last of its N results.
@@ -24,6 +24,8 @@ import json
 from pathlib import Path
 
 import numpy as np
+
+from netreduce.wire.view import OP_ACK
 
 from .simrun import BACKENDS, CLOCK_HZ, WIRE_OVERHEAD, SimRun, wire_limit_gbps
 
@@ -101,7 +103,7 @@ def analyse(run: SimRun, bins: int = 100) -> dict:
     free = [0] * len(passes)
     members = [[i for i, f in enumerate(flows) if fpass[i] == p] for p in range(len(passes))]
     for cyc, _port, ip, dqpn, op, psn, aux in (cap.ins if cap else ()):
-        if op != 0x11:
+        if op != OP_ACK:
             continue
         i = rev.get((ip, dqpn))
         if i is None:

@@ -20,7 +20,7 @@ in its completion, before any packet of the next step can be written. Every rank
 int32 adds wrap (two's complement, as np.int32); float32 adds in ring order (the result is
 order-dependent, as in any ring implementation). Errors: an RC error on any QP raises
 :class:`~.rnic.RCError`, a hang :class:`~.fabric.SimulationHang` naming every rank's step.
-The driver never imports netreduce.sim (DESIGN 9).
+The driver never imports netreduce.sim (docs/design.md section 9).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """A software RNIC: the RC requester/responder of Linux soft-RoCE (rxe), on a simulated fabric.
 
 One :class:`RNIC` per host (MAC, IPv4), holding memory regions and RC queue pairs. It is used
-wherever no real RNIC exists (DESIGN 5) and follows ``drivers/infiniband/sw/rxe`` (ROCE.md):
+wherever no real RNIC exists (docs/design.md section 5) and follows ``drivers/infiniband/sw/rxe``
+(docs/roce.md):
 
 Requester (``rxe_req.c``/``rxe_comp.c``)
     * RDMA WRITE (optionally WITH_IMM) segmented at the path MTU into FIRST / MIDDLE / LAST(_IMM)
@@ -63,7 +64,6 @@ from netreduce.wire import (
     NAK_PSN_SEQ,
     NAK_REMOTE_ACCESS,
     NAK_REMOTE_OP,
-    OPCODES,
     PSN_MOD,
     AckSyndrome,
     Opcode,
@@ -77,15 +77,17 @@ from netreduce.wire import (
 from netreduce.wire import (
     ip as to_ip,
 )
-from netreduce.wire.icrc import icrc_bytes, ipv4_checksum
+from netreduce.wire.fields import BTH
+from netreduce.wire.icrc import icrc_bytes
+from netreduce.wire.view import BTH_OFF, EXT_OFF, parse_fast
 
 from .scheduler import Fabric, Timer, mac_str
 
 __all__ = ["RNIC", "QueuePair", "QPConfig", "QPState", "MemoryRegion", "Completion", "RCError",
            "timeout_ns", "RXE_MAX_UNACKED", "RXE_MAX_PKT_PER_ACK"]
 
-_PSN_OFF = 14 + 20 + 8 + 9  # BTH.psn of an untagged frame
-_AETH_OFF = 14 + 20 + 8 + 12
+_PSN_OFF = BTH_OFF + BTH.psn.offset  # BTH.psn of an untagged frame
+_AETH_OFF = EXT_OFF  # an ACK's AETH follows the BTH
 RXE_MAX_UNACKED = 128  # rxe: RXE_MAX_UNACKED_PSNS
 RXE_MAX_PKT_PER_ACK = 64  # rxe: RXE_MAX_PKT_PER_ACK
 PMTUS = (256, 512, 1024, 2048, 4096)
@@ -627,56 +629,6 @@ class QueuePair:
                 f"epsn={self.epsn}>")
 
 
-_EXT = {code: (o.reth, o.immdt, o.aeth, o.ext_len, o.has_payload) for code, o in OPCODES.items()
-        if o.transport in ("RC", "CNP")}
-
-
-def _fast_parse(buf: bytes) -> RoceFrame | None:
-    """Parse an untagged RC frame with full checks (lengths, IPv4 checksum, ICRC), or return None
-    when the frame is anything else or fails a check: the caller then runs :func:`parse` for the
-    verdict. Much faster than :func:`parse` for the common case; same result when it succeeds."""
-    n = len(buf)
-    if (n < 62 or buf[12] != 0x08 or buf[13] != 0x00 or buf[14] != 0x45 or buf[23] != 17
-            or buf[36] != 0x12 or buf[37] != 0xB7 or buf[20] & 0x3F or buf[21]):
-        return None
-    total = (buf[16] << 8) | buf[17]
-    end = 14 + total
-    if end > n or (end < n and n > 60) or ((buf[38] << 8) | buf[39]) != total - 20:
-        return None
-    ext = _EXT.get(buf[42])
-    if ext is None or buf[43] & 0x0F:
-        return None
-    reth, immdt, aeth, ext_len, has_payload = ext
-    x = 54 + ext_len
-    pay_end = end - 4
-    pad = (buf[43] >> 4) & 3
-    if x > pay_end or (not has_payload and (pay_end != x or pad)) or pad > pay_end - x:
-        return None
-    if ipv4_checksum(buf[14:34]) != ((buf[24] << 8) | buf[25]):
-        return None
-    if icrc_bytes(memoryview(buf)[14:pay_end]) != buf[pay_end:end]:
-        return None
-    kw = {}
-    o = 54
-    if reth:
-        kw["va"] = int.from_bytes(buf[o:o + 8], "big")
-        kw["rkey"] = int.from_bytes(buf[o + 8:o + 12], "big")
-        kw["dmalen"] = int.from_bytes(buf[o + 12:o + 16], "big")
-        o += 16
-    if immdt:
-        kw["imm"] = int.from_bytes(buf[o:o + 4], "big")
-        o += 4
-    if aeth:
-        kw["syndrome"] = buf[o]
-        kw["msn"] = int.from_bytes(buf[o + 1:o + 4], "big")
-    return RoceFrame(opcode=buf[42], dqpn=int.from_bytes(buf[47:50], "big"),
-                     psn=int.from_bytes(buf[51:54], "big"), payload=buf[x:pay_end - pad],
-                     dmac=buf[0:6], smac=buf[6:12], src_ip=int.from_bytes(buf[26:30], "big"),
-                     dst_ip=int.from_bytes(buf[30:34], "big"), tos=buf[15],
-                     pkey=(buf[44] << 8) | buf[45], ackreq=buf[50] >> 7, becn=(buf[46] >> 6) & 1,
-                     fecn=buf[46] >> 7, padcnt=pad, **kw)
-
-
 class RNIC:
     """A host's software RNIC on ``fabric``: MAC, IPv4, memory regions and RC QPs.
 
@@ -749,7 +701,7 @@ class RNIC:
 
     def _deliver(self, frame: bytes) -> None:
         self.stats["rx_frames"] += 1
-        f = _fast_parse(frame)
+        f = parse_fast(frame)
         if f is None:
             try:
                 f = parse(frame)

@@ -1,7 +1,7 @@
 """Fabrics: what carries Ethernet frames between software endpoints, on a discrete-event clock.
 
-The driver never knows what sits between its endpoints (DESIGN 9): the reference model, the RTL
-under cocotb or a loopback tunnel. It only sees a :class:`Fabric`:
+The driver never knows what sits between its endpoints (docs/design.md section 9): the reference
+model, the RTL under cocotb or a loopback tunnel. It only sees a :class:`Fabric`:
 
 * ``attach(mac, deliver)`` registers an endpoint; frames whose destination MAC is ``mac`` are
   handed to ``deliver(frame)``.

@@ -44,8 +44,23 @@ from netreduce.sim.net.scheduler import SimulationHang
 from netreduce.sw_driver.control import EngineControl
 
 from netreduce.regmap import CLOCK_HZ
+from netreduce.regmap.clock import cycles_to_ns
+from netreduce.wire import IP_PROTO_UDP, OPCODES
+from netreduce.wire.fields import BTH
 from netreduce.wire.pcap import PcapWriter
+from netreduce.wire.view import (
+    BTH_OFF,
+    ETHERTYPE_IPV4_BYTES,
+    EXT_OFF,
+    IPV4_OFF,
+    OP_ACK,
+    PROTO_AT,
+    ROCEV2_PORT_BYTES,
+    SRC_IP_AT,
+    UDP_OFF,
+)
 
+from .. import backend as engines
 from ..backend import BackendUnavailable
 from .model_fabric import ModelFabric
 from .network import LinkConfig, NetConfig
@@ -54,18 +69,14 @@ __all__ = ["CLOCK_HZ", "SimConfig", "SimRun", "Capture", "Backend", "BACKENDS",
            "BackendUnavailable", "register_backend", "get_backend", "run_sim", "make_inputs",
            "cycles_to_ns", "wire_limit_gbps", "WIRE_OVERHEAD", "net_config"]
 
-#: Bytes per frame on the wire besides the payload (ROCE.md): preamble+SFD 8, IFG 12, Ethernet
+#: Bytes per frame on the wire besides the payload (docs/roce.md): preamble+SFD 8, IFG 12, Ethernet
 #: 14, IPv4 20, UDP 8, BTH 12, ICRC 4, FCS 4.
 WIRE_OVERHEAD = 82
 
 
 def wire_limit_gbps(pmtu: int, link_gbps: float = 100.0) -> float:
-    """Payload goodput ceiling of one link at full-PMTU packets (ROCE.md table)."""
+    """Payload goodput ceiling of one link at full-PMTU packets (docs/roce.md table)."""
     return link_gbps * pmtu / (pmtu + WIRE_OVERHEAD)
-
-
-def cycles_to_ns(cycles: int) -> int:
-    return cycles * 1_000_000_000 // CLOCK_HZ
 
 
 @dataclass(frozen=True)
@@ -130,8 +141,12 @@ class SimConfig:
 
 
 # ---------------------------------------------------------------------------------- capture
-# Ext-header bytes after the BTH per opcode (ROCE.md), for the payload length.
-_EXT = {0x06: 16, 0x0A: 16, 0x0B: 20, 0x03: 4, 0x05: 4, 0x09: 4, 0x11: 4, 0x81: 16}
+# Ext-header bytes after the BTH per opcode (docs/roce.md), for the payload length.
+_EXT = {int(code): o.ext_len for code, o in OPCODES.items()
+        if o.ext_len and o.transport in ("RC", "CNP")}
+_PSN = BTH_OFF + BTH.psn.offset
+_DQPN = BTH_OFF + BTH.dqpn.offset
+_SRC_IP = IPV4_OFF + SRC_IP_AT
 
 
 class Capture:
@@ -156,16 +171,18 @@ class Capture:
 
     @staticmethod
     def _record(cycle: int, port: int, f: bytes):
-        if len(f) < 58 or f[12] != 0x08 or f[13] != 0 or f[23] != 17 or f[36:38] != b"\x12\xb7":
+        if len(f) < 58 or f[12:14] != ETHERTYPE_IPV4_BYTES or f[IPV4_OFF + PROTO_AT] != \
+                IP_PROTO_UDP or f[UDP_OFF + 2:UDP_OFF + 4] != ROCEV2_PORT_BYTES:
             return None
-        op = f[42]
-        psn = int.from_bytes(f[51:54], "big")
-        if op == 0x11:
-            aux = f[54]
+        op = f[BTH_OFF]
+        psn = int.from_bytes(f[_PSN:_PSN + 3], "big")
+        if op == OP_ACK:
+            aux = f[EXT_OFF]  # the AETH syndrome
         else:
-            udp_len = int.from_bytes(f[38:40], "big")
-            aux = udp_len - 8 - 12 - _EXT.get(op, 0) - ((f[43] >> 4) & 3) - 4
-        return (cycle, port, f[26:30], int.from_bytes(f[47:50], "big"), op, psn, aux)
+            udp_len = int.from_bytes(f[UDP_OFF + 4:UDP_OFF + 6], "big")
+            aux = udp_len - 8 - 12 - _EXT.get(op, 0) - ((f[BTH_OFF + 1] >> 4) & 3) - 4
+        return (cycle, port, f[_SRC_IP:_SRC_IP + 4], int.from_bytes(f[_DQPN:_DQPN + 3], "big"),
+                op, psn, aux)
 
     def frame_in(self, port: int, frame: bytes, cycle: int) -> None:
         r = self._record(cycle, port, frame)
@@ -245,13 +262,11 @@ def get_backend(name: str) -> Backend:
 
 
 def _make_model(cfg: SimConfig, net: NetConfig, capture: Capture):
-    from ..model import Engine
-
     if cfg.port_gbps:
         from .topology import make_tor_model
         return make_tor_model(cfg, net, capture)
     nports = cfg.nports
-    eng = TappedEngine(Engine(ports=nports), capture)
+    eng = TappedEngine(engines.open_engine("model", {"ports": nports}), capture)
     # each rank's MAC is registered before its first frame (see run_sim: port_of)
     fab = ModelFabric(engine=eng, net=net, seed=cfg.seed)
     fab.rank_of_mac = {}

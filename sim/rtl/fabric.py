@@ -52,25 +52,22 @@ Capture
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 import itertools
-import json
 import math
 from collections.abc import Callable
 
 from netreduce.sim.net.scheduler import Scheduler, frame_dmac
 
-from netreduce.regmap import CLOCK_HZ, BusError, build_regmap
+from netreduce.regmap import CLOCK_HZ
+from netreduce.regmap.clock import cycles_to_ns, ns_to_cycles
 
-from ..net.model_fabric import cycles_to_ns, ns_to_cycles
+from ..backend import get_backend, open_engine, probe_backend
 from ..net.network import KINDS, NetConfig, NetworkFabric
+from .backend import ENGINE_TOP_NAME, HarnessBus, engine_top, engine_top_path  # noqa: F401
 
 __all__ = ["RtlFabric", "RtlBus", "PeekScheduler", "rtl_params", "engine_top", "engine_top_path",
            "make_rtl_backend", "probe_rtl", "ENGINE_TOP_NAME"]
-
-ENGINE_TOP_NAME = "netreduce_engine"
-
 
 class PeekScheduler(Scheduler):
     """The network's scheduler plus :meth:`next_time` (the pump's lookahead)."""
@@ -82,36 +79,13 @@ class PeekScheduler(Scheduler):
         return q[0][0] if q else None
 
 
-class RtlBus:
-    """The engine's AXI4-Lite port as a :class:`~netreduce.regmap.RegisterBus`."""
+class RtlBus(HarnessBus):
+    """The engine's AXI4-Lite port as a :class:`~netreduce.regmap.RegisterBus`: each access
+    first finishes the window in flight and hands on the frames emitted meanwhile."""
 
     def __init__(self, fabric: RtlFabric):
-        self._fab = fabric
-        self.reads = self.writes = 0
-
-    def read(self, addr: int) -> int:
-        fab = self._fab
-        fab.sync()
-        r = fab.sim.axil_read(addr, check=False)
-        self.reads += 1
-        fab._emit(fab.sim.collect())
-        resp = fab.sim.last_resp
-        # a DECERR read returns 0 on the bus; the model's RegisterFile raises: so do we
-        if resp:
-            raise BusError(f"read of 0x{addr:x}: {('OKAY', 'EXOKAY', 'SLVERR', 'DECERR')[resp]}")
-        return r
-
-    def write(self, addr: int, value: int) -> None:
-        if not (isinstance(value, int) and 0 <= value < 2**32):
-            raise BusError(f"value {value!r} does not fit 32 bits")
-        fab = self._fab
-        fab.sync()
-        resp = fab.sim.axil_write(addr, value, check=False)
-        self.writes += 1
-        fab._emit(fab.sim.collect())
-        if resp:
-            raise BusError(f"write of 0x{value:x} to 0x{addr:x}: "
-                           f"{('OKAY', 'EXOKAY', 'SLVERR', 'DECERR')[resp]}")
+        super().__init__(fabric.sim, before=fabric.sync,
+                         after=lambda: fabric._emit(fabric.sim.collect()))
 
 
 def _window_cycles(net: NetConfig | None) -> int:
@@ -214,7 +188,7 @@ class RtlFabric(NetworkFabric):
             if f.error:
                 st["engine_out_error"] += 1
                 continue
-            t = cycles_to_ns(f.cycle)
+            t = cycles_to_ns(f.cycle, ceil=True)
             if t > now:
                 self.sched.call_at(t, self._forward, f.frame)
             elif t + self._down_ns > now:
@@ -223,7 +197,7 @@ class RtlFabric(NetworkFabric):
                 self._forward(f.frame, t)
             else:
                 # late: the output's whole cycle lies before now (not just rounding within it)
-                if cycles_to_ns(f.cycle + 1) <= now:
+                if cycles_to_ns(f.cycle + 1, ceil=True) <= now:
                     st["late_outputs"] += 1
                 self._forward(f.frame)
 
@@ -251,7 +225,7 @@ class RtlFabric(NetworkFabric):
         if nxt is not None and cycle >= ns_to_cycles(nxt):
             at = nxt  # reached the next event: continue after it (it may bring a frame)
         else:
-            at = cycles_to_ns(cycle)
+            at = cycles_to_ns(cycle, ceil=True)
         self._pump_timer = self.sched.call_at(at, self._pump)
 
     # ------------------------------------------------------------------ windows
@@ -263,7 +237,7 @@ class RtlFabric(NetworkFabric):
     def _wake_for(self, t: int) -> None:
         """The RTL rests: pump at the end of arrival time ``t``'s cycle (a window queues the
         frames of the cycles before its own)."""
-        at = cycles_to_ns(ns_to_cycles(t) + 1)
+        at = cycles_to_ns(ns_to_cycles(t) + 1, ceil=True)
         if self._pump_at is None or at < self._pump_at:
             self._schedule_pump(at)
 
@@ -363,7 +337,7 @@ class RtlFabric(NetworkFabric):
             for port, frame, c_in in arrived:
                 self.capture.frame_in(port, frame, c_in)
         self._emit(held)
-        self._schedule_pump(cycles_to_ns(max(b, c) + w))
+        self._schedule_pump(cycles_to_ns(max(b, c) + w, ceil=True))
 
     # ------------------------------------------------------------------ frames
     def _at_middle(self, src_mac: bytes, frame: bytes) -> None:
@@ -418,59 +392,9 @@ def rtl_params(cfg) -> dict:
                 max_world=max(8, _pow2(cfg.workers)))
 
 
-def _engine_module():
-    try:
-        from netreduce.hw import engine
-    except ImportError as e:
-        if getattr(e, "name", "") and "engine" not in str(e.name):
-            raise
-        return None
-    return engine
-
-
-def engine_top_path(params: dict):
-    """Where :func:`engine_top` caches the top of build ``params`` (exists once converted)."""
-    from netreduce.sim.cocotb.runner import _sources_digest, gen_cache_root
-
-    key = hashlib.sha256(json.dumps([sorted(params.items()), _sources_digest(
-        ("netreduce.hw", "netreduce.wire", "netreduce.regmap"))]).encode()).hexdigest()[:16]
-    return gen_cache_root() / f"{ENGINE_TOP_NAME}-{key}.json"
-
-
-def engine_top(params: dict):
-    """The engine's Verilog top (``netreduce.hw.engine.engine_verilog``) for build ``params``,
-    cached in :func:`netreduce.sim.cocotb.runner.gen_cache_root` (outside the work tree, shared
-    by clones) by the parameters and the source text of netreduce.hw, .wire and .regmap
-    (elaborating a 512-bit engine takes a while)."""
-    from .fastsim import load_top, save_top
-
-    eng = _engine_module()
-    if eng is None:
-        raise RuntimeError("netreduce.hw.engine is not available")
-    path = engine_top_path(params)
-    if path.exists():
-        return load_top(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    top = eng.engine_verilog(build_regmap(**params))
-    save_top(top, path)
-    return top
-
-
 def probe_rtl(sim: str) -> None:
     """Raise BackendUnavailable (one line) if ``sim`` or the engine top is missing."""
-    from ..backend import BackendUnavailable
-
-    if sim == "verilator":
-        from .fastsim import verilator_missing
-        reason = verilator_missing()
-    else:
-        from .icarus import icarus_missing
-        reason = icarus_missing()
-    if reason:
-        raise BackendUnavailable(f"backend {sim!r}: {reason} (use --backend model)")
-    if _engine_module() is None:
-        raise BackendUnavailable(f"backend {sim!r}: the RTL engine top (netreduce.hw.engine) is "
-                                 "not available yet (use --backend model)")
+    probe_backend(sim)
 
 
 def make_rtl_backend(sim: str, top=None, fabric_options: dict | None = None, **overrides):
@@ -487,15 +411,8 @@ def make_rtl_backend(sim: str, top=None, fabric_options: dict | None = None, **o
         probe_rtl(sim)
 
     def make(cfg, net, capture):
-        probe()
         params = {**rtl_params(cfg), **overrides}
-        dut_top = top if top is not None else engine_top(params)
-        if sim == "verilator":
-            from .fastsim import FastSim
-            dut = FastSim(dut_top, seed=cfg.seed)
-        else:
-            from .icarus import IcarusSim
-            dut = IcarusSim(dut_top, seed=cfg.seed)
+        dut = open_engine(sim, params, seed=cfg.seed, top=top)
         nports = cfg.nports
         opts = dict(fabric_options)
         if "threaded" not in opts:  # two cores: the RTL's windows overlap the network model
@@ -512,7 +429,5 @@ def make_rtl_backend(sim: str, top=None, fabric_options: dict | None = None, **o
         fab.rtl_params = params
         return fab
 
-    what = ("Verilator, C++ frame-level harness" if sim == "verilator"
-            else "Icarus Verilog, frame-level Verilog testbench")
-    return f"engine RTL ({what})", make, probe
+    return get_backend(sim).description, make, probe
 

@@ -67,6 +67,8 @@ from typing import NamedTuple
 
 from netreduce.hw.verilog import AxisPort, AxisTop
 
+from .cache import build_root, load_top, save_top  # noqa: F401 - load_top/save_top: API
+
 __all__ = ["FastSim", "RxFrame", "AxilError", "BuildError", "build_fastsim", "fastsim_cached",
            "verilator_missing", "fastsim_root", "save_top", "load_top", "compact_memory_init"]
 
@@ -101,7 +103,6 @@ class RxFrame(NamedTuple):
 
 
 def fastsim_root() -> Path:
-    from netreduce.sim.cocotb.runner import build_root
     return build_root() / "fastsim"
 
 
@@ -120,22 +121,6 @@ def verilator_missing() -> str | None:
         if shutil.which(tool) is None:
             return f"FastSim needs {tool} (not found)"
     return None
-
-
-# ------------------------------------------------------------------------------- top cache
-def save_top(top: AxisTop, path: Path) -> None:
-    """Store ``top`` (port map and Verilog) as JSON, atomically."""
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(dict(top.info(), verilog=top.verilog)))
-    tmp.replace(path)
-
-
-def load_top(path: Path) -> AxisTop:
-    d = json.loads(Path(path).read_text())
-    streams = [AxisPort(**{k: tuple(tuple(x) for x in v) if k.endswith("_fields") else v
-                           for k, v in s.items()}) for s in d["streams"]]
-    return AxisTop(name=d["name"], verilog=d["verilog"], streams=streams,
-                   ports={k: tuple(v) for k, v in d["ports"].items()})
 
 
 # ------------------------------------------------------------------------------- code generation

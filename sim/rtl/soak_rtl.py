@@ -2,7 +2,7 @@
 
 :func:`rtl_backend` returns ``backend(sc, net) -> fabric`` for
 :func:`netreduce.sim.verif.soak.run_scenario`: the engine's Verilog top
-(:func:`~.fabric.engine_top`)
+(:func:`~.backend.engine_top`)
 in a Verilator :class:`~.fastsim.FastSim`, inside an :class:`~.fabric.RtlFabric` (the network
 model around the RTL; registers over AXI4-Lite, so ``EngineControl`` programs and reads the
 gateware exactly as the driver would). The fabric adds what the soak needs: ``inject(frame)``
@@ -35,7 +35,7 @@ from __future__ import annotations
 from netreduce.regmap import CLOCK_HZ
 
 from ..verif.soak import _ATTACKER_MAC, Scenario
-from .fabric import RtlFabric, engine_top
+from .fabric import RtlFabric
 
 __all__ = ["soak_params", "misfits", "rtl_backend", "SoakRtlFabric"]
 
@@ -103,22 +103,20 @@ class SoakRtlFabric(RtlFabric):
 
 def rtl_backend(params: dict | None = None, *, top=None):
     """A ``backend(sc, net)`` for :func:`~netreduce.sim.verif.soak.run_scenario` on the RTL
-    (Verilator,
-    build ``params``, default :func:`soak_params`). ``top``: an engine top to use as it is.
+    (Verilator, build ``params``, default :func:`soak_params`). ``top``: an engine top to use as
+    it is.
     Raises ``ValueError`` (one line) for a scenario that does not fit the build, and
-    :class:`~netreduce.sim.net.simrun.BackendUnavailable` when Verilator or the engine is
+    :class:`~netreduce.sim.backend.BackendUnavailable` when Verilator or the engine is
     missing."""
     params = dict(params or soak_params())
 
     def backend(sc: Scenario, net):
-        from .fabric import probe_rtl
-        from .fastsim import FastSim
+        from ..backend import open_engine
 
         bad = misfits(sc, params)
         if bad:
             raise ValueError(f"scenario {sc.name} does not fit the RTL build: {'; '.join(bad)}")
-        probe_rtl("verilator")
-        dut = FastSim(top if top is not None else engine_top(params), seed=sc.seed)
+        dut = open_engine("verilator", params, seed=sc.seed, top=top)
         return SoakRtlFabric(dut, params, net, sc.seed)
 
     backend.params = params

@@ -17,9 +17,6 @@ before (and independently of) the real engine:
 
 from __future__ import annotations
 
-import hashlib
-import json
-
 from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
@@ -110,18 +107,13 @@ def _any(xs):
 def standin_top(regmap: RegMap, depth: int = 16) -> AxisTop:
     """The stand-in as a Verilog top named like the engine's (``netreduce_engine``), cached under
     ``build/fastsim/gen/`` by the map's parameters and the source text it is built from."""
-    from netreduce.sim.cocotb.runner import _sources_digest
+    from .cache import cache_key, cached_top, sources_digest
 
-    from .fastsim import fastsim_root, load_top, save_top
+    src = sources_digest(("netreduce.hw.csr", "netreduce.hw.stream", "netreduce.hw.verilog",
+                          "netreduce.regmap", __name__))
+    key = cache_key([sorted(regmap.params.items()), depth, src])
 
-    src = _sources_digest(("netreduce.hw.csr", "netreduce.hw.stream", "netreduce.hw.verilog",
-                           "netreduce.regmap", __name__))
-    key = hashlib.sha256(json.dumps([sorted(regmap.params.items()), depth, src]).encode())
-    path = fastsim_root() / "gen" / f"standin-{key.hexdigest()[:16]}.json"
-    if path.exists():
-        return load_top(path)
-    dut = StandIn(regmap, depth)
-    top = generate(dut, "netreduce_engine", stream_names=engine_stream_names(dut.nports))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_top(top, path)
-    return top
+    def make():
+        dut = StandIn(regmap, depth)
+        return generate(dut, "netreduce_engine", stream_names=engine_stream_names(dut.nports))
+    return cached_top("standin", key, make)

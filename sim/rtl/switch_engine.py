@@ -47,7 +47,7 @@ Errors
 Build parameters are the register map's (``ports, jobs, flows, slots, max_world, pmtu_max,
 data_width``; defaults :data:`~netreduce.regmap.DEFAULT_PARAMS`, 512-bit). The first use of a
 parameter set elaborates and verilates the engine (minutes at 512 bits; cached, see
-:func:`~.fabric.engine_top` and :func:`~.fastsim.build_fastsim`); tests use 64-bit builds.
+:func:`~.backend.engine_top` and :func:`~.fastsim.build_fastsim`); tests use 64-bit builds.
 """
 
 from __future__ import annotations
@@ -60,15 +60,19 @@ from netreduce.regmap import (
     ALL_GLOBAL_COUNTERS,
     DEFAULT_PARAMS,
     MGMT_PORT_RESET,
-    BusError,
     build_regmap,
 )
+from netreduce.wire import IP_PROTO_UDP
+from netreduce.wire.view import DPORT_AT, ETHERTYPE_IPV4_BYTES, IPV4_OFF, PROTO_AT
+
+from .backend import HarnessBus
 
 __all__ = ["RtlSwitchEngine", "RTL_COUNTER_HELP", "switch_build_params"]
 
 log = logging.getLogger("netreduce.switch.rtl")
 
-_RESP = ("OKAY", "EXOKAY", "SLVERR", "DECERR")
+_PROTO = IPV4_OFF + PROTO_AT  # untagged IPv4: the protocol byte
+_DPORT = IPV4_OFF + DPORT_AT  # and the UDP destination port
 
 RTL_COUNTER_HELP = {
     "rtl.runs": "RTL runs (one per event-loop turn with frames)",
@@ -96,34 +100,6 @@ def switch_build_params(ports: int = DEFAULT_PARAMS["ports"], jobs: int = DEFAUL
     return p
 
 
-class _Bus:
-    """The engine's AXI4-Lite port as a RegisterBus; keeps frames completed meanwhile."""
-
-    def __init__(self, eng: RtlSwitchEngine):
-        self._eng = eng
-        self.reads = self.writes = 0
-
-    def read(self, addr: int) -> int:
-        sim = self._eng.sim
-        v = sim.axil_read(addr, check=False)
-        self.reads += 1
-        resp = sim.last_resp
-        self._eng._stash_outputs()
-        if resp:
-            raise BusError(f"read of 0x{addr:x}: {_RESP[resp]}")
-        return v
-
-    def write(self, addr: int, value: int) -> None:
-        if not (isinstance(value, int) and 0 <= value < 2**32):
-            raise BusError(f"value {value!r} does not fit 32 bits")
-        sim = self._eng.sim
-        resp = sim.axil_write(addr, value, check=False)
-        self.writes += 1
-        self._eng._stash_outputs()
-        if resp:
-            raise BusError(f"write of 0x{value:x} to 0x{addr:x}: {_RESP[resp]}")
-
-
 class RtlSwitchEngine:
     """The engine's Verilog under Verilator, driven frame-batch by frame-batch (module doc).
 
@@ -146,13 +122,9 @@ class RtlSwitchEngine:
                                           data_width)
         self.regmap = build_regmap(**self.params)
         if sim is None:
-            from .fastsim import FastSim
+            from ..backend import open_engine
 
-            if top is None:
-                from .fabric import engine_top
-
-                top = engine_top(self.params)
-            sim = FastSim(top, seed=seed)
+            sim = open_engine("verilator", self.params, seed=seed, top=top)
         self.sim = sim
         self.ports = ports
         if quiet_cycles is None:
@@ -165,7 +137,8 @@ class RtlSwitchEngine:
         self.max_run = max_run
         self._mgmt_port = MGMT_PORT_RESET.to_bytes(2, "big")  # MGMT.PORT (provision_mgmt sets it)
         self._mgmt_queued = False
-        self.bus = _Bus(self)
+        # the AXI4-Lite port; frames completed during an access are kept for the next run
+        self.bus = HarnessBus(sim, after=self._stash_outputs)
         self.wake: Callable[[], None] | None = None
         self.more = False  # the last run hit the watchdog while beats still moved
         self._stash: list = []
@@ -179,8 +152,9 @@ class RtlSwitchEngine:
             raise ValueError(f"port {port} outside 0..{self.ports - 1}")
         self.sim.send(port, frame)
         self._c["frames_in"] += 1
-        if len(frame) >= 38 and frame[23] == 17 and frame[36:38] == self._mgmt_port and \
-                frame[12:14] == b"\x08\x00":
+        if len(frame) >= _DPORT + 2 and frame[_PROTO] == IP_PROTO_UDP and \
+                frame[_DPORT:_DPORT + 2] == self._mgmt_port and \
+                frame[12:14] == ETHERTYPE_IPV4_BYTES:
             self._mgmt_queued = True  # UDP to the management port: wait for its ops
 
     def run(self) -> list:

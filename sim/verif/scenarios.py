@@ -3,31 +3,27 @@ runner that plays a log into any engine backend and scoreboards it against the m
 
 Recording
     :func:`record` runs a :class:`~netreduce.sim.verif.soak.Scenario` closed loop (RC endpoint
-    models,
-    the collective driver programming the engine through :class:`EngineControl`, the seeded
+    models, the collective driver programming the engine through :class:`EngineControl`, the seeded
     network model with loss/dup/reorder/CE per direction and kind of traffic, the soak adversary's
     spoofed, replayed and corrupted frames, plus :class:`_Junk`'s non-RoCE and malformed frames)
     around an engine wrapped in :class:`~netreduce.sim.verif.scoreboard.RecordingEngine`, and
-    returns
-    the :class:`~netreduce.sim.verif.scoreboard.EventLog` of everything that entered the engine
-    (register
-    writes/reads and frames with their cycles) plus what the engine emitted. The engine in the
-    loop is the model by default; ``engine=`` puts any object with ``receive(port, frame, time)``
-    and ``bus`` there (for instance :class:`EngineAdapter` around an RTL backend), so the RTL can
-    also run closed loop.
+    returns the :class:`~netreduce.sim.verif.scoreboard.EventLog` of everything that entered the
+    engine (register writes/reads and frames with their cycles) plus what the engine emitted. The
+    engine in the loop is the model by default; ``engine=`` puts any object with ``receive(port,
+    frame, time)`` and ``bus`` there (for instance :class:`EngineAdapter` around an RTL backend), so
+    the RTL can also run closed loop.
 
     Endpoints map to engine ports by a hash of their MAC (every port gets traffic; results leave
     on the port their rank's frame came in, D13).
 
 Library
     :data:`SCENARIOS` (name -> :class:`~netreduce.sim.verif.soak.Scenario`) covers N 2..32, PMTU
-    256,
-    1024 and 4096, message sizes that are not multiples of the PMTU, loss/dup/reorder on every
+    256, 1024 and 4096, message sizes that are not multiples of the PMTU, loss/dup/reorder on every
     direction and kind, 2-4 concurrent jobs, CE marks with CNPs, PSN wrap, float32 (MAX + SUM_SAT
-    passes), ACK-only loss and junk/spoofed frames. All use :data:`ENGINE_PARAMS`, so one RTL
-    build runs them all. Sizes are kept small (hundreds to a few thousand frames), so each runs
-    in seconds on the model and in minutes at most on Verilator. :func:`random_scenario` makes
-    more from a seed.
+    passes), ACK-only loss and junk/spoofed frames. All use :data:`ENGINE_PARAMS`, so one RTL build
+    runs them all. Sizes are kept small (hundreds to a few thousand frames), so each runs in seconds
+    on the model and in minutes at most on Verilator. :func:`random_scenario` makes more from a
+    seed.
 
 Playing a log into a backend (open loop)
     :func:`run_log` feeds a recorded log into a :class:`FrameBackend`: register writes as
@@ -36,8 +32,7 @@ Playing a log into a backend (open loop)
     order is the log's, see the scoreboard's assumptions), and returns the log *as fed* (frame
     cycles as the backend accepted them), the outputs and the final register snapshot for
     :func:`netreduce.sim.verif.scoreboard.check`. :class:`ModelBackend` implements the protocol on
-    the
-    reference model (the scoreboard must pass: that is the self-test).
+    the reference model (the scoreboard must pass: that is the self-test).
 """
 
 from __future__ import annotations
@@ -50,9 +45,11 @@ from typing import Protocol
 from netreduce.regmap import build_regmap
 from netreduce.wire import WireError, parse
 from netreduce.wire.icrc import icrc_bytes
+from netreduce.wire.view import CONTROL_OPCODES, ROCEV2_PORT_BYTES
 
 from ..model import Emit, Engine
 from ..net.network import DIRECTIONS, KINDS, LinkConfig, NetConfig
+from ..rtl.backend import HarnessBus
 from .scoreboard import EventLog, Out, RecordingEngine, ScoreReport, check, snapshot
 from .soak import _ATTACKER_MAC, _SINK_MAC, JobSpec, Scenario, _SoakModelFabric, run_scenario
 
@@ -123,13 +120,13 @@ class _Junk:
         if kind == "arp":
             return hdr + b"\x08\x06" + bytes(28) + bytes(18)
         if kind == "ipv6":
-            return hdr + b"\x86\xdd\x60" + bytes(5) + b"\x11\x40" + bytes(32) + b"\x12\xb7" * 2 \
-                + pad
+            return hdr + b"\x86\xdd\x60" + bytes(5) + b"\x11\x40" + bytes(32) \
+                + ROCEV2_PORT_BYTES * 2 + pad
         if kind == "tcp":
             return hdr + b"\x08\x00\x45\x00\x00\x40" + bytes(3) + b"\x06" + bytes(10) + pad
         if kind == "udp":
             return hdr + b"\x08\x00\x45\x00\x00\x40" + bytes(3) + b"\x11" + bytes(10) \
-                + b"\x12\xb7\x00\x35" + pad
+                + ROCEV2_PORT_BYTES + b"\x00\x35" + pad
         if kind == "runt":
             return hdr[:r.randrange(1, 12)]
         if kind == "vlan":
@@ -158,7 +155,7 @@ class _Junk:
         elif kind == "ipsum":
             b[l3 + 10] ^= 0x5A
         elif kind == "opcode":
-            if f is None or f.opcode in (0x11, 0x81):
+            if f is None or f.opcode in CONTROL_OPCODES:
                 return None
             # a UC packet (well-formed, but not what a flow carries) or an opcode the wire
             # format does not know (RDMA READ request, 0x0C), ICRC recomputed
@@ -376,6 +373,7 @@ class FastSimBackend:
         self.limit = limit
         self.errors: list[str] = []  # error-flagged outputs (they are scoreboarded too)
         self._outs: list[tuple[int, bytes, int]] = []
+        self._bus = HarnessBus(sim, after=lambda: self._take(sim.collect()))
 
     def _take(self, frames) -> None:
         for f in frames:
@@ -385,13 +383,10 @@ class FastSimBackend:
             self._outs.append((f.port, f.frame, f.cycle))
 
     def read(self, addr: int) -> int:
-        v = self.sim.axil_read(addr)
-        self._take(self.sim.collect())
-        return v
+        return self._bus.read(addr)
 
     def write(self, addr: int, value: int) -> None:
-        self.sim.axil_write(addr, value)
-        self._take(self.sim.collect())
+        self._bus.write(addr, value)
 
     def feed(self, port: int, frame: bytes) -> int:
         sim = self.sim

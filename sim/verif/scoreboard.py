@@ -68,6 +68,7 @@ from netreduce.wire import (
     DOT1Q,
     ETH,
     IMMDT,
+    IP_PROTO_UDP,
     IPV4,
     OPCODES,
     RETH,
@@ -75,6 +76,16 @@ from netreduce.wire import (
     WireError,
     ip_str,
     parse,
+)
+from netreduce.wire.view import (
+    BTH_AT,
+    DPORT_AT,
+    ETHERTYPE_IPV4_BYTES,
+    OP_ACK,
+    OP_CNP,
+    PROTO_AT,
+    ROCEV2_PORT_BYTES,
+    l3_offset,
 )
 
 from ..model import Engine
@@ -242,8 +253,7 @@ def replay(log: EventLog | Iterable, params: dict | None = None) -> Replay:
 
 
 # ================================================================================== flows
-def _l3(frame: bytes) -> int:
-    return 18 if len(frame) >= 18 and frame[12] == 0x81 and frame[13] == 0x00 else 14
+_l3 = l3_offset
 
 
 def flow_of(port: int, frame: bytes) -> tuple:
@@ -253,12 +263,13 @@ def flow_of(port: int, frame: bytes) -> tuple:
     frame forwarded unchanged lands in the same flow as its well-formed neighbours."""
     n = len(frame)
     l3 = _l3(frame)
-    b = l3 + 28
-    if (n < b + 12 or frame[l3 - 2:l3] != b"\x08\x00" or frame[l3] != 0x45
-            or frame[l3 + 9] != 17 or frame[l3 + 22:l3 + 24] != b"\x12\xb7"):
+    b = l3 + BTH_AT
+    if (n < b + 12 or frame[l3 - 2:l3] != ETHERTYPE_IPV4_BYTES or frame[l3] != 0x45
+            or frame[l3 + PROTO_AT] != IP_PROTO_UDP
+            or frame[l3 + DPORT_AT:l3 + DPORT_AT + 2] != ROCEV2_PORT_BYTES):
         return (port, "other")
     op = frame[b]
-    kind = "ack" if op == 0x11 else "cnp" if op == 0x81 else "data"
+    kind = "ack" if op == OP_ACK else "cnp" if op == OP_CNP else "data"
     return (port, ip_str(int.from_bytes(frame[l3 + 12:l3 + 16], "big")),
             ip_str(int.from_bytes(frame[l3 + 16:l3 + 20], "big")),
             int.from_bytes(frame[b + 5:b + 8], "big"), kind)

@@ -5,6 +5,6 @@
   its path, runs the all-reduce with the verbs backend inside the guests and checks the results.
 * ``guest/`` holds what the guests run (init script, job), copied into each run's 9p share.
 
-See ``/work/shared/SOFTROCE.md`` for the measured facts this follows; ``netreduce vmlab``
+See ``docs/roce.md`` for the measured facts this follows; ``netreduce vmlab``
 (:mod:`netreduce.cli.vmlab`) is the command.
 """

@@ -82,7 +82,7 @@ class LabConfig:
     (module doc); ``qp_timeout`` of the guests' QPs: 16 (268 ms), so the 7 retries ride out
     about 2 s without an ACK when TCG guests on a loaded host stall (14, 67 ms, would give up
     with "retry exceeded" after half a second); rxe 6.1 also retransmits spuriously about one
-    timeout after arming (SOFTROCE.md). ``qp_timeout=None`` (default): 16 with the model, 18
+    timeout after arming (docs/roce.md). ``qp_timeout=None`` (default): 16 with the model, 18
     (1.07 s; 8.6 s without an ACK) with the RTL, which handles a few hundred frames per second:
     a window of packets queued in front of a frame delays its answer by up to a second."""
 
@@ -185,13 +185,23 @@ class _IcrcTamper:
     def __call__(self, *args):
         emits = self.orig(*args)
         if self.done is None:
-            from netreduce.wire import parse
+            from netreduce.wire import IP_PROTO_UDP, parse
+            from netreduce.wire.view import (
+                BTH_OFF,
+                ETHERTYPE_IPV4_BYTES,
+                IPV4_OFF,
+                PROTO_AT,
+                ROCEV2_PORT_BYTES,
+                UDP_OFF,
+                WRITE_OPCODES,
+            )
 
             for i, e in enumerate(emits):
                 f = e.frame
-                if len(f) < 80 or f[12:14] != b"\x08\x00" or f[23] != 17 or \
-                        f[36:38] != b"\x12\xb7" or f[42] not in (0x06, 0x07, 0x08, 0x09, 0x0A,
-                                                                0x0B):
+                if len(f) < 80 or f[12:14] != ETHERTYPE_IPV4_BYTES or \
+                        f[IPV4_OFF + PROTO_AT] != IP_PROTO_UDP or \
+                        f[UDP_OFF + 2:UDP_OFF + 4] != ROCEV2_PORT_BYTES or \
+                        f[BTH_OFF] not in WRITE_OPCODES:
                     continue
                 try:
                     rf = parse(f, check=False)
@@ -215,8 +225,19 @@ def analyze_captures(prefix: str) -> dict:
     """Counts over PREFIX.in.pcap (into the engine) and PREFIX.out.pcap (out of it): RoCEv2
     frames, ICRC-valid ones (the invalid ones listed), ACKs, NAKs by syndrome, and
     retransmissions (data packets whose (dst IP, QPN, PSN) was already seen in that capture)."""
-    from netreduce.wire import WireError, parse
+    from netreduce.wire import IP_PROTO_UDP, WireError, parse
     from netreduce.wire.pcap import iter_pcap
+    from netreduce.wire.view import (
+        BTH_OFF,
+        DATA_OPCODES,
+        ETHERTYPE_IPV4_BYTES,
+        IPV4_OFF,
+        OP_ACK,
+        OP_CNP,
+        PROTO_AT,
+        ROCEV2_PORT_BYTES,
+        UDP_OFF,
+    )
 
     out = {}
     for side in ("in", "out"):
@@ -230,8 +251,9 @@ def analyze_captures(prefix: str) -> dict:
         for rec in iter_pcap(path):
             f = rec.data
             c["frames"] += 1
-            if not (len(f) >= 42 and f[12:14] == b"\x08\x00" and f[23] == 17
-                    and f[36:38] == b"\x12\xb7"):
+            if not (len(f) >= BTH_OFF and f[12:14] == ETHERTYPE_IPV4_BYTES
+                    and f[IPV4_OFF + PROTO_AT] == IP_PROTO_UDP
+                    and f[UDP_OFF + 2:UDP_OFF + 4] == ROCEV2_PORT_BYTES):
                 continue
             c["roce"] += 1
             try:
@@ -245,20 +267,20 @@ def analyze_captures(prefix: str) -> dict:
                     c["malformed"] += 1
                 continue
             c["icrc_ok"] += 1
-            if rf.opcode == 0x11:
+            if rf.opcode == OP_ACK:
                 synd = rf.syndrome
                 if synd >> 5 == 0b11:
                     c["naks"] += 1
                     c[f"nak_0x{synd:02x}"] += 1
                 elif synd >> 5 == 0:
                     c["acks"] += 1
-            elif rf.opcode <= 0x0B:
+            elif rf.opcode in DATA_OPCODES:
                 c["data"] += 1
                 key = (rf.dst_ip, rf.dqpn, rf.psn)
                 if key in seen:
                     c["retransmitted"] += 1
                 seen.add(key)
-            elif rf.opcode == 0x81:
+            elif rf.opcode == OP_CNP:
                 c["cnps"] += 1
         out[side] = dict(c)
         out[side]["icrc_bad_frames"] = bad[:20]

@@ -80,9 +80,10 @@ def test_demo_falls_back_on_a_build_failure(monkeypatch, tmp_path):
         raise fastsim.BuildError("verilator failed (exit 1); log /x/build.log:\n%Error: boom")
 
     monkeypatch.setattr(fastsim, "verilator_missing", lambda: None)
-    monkeypatch.setattr(rtl_fabric, "_engine_module", lambda: object())
-    monkeypatch.setattr(rtl_fabric, "engine_top_path", lambda params: tmp_path / "none.json")
-    monkeypatch.setattr(rtl_fabric, "engine_top", broken)
+    monkeypatch.setattr("netreduce.sim.rtl.backend.engine_module", lambda: object())
+    monkeypatch.setattr("netreduce.sim.rtl.backend.engine_top_path",
+                        lambda params: tmp_path / "none.json")
+    monkeypatch.setattr("netreduce.sim.rtl.backend.engine_top", broken)
     r = _demo("-n", "2", "-s", "4KiB", backend="verilator")
     assert r.exit_code == 0, r.output
     assert "Building the engine RTL" in r.output and "first run only" in _flat(r.output)

@@ -48,7 +48,7 @@ def test_replay_example(tmp_path):
 _PAYLOAD_OFF = {0x06: 28, 0x0A: 28, 0x0B: 32, 0x07: 12, 0x08: 12, 0x09: 16}  # from the BTH
 
 
-def _icrc(l3: bytes) -> bytes:  # ROCE.md, written out here (independent of netreduce.wire)
+def _icrc(l3: bytes) -> bytes:  # docs/roce.md, written out here (independent of netreduce.wire)
     b = bytearray(l3)
     b[1] = b[8] = 0xFF
     b[10:12] = b[26:28] = b"\xff\xff"
@@ -197,8 +197,7 @@ def test_rtl_backend_unavailable_is_one_line(tmp_path, monkeypatch, sim, missing
         for mod in ("netreduce.sim.rtl.fastsim", "netreduce.sim.rtl.icarus"):
             monkeypatch.setitem(sys.modules, mod, None)
     else:
-        from netreduce.sim.rtl import fabric
-        monkeypatch.setattr(fabric, "_engine_module", lambda: None)
+        monkeypatch.setattr("netreduce.sim.rtl.backend.engine_module", lambda: None)
     r = _replay("-c", CONFIG, "-i", CAPTURE, "-o", tmp_path / "o.pcap", "--backend", sim)
     _one_line_error(r, f"backend {sim!r}", "--backend model")
     assert not (tmp_path / "o.pcap").exists()

@@ -1,7 +1,6 @@
 """The gateware management agent (netreduce.hw.mgmt.MgmtAgent) against the reference model agent
 (netreduce.sim.model.mgmt.MgmtAgent): the same frames into both, each backed by its own register
-file
-(the gateware's through an AXI4-Lite slave model), must give byte-identical responses, the same
+file (the gateware's through an AXI4-Lite slave model), must give byte-identical responses, the same
 counter events and the same final registers."""
 
 import random

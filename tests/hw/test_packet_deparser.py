@@ -21,7 +21,7 @@ from netreduce.hw.packet.testing import (
 
 from netreduce.wire import ECN_CE, ECN_ECT0, OPCODES, icrc_bytes, ipv4_checksum, parse
 
-VECTORS = Path("/work/shared/vectors/roce_vectors.json")
+VECTORS = Path(__file__).resolve().parents[1] / "data" / "roce_vectors.json"
 DATA_OPS = sorted(op for op, info in OPCODES.items() if info.rc_data)
 
 

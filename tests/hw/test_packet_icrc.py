@@ -26,7 +26,7 @@ from netreduce.hw.packet.testing import _sim, frame_to_beats
 
 from netreduce.wire import IPV4, UDP, icrc_bytes, ipv4_checksum
 
-VECTORS = Path("/work/shared/vectors/roce_vectors.json")
+VECTORS = Path(__file__).resolve().parents[1] / "data" / "roce_vectors.json"
 
 
 def _parity(x: int) -> int:

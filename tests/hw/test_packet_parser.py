@@ -30,9 +30,7 @@ from netreduce.wire import (
     parse,
 )
 
-VECTORS = Path("/work/shared/vectors/roce_vectors.json")
-if not VECTORS.exists():  # the copy in the repository, if any
-    VECTORS = Path(__file__).resolve().parents[2] / "vectors" / "roce_vectors.json"
+VECTORS = Path(__file__).resolve().parents[1] / "data" / "roce_vectors.json"
 
 
 def _vectors() -> list[bytes]:

@@ -2,16 +2,14 @@
 
 * cocotb (``sim/cocotb/tb_engine.py``) on Verilator: one log per contract rule
   (:func:`netreduce.sim.verif.scenarios.unit_logs`: duplicate, re-emit, window, opcode/length
-  mismatch,
-  job isolation, disable mid-flight, SUM_SAT saturation and MAX, malformed/unregistered frames,
-  CNP rate limit, PSN wrap) and the recorded closed-loop scenario library
+  mismatch, job isolation, disable mid-flight, SUM_SAT saturation and MAX, malformed/unregistered
+  frames, CNP rate limit, PSN wrap) and the recorded closed-loop scenario library
   (:data:`netreduce.sim.verif.scenarios.SCENARIOS`: N 2..32, PMTU 256/1024/4096, loss/dup/reorder
-  per
-  direction, CE, PSN wrap, 2-4 jobs, float32 MAX + SUM_SAT passes, junk and spoofed frames),
-  registers programmed through cocotbext-axi's AxiLiteMaster exactly as the driver programmed
-  them. Every emitted frame is compared byte for byte per port and flow with the model, and so
-  is every counter and state register; at the end all slots are free and the counters balance.
-  All logs play in one simulator run (a reset between logs). Icarus plays a subset.
+  per direction, CE, PSN wrap, 2-4 jobs, float32 MAX + SUM_SAT passes, junk and spoofed frames),
+  registers programmed through cocotbext-axi's AxiLiteMaster exactly as the driver programmed them.
+  Every emitted frame is compared byte for byte per port and flow with the model, and so is every
+  counter and state register; at the end all slots are free and the counters balance. All logs play
+  in one simulator run (a reset between logs). Icarus plays a subset.
 * FastSim (the frame-level Verilator harness of sim/rtl) through
   :class:`~netreduce.sim.verif.scenarios.FastSimBackend`: opt-in
   (``NETREDUCE_FASTSIM_SCENARIOS=1``),

@@ -16,12 +16,11 @@ replayed over AXI4-Lite) and the same frames:
 * then K2 more indices of clean traffic.
 
 Checks (netreduce.sim.verif.scenarios.run_log + netreduce.sim.verif.scoreboard.check): the frames
-the RTL
-sends equal the model's byte for byte, per output port and flow in order; every counter (global
-and per job), the job table's pointers and the flow table's state are equal; the end-state
+the RTL sends equal the model's byte for byte, per output port and flow in order; every counter
+(global and per job), the job table's pointers and the flow table's state are equal; the end-state
 identities hold. Independently of the model: the RTL never stops accepting frames and goes idle
-(FastSimBackend raises TimeoutError otherwise), every result it sends is the true aggregate of
-its index, and every index (fuzzed and clean) reaches every receiver.
+(FastSimBackend raises TimeoutError otherwise), every result it sends is the true aggregate of its
+index, and every index (fuzzed and clean) reaches every receiver.
 
 CI runs a fixed number of derandomized examples without a database. Any input that ever broke
 the comparison belongs in ``REGRESSIONS`` (replayed as explicit examples).
@@ -35,10 +34,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from netreduce.sim.backend import BackendUnavailable, open_engine, probe_backend
 from netreduce.sim.model import Engine
 from netreduce.sim.model.kit import RingJob
-from netreduce.sim.net.simrun import BackendUnavailable
-from netreduce.sim.rtl.fabric import engine_top, probe_rtl
+from netreduce.sim.rtl.backend import engine_top
 from netreduce.sim.rtl.soak_rtl import soak_params
 from netreduce.sim.verif.mutate import FIELDS, impersonates, mutate
 from netreduce.sim.verif.scenarios import FastSimBackend, run_log
@@ -151,7 +150,7 @@ def _programming():
 @functools.cache
 def _top():
     try:
-        probe_rtl("verilator")
+        probe_backend("verilator")
     except BackendUnavailable as e:
         pytest.skip(str(e))
     return engine_top(PARAMS)
@@ -209,10 +208,8 @@ def results_problems(outs, inputs) -> list[str]:
 
 
 def run(layout, attacks) -> None:
-    from netreduce.sim.rtl.fastsim import FastSim
-
     log = build_log(layout, attacks)
-    with FastSim(_top()) as sim:
+    with open_engine("verilator", PARAMS, top=_top()) as sim:
         fed, outs, state = run_log(FastSimBackend(sim, PARAMS, limit=100_000), log,
                                    reads=False)
         assert sim.protocol_errors == 0

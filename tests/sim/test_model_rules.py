@@ -1,4 +1,4 @@
-"""One test per rule of DESIGN section 4, against the reference model (netreduce.sim.model).
+"""One test per rule of docs/design.md section 4, against the reference model (netreduce.sim.model).
 
 Frames are hand-built with netreduce.wire.RoceFrame through netreduce.sim.model.kit.RingJob.
 """

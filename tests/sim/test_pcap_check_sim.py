@@ -30,12 +30,12 @@ from scapy.contrib.roce import BTH  # noqa: E402
 from scapy.layers.inet import IP, UDP  # noqa: E402
 from scapy.utils import rdpcap  # noqa: E402
 
-# payload offset from the start of the BTH, per data opcode (ROCE.md table)
+# payload offset from the start of the BTH, per data opcode (docs/roce.md table)
 _PAYLOAD_OFF = {0x06: 28, 0x0A: 28, 0x0B: 32, 0x07: 12, 0x08: 12, 0x09: 16}
 _FIRST, _MIDDLE, _LAST, _LAST_IMM, _ONLY, _ONLY_IMM = 0x06, 0x07, 0x08, 0x09, 0x0A, 0x0B
 
 
-def _icrc(l3: bytes) -> bytes:  # ROCE.md, written out here on purpose (independent of wire/)
+def _icrc(l3: bytes) -> bytes:  # docs/roce.md, written out here on purpose (independent of wire/)
     b = bytearray(l3)
     b[1] = b[8] = 0xFF
     b[10:12] = b[26:28] = b"\xff\xff"

@@ -321,10 +321,10 @@ def test_config_from_sim_report_round_trip():
 def test_backends_unavailable_one_line(monkeypatch):
     with pytest.raises(rp.ReplayError, match="unknown backend 'x'"):
         rp.probe_backend("x")
-    from netreduce.sim.rtl import fabric, fastsim, icarus
+    from netreduce.sim.rtl import backend, fastsim, icarus
     monkeypatch.setattr(fastsim, "verilator_missing", lambda: None)
     monkeypatch.setattr(icarus, "icarus_missing", lambda: "Icarus Verilog is not installed")
-    monkeypatch.setattr(fabric, "_engine_module", lambda: None)
+    monkeypatch.setattr(backend, "engine_module", lambda: None)
     with pytest.raises(BackendUnavailable, match=r"engine top \(netreduce.hw.engine\) is not"):
         rp.open_engine("verilator", rp.EngineParams())
     with pytest.raises(BackendUnavailable, match="'icarus': Icarus Verilog is not installed"):

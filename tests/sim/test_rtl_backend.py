@@ -8,7 +8,6 @@ import functools
 
 import pytest
 from netreduce.sim.net import simrun
-from netreduce.sim.net.model_fabric import cycles_to_ns, ns_to_cycles
 from netreduce.sim.net.network import LinkConfig, NetConfig
 from netreduce.sim.net.simrun import BackendUnavailable, Capture, SimConfig, get_backend, run_sim
 from netreduce.sim.rtl import fabric as rtl_fabric
@@ -19,6 +18,7 @@ from netreduce.sim.rtl.standin import standin_regmap, standin_top
 from netreduce.sw_driver.control import EngineControl
 
 from netreduce.regmap import MAGIC, BusError, build_regmap
+from netreduce.regmap.clock import cycles_to_ns, ns_to_cycles
 
 A, B = bytes.fromhex("020000000001"), bytes.fromhex("020000000002")
 LAT, GBPS = 500, 100.0
@@ -65,7 +65,7 @@ def test_frame_timing_through_the_rtl(kind):
     arrive = _ser(100) + LAT
     c_in = ns_to_cycles(arrive)
     c_out = c_in + 12 + 2
-    assert got[B] == [(cycles_to_ns(c_out) + _ser(100) + LAT, f)]
+    assert got[B] == [(cycles_to_ns(c_out, ceil=True) + _ser(100) + LAT, f)]
     assert [r[0] for r in cap.ins] == [] and cap.other_in == 1 and cap.other_out == 1
     assert fab.stats["engine_in"] == fab.stats["engine_out"] == 1
     assert fab.stats["late_outputs"] == 0
@@ -118,7 +118,7 @@ def test_rtl_backends_are_registered():
 
 @pytest.mark.parametrize("name", ["verilator", "icarus"])
 def test_probe_says_in_one_line_when_the_engine_is_missing(monkeypatch, name):
-    monkeypatch.setattr(rtl_fabric, "_engine_module", lambda: None)
+    monkeypatch.setattr("netreduce.sim.rtl.backend.engine_module", lambda: None)
     monkeypatch.setattr("netreduce.sim.rtl.fastsim.verilator_missing", lambda: None)
     monkeypatch.setattr("netreduce.sim.rtl.icarus.icarus_missing", lambda: None)
     with pytest.raises(BackendUnavailable) as e:

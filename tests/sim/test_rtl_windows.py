@@ -6,7 +6,6 @@ import functools
 
 import pytest
 from netreduce.sim.net import simrun
-from netreduce.sim.net.model_fabric import cycles_to_ns
 from netreduce.sim.net.network import Link, LinkConfig, NetConfig
 from netreduce.sim.net.scheduler import Scheduler
 from netreduce.sim.net.simrun import BackendUnavailable, SimConfig, get_backend, run_sim
@@ -14,6 +13,8 @@ from netreduce.sim.rtl import fabric as rtl_fabric
 from netreduce.sim.rtl.fabric import RtlFabric
 from netreduce.sim.rtl.fastsim import FastSim, verilator_missing
 from netreduce.sim.rtl.standin import standin_regmap, standin_top
+
+from netreduce.regmap.clock import cycles_to_ns
 
 A, B = bytes.fromhex("020000000001"), bytes.fromhex("020000000002")
 
@@ -128,7 +129,7 @@ def test_window_follows_the_down_latency():
     fast_acks = NetConfig(LinkConfig(latency_ns=500),
                           overrides={("down", "ack"): LinkConfig(latency_ns=100)})
     w = RtlFabric(_Sim(), net=fast_acks).window_cycles
-    assert 0 < w and cycles_to_ns(2 * w) + 1 < 100
+    assert 0 < w and cycles_to_ns(2 * w, ceil=True) + 1 < 100
     tiny = NetConfig(LinkConfig(latency_ns=20))
     assert RtlFabric(_Sim(), net=tiny).window_cycles == 0  # per event
     with pytest.raises(ValueError, match="latency"):

@@ -1,8 +1,7 @@
 """Bounded CI version of the soak (issue 9): seeded scenarios through the reference model.
 
 Each scenario (netreduce.sim.verif.soak.random_scenario) runs 2-4 concurrent jobs of different N,
-PMTU
-and window, 1-2 all-reduces each, with one fault style (uniform, per direction/kind, ACK-only
+PMTU and window, 1-2 all-reduces each, with one fault style (uniform, per direction/kind, ACK-only
 loss, link outages, CE marking), PSN wrap in some jobs and, for odd seeds, an adversary injecting
 spoofed frames. After each: results bit-exact, every slot freed, the counters balance (see
 run_scenario). The long version is bench/soak.py.

@@ -2,20 +2,18 @@
 (Verilator, 64-bit build of netreduce.sim.rtl.soak_rtl.soak_params) inside the network model.
 
 Each named scenario (netreduce.sim.verif.soak.rtl_ci_scenarios) runs two concurrent jobs of
-different N
-and PMTU with one fault style: loss/dup/reorder on every direction and kind of traffic, a burst
-outage, ACK-only loss, PSN wrap (with a float32 job), CE marks, the adversary. After each, the
-same checks as on the model (run_scenario): every all-reduce bit-exact, every slot freed, the
-counters balance (read over AXI4-Lite), the fabric and the links agree with the counters. Plus:
-the fault really happened, and the harness saw no AXI-Stream protocol error or error-flagged
-output. Two seeds of the random "rtl" profile run too.
+different N and PMTU with one fault style: loss/dup/reorder on every direction and kind of traffic,
+a burst outage, ACK-only loss, PSN wrap (with a float32 job), CE marks, the adversary. After each,
+the same checks as on the model (run_scenario): every all-reduce bit-exact, every slot freed, the
+counters balance (read over AXI4-Lite), the fabric and the links agree with the counters. Plus: the
+fault really happened, and the harness saw no AXI-Stream protocol error or error-flagged output. Two
+seeds of the random "rtl" profile run too.
 """
 
 from __future__ import annotations
 
 import pytest
-from netreduce.sim.net.simrun import BackendUnavailable
-from netreduce.sim.rtl.fabric import probe_rtl
+from netreduce.sim.backend import BackendUnavailable, probe_backend
 from netreduce.sim.rtl.soak_rtl import misfits, rtl_backend, soak_params
 from netreduce.sim.verif.soak import (
     RTL_ENGINE,
@@ -32,7 +30,7 @@ SCENARIOS = rtl_ci_scenarios()
 @pytest.fixture(scope="module")
 def backend():
     try:
-        probe_rtl("verilator")
+        probe_backend("verilator")
     except BackendUnavailable as e:
         pytest.skip(str(e))
     return rtl_backend()

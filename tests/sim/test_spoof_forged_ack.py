@@ -1,14 +1,14 @@
 """Forged ACKs against the reference engine (issue 9): they may delay or fail a job, never corrupt.
 
-The attack: the engine frees index k once every flow's acked_f passed it (DESIGN 4), and acked_f
-comes from data-plane ACKs that anybody on the path can forge (ICRC is no authentication). A forged
-ACK on flow f's reverse key frees k although f's receiver never got its result (lost on the down
-link). When f's sender retransmits k, k is behind the window. Under the original contract the
-engine forwarded the sender's raw contribution unchanged, and the receiver, which really expects
-k, accepted it as the all-reduced result: silent corruption. Decision D15 (engine docstring,
-docs/guarantees.md) forwards a behind-window frame as a *duplicate probe* (BTH-only WRITE MIDDLE,
-no payload) that a receiver can only use as a duplicate: it re-ACKs it if it has k, and rejects
-it (NAK invalid request, QP to error: a loud failure) if it does not.
+The attack: the engine frees index k once every flow's acked_f passed it (docs/design.md section 4),
+and acked_f comes from data-plane ACKs that anybody on the path can forge (ICRC is no
+authentication). A forged ACK on flow f's reverse key frees k although f's receiver never got its
+result (lost on the down link). When f's sender retransmits k, k is behind the window. Under the
+original contract the engine forwarded the sender's raw contribution unchanged, and the receiver,
+which really expects k, accepted it as the all-reduced result: silent corruption. Decision D15
+(engine docstring, docs/guarantees.md) forwards a behind-window frame as a *duplicate probe*
+(BTH-only WRITE MIDDLE, no payload) that a receiver can only use as a duplicate: it re-ACKs it if it
+has k, and rejects it (NAK invalid request, QP to error: a loud failure) if it does not.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 The engine trusts the control plane (registers) and the switch's steering (a registered source
 IPv4 arrives only from its worker), never the content of data-plane frames. Every attack frame
-below is handled as DESIGN 4 (+ D15) says, counted under a named disposition, and neither job's
-result nor state changes. Each test runs two jobs to the end around its attack frames and checks
-both results bit-exact, every slot freed and the counters balanced.
+below is handled as docs/design.md section 4 (+ D15) says, counted under a named disposition, and
+neither job's result nor state changes. Each test runs two jobs to the end around its attack frames
+and checks both results bit-exact, every slot freed and the counters balanced.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The switch service on the engine RTL (Verilator): ``netreduce switch --backend verilator``.
 
 Software-RNIC workers reach the RTL through the TCP tunnel exactly as they reach the reference
-model (tests/sim/test_switch_service.py, tests/sw_driver/test_tunnel_allreduce.py). Every test
+model (tests/sim/test_switch_service.py, tests/sim/test_tunnel_allreduce.py). Every test
 uses the 64-bit engine build of tests/sim/test_rtl_backend.py (same parameters: one Verilator
 build serves all RTL tests; the 512-bit build is the same design with wider beats).
 """
@@ -19,14 +19,9 @@ import time
 
 import numpy as np
 import pytest
+from netreduce.sim.emu.rank import RankComm, RankCommConfig, thread_exchange
 from netreduce.sim.emu.switch import RawClient, SwitchConfig, SwitchThread, connect_clients
-from netreduce.sim.emu.tunnel import (
-    RankComm,
-    RankCommConfig,
-    Tunnel,
-    frame_bytes,
-    thread_exchange,
-)
+from netreduce.sim.emu.tunnel import Tunnel, frame_bytes
 from netreduce.sim.net.collective import CollectiveConfig, Communicator
 from netreduce.sim.net.simrun import BackendUnavailable, SimConfig
 from netreduce.sim.rtl.fabric import probe_rtl, rtl_params

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("torch", reason="torch not installed: pip install '.[torch]'")
 
-from netreduce.sim.emu.tunnel import thread_exchange  # noqa: E402
+from netreduce.sim.emu.rank import thread_exchange  # noqa: E402
 from netreduce.sw_driver import torch_backend as tb  # noqa: E402
 
 RedOp = tb.RedOp

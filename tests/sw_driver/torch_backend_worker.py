@@ -224,7 +224,7 @@ def _save(cfg: dict, rank: int, res: dict) -> None:
 
 def main(rank: int, world: int, cfg: dict) -> None:
     """``torch.multiprocessing.start_processes`` entry: one rank of ``cfg["scenario"]``."""
-    from netreduce.sim.emu.tunnel import RankCommConfig
+    from netreduce.sim.emu.rank import RankCommConfig
     from netreduce.sw_driver.torch_backend import Options
 
     torch.set_num_threads(1)

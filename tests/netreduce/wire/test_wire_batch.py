@@ -27,7 +27,7 @@ TEMPLATES = {
 
 def reference(buf: bytes, template, pmtu, start_psn, va, rkey, imm=None, ack_every=64,
               solicited=False, ip_id_step=0) -> list[bytes]:
-    """The message built one RoceFrame.pack() at a time, straight from ROCE.md's rules."""
+    """The message built one RoceFrame.pack() at a time, straight from docs/roce.md's rules."""
     n = max(1, -(-len(buf) // pmtu))
     out = []
     for i in range(n):

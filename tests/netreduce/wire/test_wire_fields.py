@@ -1,4 +1,4 @@
-"""The field tables agree with /work/shared/ROCE.md (read from ../shared beside the repository)."""
+"""The field tables agree with docs/roce.md (its layout table, opcode table and reference ICRC)."""
 
 import re
 import struct
@@ -20,11 +20,11 @@ from netreduce.wire import (
     icrc,
 )
 
-ROCE_MD = Path(__file__).resolve().parents[3].parent / "shared" / "ROCE.md"
+ROCE_MD = Path(__file__).resolve().parents[3] / "docs" / "roce.md"
 
 needs_md = pytest.mark.skipif(not ROCE_MD.is_file(), reason=f"{ROCE_MD} not found")
 
-# ROCE.md's frame-layout row label -> (header, base offset of that header, our field names).
+# docs/roce.md's frame-layout row label -> (header, base offset of that header, our field names).
 # Sub-byte rows list every bit field packed into those bytes, with (bits, shift) from the label.
 LAYOUT = {
     "DMAC": (ETH, 0, ["dst"]),
@@ -59,7 +59,7 @@ def _md() -> str:
 
 
 def _layout_rows():
-    """(offset, length, label) of every row of ROCE.md's frame-layout table with a length."""
+    """(offset, length, label) of every row of docs/roce.md's frame-layout table with a length."""
     rows = []
     for m in re.finditer(r"^\| (\d+) \| (\d*) \| ([^|]+?) \|", _md(), re.M):
         if m.group(2):
@@ -70,7 +70,7 @@ def _layout_rows():
 @needs_md
 def test_layout_table_matches_fields():
     rows = _layout_rows()
-    assert len(rows) == len(LAYOUT), "ROCE.md's layout table changed: update LAYOUT"
+    assert len(rows) == len(LAYOUT), "docs/roce.md's layout table changed: update LAYOUT"
     for off, length, label in rows:
         hdr, base, names = LAYOUT[label]
         whole = hdr[names[0]] if len(names) == 1 or not hdr[names[0]].bits else None
@@ -125,7 +125,7 @@ def test_opcode_table_payload_offsets():
 
 
 def _roce_md_icrc():
-    """The reference function printed in ROCE.md, executed as written."""
+    """The reference function printed in docs/roce.md, executed as written."""
     src = re.search(r"```python\n(def roce_icrc.*?)```", _md(), re.S).group(1)
     ns = {"struct": struct, "zlib": zlib}
     exec(src, ns)  # noqa: S102 - trusted project document
@@ -137,7 +137,7 @@ def test_icrc_masked_bytes_match_roce_md():
     ref = _roce_md_icrc()
     l3 = bytes(range(1, 81))
     masked = []
-    for i in range(40):  # a byte is masked iff changing it leaves ROCE.md's ICRC unchanged
+    for i in range(40):  # a byte is masked iff changing it leaves docs/roce.md's ICRC unchanged
         b = bytearray(l3)
         b[i] ^= 0x5A
         if ref(bytes(b)) == ref(l3):

@@ -1,32 +1,18 @@
-"""The shared, independently verified RoCEv2 vectors: parse, re-serialise, right ICRC."""
+"""The independently verified RoCEv2 vectors (tests/data): parse, re-serialise, right ICRC."""
 
-import json
-import struct
 import zlib
-from pathlib import Path
 
 import pytest
+from conftest import reference_icrc, roce_vectors
 
 from netreduce.wire import RoceFrame, icrc, icrc_bytes, parse
 
-SHARED = Path(__file__).resolve().parents[3].parent / "shared"
-VECTORS = SHARED / "vectors" / "roce_vectors.json"
-
 
 def _vectors():
-    if not VECTORS.is_file():
-        return [pytest.param(None, marks=pytest.mark.skip(
-            reason=f"shared vectors not found at {VECTORS} (../shared from the repo root)"))]
-    return [pytest.param(v, id=v["name"]) for v in json.loads(VECTORS.read_text())["vectors"]]
+    return [pytest.param(v, id=v["name"]) for v in roce_vectors()]
 
 
-def _independent_icrc(l3: bytes) -> bytes:
-    """ROCE.md's reference ICRC, written out again here without the library's tables."""
-    b = bytearray(l3)
-    b[1] = b[8] = 0xFF
-    b[10:12] = b[26:28] = b"\xff\xff"
-    b[32] = 0xFF
-    return struct.pack("<I", zlib.crc32(b"\xff" * 8 + bytes(b)))
+_independent_icrc = reference_icrc  # docs/roce.md's ICRC, without the library's tables
 
 
 @pytest.mark.parametrize("vec", _vectors())

@@ -1,4 +1,4 @@
-"""The software RC endpoint model against the receiver and requester rules of ROCE.md (rxe)."""
+"""The software RC endpoint model against the receiver and requester rules of docs/roce.md (rxe)."""
 
 from __future__ import annotations
 
@@ -322,7 +322,7 @@ _FIELDS = ("opcode", "dqpn", "psn", "payload", "dmac", "smac", "src_ip", "dst_ip
     RoceFrame.cnp(dqpn=3),
 ])
 def test_fast_parse_agrees_with_parse(frame):
-    from netreduce.sim.net.rnic import _fast_parse
+    from netreduce.wire.view import parse_fast as _fast_parse
 
     raw = frame.pack()
     fast, ref = _fast_parse(raw), parse(raw)

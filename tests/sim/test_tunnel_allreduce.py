@@ -13,14 +13,9 @@ import time
 
 import numpy as np
 import pytest
+from netreduce.sim.emu.rank import CollectiveError, RankComm, RankCommConfig, thread_exchange
 from netreduce.sim.emu.switch import FaultConfig, SwitchConfig, SwitchThread
-from netreduce.sim.emu.tunnel import (
-    CollectiveError,
-    RankComm,
-    RankCommConfig,
-    Tunnel,
-    thread_exchange,
-)
+from netreduce.sim.emu.tunnel import Tunnel
 from netreduce.sim.net.collective import CollectiveConfig, Communicator
 from netreduce.sw_driver import quant
 from netreduce.sw_driver.control import EngineControl
