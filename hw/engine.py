@@ -68,7 +68,9 @@ from .hstore import HeaderStore
 from .mgmt_path import PATH_COUNTERS, attach_mgmt
 from .packet.deparser import Deparser
 from .packet.layout import HDR_CAP, Kind
+from .packet.linklocal import attach_linklocal
 from .packet.parser import Parser
+from .ports import SHELL_LAYOUT, attach_ports
 from .skid import SkidBuffer
 from .stream import beat_layout, beat_signature
 from .txarb import TxArbiter
@@ -135,6 +137,8 @@ class NetReduceEngine(wiring.Component):
         for k in range(self.ports):
             members[f"o_p{k}"] = Out(beat_signature(self.width))
         members["s_axil"] = In(AXI4LiteSignature(self.bank.addr_width))
+        # link status and drop strobes from the board shell (netreduce.hw.ports; 0: no shell)
+        members["shell"] = In(data.ArrayLayout(SHELL_LAYOUT, self.ports))
         super().__init__(members)
 
     @property
@@ -162,6 +166,10 @@ class NetReduceEngine(wiring.Component):
         mg = attach_mgmt(m, self, bank) if self.mgmt else None
         if mg is None:
             wiring.connect(m, wiring.flipped(self.s_axil), bank.s_axil)
+        # link-local frames (PAUSE, PFC, LLDP, STP, ...) are consumed here (model D18)
+        ll = attach_linklocal(m, [getattr(self, f"i_p{k}") if mg is None else mg.rx[k]
+                                  for k in range(P)], w)
+        attach_ports(m, self, bank, ll.pause_valid)   # PORT table: per-port counters
         rl = self.read_latency
         pb = _bits(P)
         job_bits = ctl.job_bits
@@ -182,8 +190,8 @@ class NetReduceEngine(wiring.Component):
                          bank.job_set[j].status.saturated.eq(sat_inc[j])]
         for f, _ in ctl.cnt_inc_layout:
             m.d.comb += bank.cnt_inc[f].eq(
-                ctl.cnt_inc[f] + mg.inc[f] if mg is not None and f in PATH_COUNTERS
-                else ctl.cnt_inc[f])
+                (ctl.cnt_inc[f] + mg.inc[f] if mg is not None and f in PATH_COUNTERS
+                 else ctl.cnt_inc[f]) + ll.inc.get(f, 0))
         now = Signal(ctl.time_bits)
         m.d.sync += now.eq(now + 1)
 
@@ -192,7 +200,7 @@ class NetReduceEngine(wiring.Component):
         beat_l = beat_layout(w)
         fq, pq, dq, dq_w, adapters, recs = [], [], [], [], [], []
         for k in range(P):
-            src = getattr(self, f"i_p{k}") if mg is None else mg.rx[k]
+            src = ll.rx[k]
             # guard: cut frames longer than the buffers (flagged as a MAC error)
             cnt = Signal(range(FB + 1), name=f"guard_cnt{k}")
             skip = Signal(name=f"guard_skip{k}")

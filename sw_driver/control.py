@@ -19,6 +19,7 @@ from netreduce.regmap import (
     JOB_COUNTERS,
     MAGIC,
     PMTU_VALUES,
+    PORT_COUNTERS,
     VERSION,
     JobError,
     Op,
@@ -362,6 +363,20 @@ class EngineControl:
         t = self.regmap.table("JOB_CNT")
         base = t.base + job * t.stride
         return {c.name: self.bus.read(base + 4 * i) for i, c in enumerate(JOB_COUNTERS)}
+
+    def port_status(self, port: int) -> dict[str, int]:
+        """One engine port's ``PORT`` registers by name (link_up, rsfec_lock, then the counters
+        of :data:`netreduce.regmap.PORT_COUNTERS`), over whatever bus this control uses (PCIe,
+        or in band through the management client)."""
+        ports = self.regmap.params["ports"]
+        if not 0 <= port < ports:
+            raise ConfigError(f"port {port} outside 0..{ports - 1}")
+        st = self._rd("PORT.STATUS", port)
+        reg = next(r for r in self.regmap.table("PORT").registers if r.name == "STATUS")
+        out = {f.name: f.get(st) for f in reg.fields}
+        for name, _src, _ in PORT_COUNTERS:
+            out[name] = self._rd(f"PORT.{name.upper()}", port)
+        return out
 
     def clear_counters(self) -> None:
         self._wr("GLOBAL.CONTROL", self.regmap.field("GLOBAL.CONTROL.clear_counters").mask)

@@ -99,14 +99,27 @@ def _freq_mhz(hz: float) -> str:
 
 
 def cmac_config(ip: str, cage: QsfpCage, *, init_clk_hz: float = 125e6, rs_fec: bool | None = None,
-                cmac_site: str | None = None) -> dict[str, str]:
+                cmac_site: str | None = None, max_packet_len: int | None = None
+                ) -> dict[str, str]:
     """The IP configuration (``CONFIG.<key>`` -> value) of the MAC serving ``cage``.
 
-    CAUI-4 (4 x 25.78125 Gb/s), no pause-frame logic, no AXI4-Lite control (the shell drives the
-    ``ctl_*`` inputs), pipeline registers on. ``rs_fec``: include the RS-FEC (IEEE 802.3 clause
+    CAUI-4 (4 x 25.78125 Gb/s), no AXI4-Lite control (the shell drives the ``ctl_*`` inputs),
+    pipeline registers on. Flow control: on ``cmac_usplus`` the RX pause logic is included
+    (``RX_FLOW_CONTROL``): the MAC honours received 802.3x PAUSE and PFC frames by holding its
+    transmitter (:class:`CmacUsPlus` enables it for every priority: a switch sends PFC only for
+    its lossless priorities, RoCE's among them); the TX pause logic is included but never asked
+    to send (``ctl_tx_pause_req`` 0). On ``cmac`` both stay off (its pause ports are not
+    confirmed from a public source). ``rs_fec``: include the RS-FEC (IEEE 802.3 clause
     91); default on for UltraScale+ (hard RS-FEC in the CMACE4) and off for UltraScale (the IP
     implements it in fabric there). The switch port must be set to the same FEC mode.
+    ``max_packet_len``: the largest frame the MAC accepts, FCS included (``RX_MAX_PACKET_LEN``;
+    default :func:`.limits.frame_limits`: the engine's ``max_frame`` + 4); longer frames are
+    flagged bad by the MAC. Set on ``cmac_usplus`` only: the key is not among the confirmed
+    public parameters of ``cmac`` (there the shell's RX FIFO drops what the engine cannot hold).
     """
+    from .limits import frame_limits
+
+    mpl = frame_limits().cmac_max_packet_len if max_packet_len is None else max_packet_len
     if ip not in _KEYS:
         raise ValueError(f"unknown CMAC IP {ip!r}; expected one of {sorted(_KEYS)}")
     rs_fec = (ip == "cmac_usplus") if rs_fec is None else rs_fec
@@ -128,10 +141,13 @@ def cmac_config(ip: str, cage: QsfpCage, *, init_clk_hz: float = 125e6, rs_fec: 
         cfg[f"LANE{n}_GT_LOC"] = "NA"
     if ip == "cmac_usplus":
         cfg.update({
+            "RX_FLOW_CONTROL": "1",
+            "TX_FLOW_CONTROL": "1",
             "NUM_LANES": "4x25",
             "USER_INTERFACE": "AXIS",
             "GT_DRP_CLK": _freq_mhz(init_clk_hz),
             "INCLUDE_STATISTICS_COUNTERS": "0",
+            "RX_MAX_PACKET_LEN": str(mpl),
         })
     else:
         cfg["NUM_LANES"] = "4"
@@ -191,6 +207,8 @@ def _beat_members():
         "aligned": Out(1),
         "tx_enable": In(1),
         "tx_error": Out(1),
+        "rsfec_lock": Out(1),
+        "pause_req": Out(9),  # the MAC is holding TX for priority i (8: global PAUSE)
     }
 
 
@@ -255,12 +273,30 @@ class CmacUsPlus(_Cmac):
             i_tx_axis_tlast=self.tx.payload.last, i_tx_axis_tuser=self.tx.payload.error,
             o_tx_ovfout=ovf, o_tx_unfout=unf,
         )
+        # flow control (RX_FLOW_CONTROL / TX_FLOW_CONTROL on, cmac_config): honour received
+        # PAUSE (global, index 8) and PFC (priorities 0-7) by holding TX; check EtherType, opcode
+        # and the multicast destination; never send pause frames. Port names as in public
+        # instantiations of the CMACE4 with pause logic (Forencich's taxi 100G MAC wrapper).
+        for kind in ("gcp", "gpp", "pcp", "ppp"):
+            ports.update({f"i_ctl_rx_enable_{kind}": Const(1, 1),
+                          f"i_ctl_rx_check_etype_{kind}": Const(1, 1),
+                          f"i_ctl_rx_check_opcode_{kind}": Const(1, 1),
+                          f"i_ctl_rx_check_mcast_{kind}": Const(1, 1),
+                          f"i_ctl_rx_check_ucast_{kind}": Const(0, 1),
+                          f"i_ctl_rx_check_sa_{kind}": Const(0, 1)})
+        ports.update(i_ctl_rx_pause_enable=Const(0x1FF, 9), i_ctl_rx_pause_ack=Const(0, 9),
+                     i_ctl_tx_pause_enable=Const(0, 9), i_ctl_tx_pause_req=Const(0, 9),
+                     i_ctl_tx_resend_pause=Const(0, 1), o_stat_rx_pause_req=self.pause_req)
+        for q in range(9):
+            ports.update({f"i_ctl_tx_pause_quanta{q}": Const(0, 16),
+                          f"i_ctl_tx_pause_refresh_timer{q}": Const(0, 16)})
         if self.rs_fec:
             ports.update(
                 i_ctl_tx_rsfec_enable=Const(1, 1), i_ctl_rx_rsfec_enable=Const(1, 1),
                 i_ctl_rsfec_ieee_error_indication_mode=Const(0, 1),
                 i_ctl_rx_rsfec_enable_correction=Const(1, 1),
                 i_ctl_rx_rsfec_enable_indication=Const(1, 1),
+                o_stat_rx_rsfec_lane_alignment_status=self.rsfec_lock,
             )
         m.submodules.cmac = Instance(self.module_name, **ports)
         m.d.comb += [

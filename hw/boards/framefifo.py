@@ -19,6 +19,10 @@ a frame's first beat is on ``o`` 2 cycles after its last beat is accepted on ``i
 is :func:`netreduce.hw.stream.beat_layout`; ``first`` is regenerated on ``o`` (1 after reset and
 after every ``last``), so an input may leave it 0. ``error`` and ``keep`` pass through unchanged.
 
+``drop_errors=True`` (the shell's RX side): a frame whose last beat has ``error`` (the MAC's
+bad FCS, too long, ...) is rolled back like a frame that did not fit, and ``drop_error`` pulses
+once for it instead of ``drop``: an errored frame never reaches the core.
+
 Storage: one simple-dual-port memory of ``depth`` entries of ``data + keep + 2`` bits (block RAM;
 a 512-bit beat is 578 bits wide). Reset: synchronous; empties the FIFO.
 """
@@ -44,7 +48,8 @@ class FrameFifo(wiring.Component):
     dropped frame).
     """
 
-    def __init__(self, data_width: int = 512, depth: int = 128, *, drop_when_full: bool):
+    def __init__(self, data_width: int = 512, depth: int = 128, *, drop_when_full: bool,
+                 drop_errors: bool = False):
         if not isinstance(depth, int) or depth < 4 or depth & (depth - 1):
             self._MustUse__silence = True
             raise ValueError(f"depth {depth!r} must be a power of two >= 4")
@@ -56,10 +61,12 @@ class FrameFifo(wiring.Component):
         self.data_width = data_width
         self.depth = depth
         self.drop_when_full = drop_when_full
+        self.drop_errors = drop_errors
         super().__init__({
             "i": In(beat_signature(data_width)),
             "o": Out(beat_signature(data_width)),
             "drop": Out(1),
+            "drop_error": Out(1),
         })
 
     def elaborate(self, platform):
@@ -94,7 +101,7 @@ class FrameFifo(wiring.Component):
             wp.data.last.eq(self.i.payload.last),
             wp.data.error.eq(self.i.payload.error),
         ]
-        m.d.sync += self.drop.eq(0)
+        m.d.sync += [self.drop.eq(0), self.drop_error.eq(0)]
         with m.If(self.i.valid & self.i.ready):
             with m.If(dropping):
                 with m.If(self.i.payload.last):
@@ -103,7 +110,14 @@ class FrameFifo(wiring.Component):
                 m.d.comb += wp.en.eq(1)
                 m.d.sync += wr.eq(wr + 1)
                 with m.If(self.i.payload.last):
-                    m.d.sync += commit.eq(wr + 1)
+                    if self.drop_errors:
+                        # a frame the MAC flagged (FCS, too long, ...): rolled back, counted
+                        with m.If(self.i.payload.error):
+                            m.d.sync += [wr.eq(commit), self.drop_error.eq(1)]
+                        with m.Else():
+                            m.d.sync += commit.eq(wr + 1)
+                    else:
+                        m.d.sync += commit.eq(wr + 1)
             with m.Else():
                 m.d.sync += [wr.eq(commit), self.drop.eq(1)]
                 with m.If(~self.i.payload.last):

@@ -21,12 +21,19 @@ behind that signature; :class:`.bringup.LoopbackCore` is the bring-up alternativ
   every CMAC's ``sys_reset`` -> each MAC releases its user side (``usr_tx_reset`` /
   ``usr_rx_reset``), which resets that port's ``mac<c>`` logic through a reset synchroniser ->
   once the RX is aligned (``stat_rx_aligned``) the MAC's transmitter is enabled (until then it
-  sends remote fault). The core is held in reset while its MAC is.
+  sends remote fault). The core's reset is its own (``core``: the board reset and the MMCM
+  lock), never a MAC's user reset: jobs, flows and slots survive a MAC reset or a link flap on
+  any port, and a :class:`.linkgate.LinkGate` per port (``core`` domain) ends frames broken by
+  the flap and discards the core's frames to a port that is down (no backpressure from a dead
+  link).
 * Per port: RX MAC -> dropping :class:`.framefifo.FrameFifo` (the MAC cannot wait: a frame that
-  does not fit is dropped whole) -> CDC -> ``core.rx[i]``; ``core.tx[i]`` -> CDC ->
-  store-and-forward FrameFifo (the MAC must get every frame without gaps) -> TX MAC. A frame
-  starts towards the MAC only while its transmitter is enabled. Both frame FIFOs hold 256 beats
-  (16 KiB), more than one 9216-byte frame (144 beats) of the engine's ``max_frame``.
+  does not fit is dropped whole, and so is a frame the MAC flagged: bad FCS, longer than the
+  MAC's maximum packet length) -> CDC -> LinkGate -> ``core.rx[i]``; ``core.tx[i]`` ->
+  LinkGate -> CDC -> store-and-forward FrameFifo (the MAC must get every frame without gaps) ->
+  TX MAC. A frame starts towards the MAC only while its transmitter is enabled. Frame limits
+  (``max_frame``, FIFO depths: two largest frames, 512 beats for 9216 bytes; the MAC's maximum
+  packet length) come from :func:`.limits.frame_limits` and are checked to agree
+  (:func:`.limits.check_limits`).
 * QSFP sideband: ``ModSelL`` high (the shell does not use the module's I2C), ``ResetL`` low while
   the ``sync`` domain is in reset, ``LPMode`` low (high power).
 * Management: ``mgmt`` (optional) is a component with an ``m_axil`` AXI4-Lite master member; it
@@ -53,15 +60,18 @@ from amaranth.hdl import (
     ResetSignal,
     Signal,
 )
-from amaranth.lib import io, wiring
-from amaranth.lib.cdc import FFSynchronizer, ResetSynchronizer
+from amaranth.lib import data, io, wiring
+from amaranth.lib.cdc import FFSynchronizer, PulseSynchronizer, ResetSynchronizer
 from amaranth.lib.wiring import In, Out
 
 from ..csr import AXI4LiteSignature
+from ..ports import SHELL_LAYOUT
 from ..stream import beat_signature
 from .cmac import cmac_config, cmac_for, ip_tcl
 from .coreclock import CORE_HZ, CoreClock, PortCrossing
 from .framefifo import FrameFifo
+from .limits import check_limits, frame_limits
+from .linkgate import LinkGate
 from .platforms import CMAC_DATAPATH_HZ, NetReducePlatform
 
 __all__ = ["core_signature", "check_core", "BoardShell", "EngineCore", "CONSTRAINTS_DIR",
@@ -158,6 +168,9 @@ class EngineCore(wiring.Component):
                            else min_addr_width(self.regmap))   # the register bank's default
         self.ports = ports
         super().__init__(core_signature(ports, data_width, self.addr_width))
+        # the engine's `shell` input (link status, drop strobes: netreduce.hw.ports); driven
+        # by BoardShell in the core domain
+        self.shell = Signal(data.ArrayLayout(SHELL_LAYOUT, ports), name="shell_status")
 
     def instance_ports(self) -> list[str]:
         """Port names of the ``netreduce_engine`` instance (``"instance"`` netlist)."""
@@ -167,7 +180,7 @@ class EngineCore(wiring.Component):
                 names += [f"{pre}_p{k}_t{x}" for x in ("data", "keep", "last", "user", "valid",
                                                        "ready")]
         names += [f"s_axil_{n}" for n in AXI4LiteSignature(1).members]
-        return names
+        return names + ["shell"]
 
     def elaborate(self, platform):
         m = Module()
@@ -178,9 +191,10 @@ class EngineCore(wiring.Component):
                 wiring.connect(m, wiring.flipped(self.rx[k]), getattr(eng, f"i_p{k}"))
                 wiring.connect(m, getattr(eng, f"o_p{k}"), wiring.flipped(self.tx[k]))
             wiring.connect(m, wiring.flipped(self.s_axil), eng.s_axil)
+            m.d.comb += eng.shell.eq(self.shell)
             return m
 
-        args = {"i_clk": ClockSignal(), "i_rst": ResetSignal()}
+        args = {"i_clk": ClockSignal(), "i_rst": ResetSignal(), "i_shell": self.shell}
         for k in range(self.ports):
             rx, tx = self.rx[k], self.tx[k]
             pre = f"s_axis_p{k}_t"
@@ -227,15 +241,23 @@ class BoardShell(Elaboratable):
 
     def __init__(self, platform: NetReducePlatform, core, *, ports=None, mgmt=None,
                  rs_fec: bool | None = None, cmac_site: dict[int, str] | None = None,
-                 rx_fifo_depth: int = 256, tx_fifo_depth: int = 256, cdc_depth: int = 16):
+                 rx_fifo_depth: int | None = None, tx_fifo_depth: int | None = None,
+                 cdc_depth: int = 16):
+        # frame limits (.limits): the core's max_frame sizes the FIFOs and the MAC's maximum
+        self.limits = frame_limits(getattr(core, "max_frame", None), DATA_WIDTH)
+        self.rx_fifo_depth = rx_fifo_depth or self.limits.fifo_depth
+        self.tx_fifo_depth = tx_fifo_depth or self.limits.fifo_depth
+        self.cdc_depth = cdc_depth
         try:
             self._configure(platform, core, ports, mgmt, rs_fec, cmac_site)
+            bad = [p for c in self.ports for p in check_limits(
+                self.limits.max_frame, self.rx_fifo_depth, self.tx_fifo_depth,
+                self.ip_configs[c], DATA_WIDTH)]
+            if bad:
+                raise ValueError("; ".join(dict.fromkeys(bad)))
         except (TypeError, ValueError):
             self._MustUse__silence = True  # rejected: no "created but never used" warning
             raise
-        self.rx_fifo_depth = rx_fifo_depth
-        self.tx_fifo_depth = tx_fifo_depth
-        self.cdc_depth = cdc_depth
 
     def _configure(self, platform, core, ports, mgmt, rs_fec, cmac_site):
         if not isinstance(platform, NetReducePlatform):
@@ -263,7 +285,8 @@ class BoardShell(Elaboratable):
         if unknown:
             raise ValueError(f"cmac_site names cages {unknown} that are not in ports {ports}")
         self.ip_configs = {
-            c.index: cmac_config(self.ip, c, rs_fec=rs_fec, cmac_site=site.get(c.index))
+            c.index: cmac_config(self.ip, c, rs_fec=rs_fec, cmac_site=site.get(c.index),
+                                 max_packet_len=self.limits.cmac_max_packet_len)
             for c in self.cages
         }
 
@@ -297,6 +320,22 @@ class BoardShell(Elaboratable):
                   "synth_ip $ips", ""]
         files["ip/create_ips.tcl"] = "\n".join(lines)
         return files
+
+    @staticmethod
+    def _port_status(m, st, dom, core_dom, gate, rx_fifo, mac, c):
+        """Drive one port's :data:`~netreduce.hw.ports.SHELL_LAYOUT` entry in the core domain:
+        levels through synchronisers, the RX FIFO's drop pulses (MAC clock) through pulse
+        synchronisers (pulses closer than a few cycles may merge there)."""
+        m.d.comb += [st.link_up.eq(gate.up), st.rx_cut.eq(gate.rx_cut),
+                     st.tx_drop_down.eq(gate.tx_drop)]
+        m.submodules[f"rsfec_sync{c}"] = FFSynchronizer(mac.rsfec_lock, st.rsfec_lock,
+                                                        o_domain=core_dom)
+        m.submodules[f"paused_sync{c}"] = FFSynchronizer(mac.pause_req.any(), st.tx_paused,
+                                                         o_domain=core_dom)
+        for name, pulse in (("rx_errors", rx_fifo.drop_error), ("rx_drop_full", rx_fifo.drop)):
+            ps = PulseSynchronizer(i_domain=dom, o_domain=core_dom)
+            m.submodules[f"{name}_sync{c}"] = ps
+            m.d.comb += [ps.i.eq(pulse), getattr(st, name).eq(ps.o)]
 
     def constraint_context(self) -> dict:
         """What the ``constraints/*.xdc`` templates are rendered with."""
@@ -392,7 +431,7 @@ class BoardShell(Elaboratable):
             m.d.comb += mac.tx_enable.eq(aligned)
 
             rx_fifo = DomainRenamer(dom)(FrameFifo(DATA_WIDTH, self.rx_fifo_depth,
-                                                   drop_when_full=True))
+                                                   drop_when_full=True, drop_errors=True))
             tx_fifo = DomainRenamer(dom)(FrameFifo(DATA_WIDTH, self.tx_fifo_depth,
                                                    drop_when_full=False))
             m.submodules[f"rx_fifo{c}"] = rx_fifo
@@ -416,15 +455,26 @@ class BoardShell(Elaboratable):
                                 depth=self.cdc_depth)
             m.submodules[f"cdc{c}"] = xing
             wiring.connect(m, rx_fifo.o, xing.mac_rx)
-            wiring.connect(m, xing.core_rx, self.core.rx[i])
-            wiring.connect(m, self.core.tx[i], xing.core_tx)
             wiring.connect(m, xing.mac_tx, tx_fifo.i)
+            # the core survives a flap: the gate keeps frames whole and drains a dead port
+            gate = DomainRenamer(core_dom)(LinkGate(DATA_WIDTH))
+            m.submodules[f"link_gate{c}"] = gate
+            m.submodules[f"link_up{c}"] = FFSynchronizer(aligned, gate.up, o_domain=core_dom)
+            wiring.connect(m, xing.core_rx, gate.rx_i)
+            wiring.connect(m, gate.rx_o, self.core.rx[i])
+            wiring.connect(m, self.core.tx[i], gate.tx_i)
+            wiring.connect(m, gate.tx_o, xing.core_tx)
+
+            # link status and drop strobes for the engine's PORT registers (netreduce.hw.ports)
+            st = getattr(self.core, "shell", None)
+            if st is not None:
+                self._port_status(m, st[i], dom, core_dom, gate, rx_fifo, mac, c)
 
             # status LEDs (sync domain)
             base = 2 + 3 * i
             rx_drop = Signal(name=f"rx_drop_seen{c}")
             tx_err = Signal(name=f"tx_err_seen{c}")
-            with m.If(rx_fifo.drop):
+            with m.If(rx_fifo.drop | rx_fifo.drop_error):
                 m.d[dom] += rx_drop.eq(1)
             with m.If(mac.tx_error):
                 m.d[dom] += tx_err.eq(1)

@@ -20,6 +20,7 @@ from .netreduce_map import (
     MGMT_PORT_RESET,
     MGMT_SOURCES,
     PMTU_VALUES,
+    PORT_COUNTERS,
     VERSION,
     Counter,
     JobError,
@@ -43,7 +44,7 @@ from .types import (
 
 __all__ = [
     "Access", "BusError", "Field", "Register", "Table", "RegMap", "RegInstance", "RegisterBus",
-    "REG_BITS", "REG_BYTES", "RegisterFile",
+    "REG_BITS", "REG_BYTES", "RegisterFile", "PORT_COUNTERS",
     "build_regmap", "MAGIC", "VERSION", "CLOCK_HZ", "Op", "JobError", "Role", "Counter",
     "JOB_COUNTERS",
     "GLOBAL_COUNTERS", "ALL_GLOBAL_COUNTERS", "DISPOSITIONS", "DEFAULT_PARAMS",

@@ -11,6 +11,7 @@ base     table   contents
 0x1000   JOB     job table, stride 0x40: enable, N, W, slot base, PMTU, op, CNP interval,
                  status, free / release pointers, slots in use
 0x2000   JOB_CNT per-job counters, stride 0x100
+0x6000   PORT    per-port link status and counters, stride 0x40
 0x7000   MGMT    in-band management: enable/auth, management IPv4/MAC/UDP port, SipHash key
 0x7100   MGMT_SRC management allow-list, stride 0x20: source IPv4/MAC/port, LAST_SEQ
 0x8000   FLOW    flow table, stride 0x20: valid/job/rank, forward and reverse keys,
@@ -33,14 +34,16 @@ from .types import Access, Field, Register, RegMap, Table
 __all__ = [
     "MAGIC", "VERSION", "Op", "JobError", "Role", "Counter", "JOB_COUNTERS", "GLOBAL_COUNTERS",
     "ALL_GLOBAL_COUNTERS", "DISPOSITIONS", "DEFAULT_PARAMS", "DEFAULT_CNP_INTERVAL",
-    "PMTU_VALUES", "CLOCK_HZ", "build_regmap", "MAX_JOBS", "MGMT_SOURCES", "MGMT_PORT_RESET",
+    "PMTU_VALUES", "CLOCK_HZ", "build_regmap", "PORT_COUNTERS", "MAX_JOBS", "MGMT_SOURCES",
+    "MGMT_PORT_RESET",
 ]
 
 MAGIC = int.from_bytes(b"NRDC", "big")  # 0x4E524443
-VERSION = (1, 2)  # 1.1: JOB.CTRL.fast_retx, counters fast_retx and fast_retx_probes;
+VERSION = (1, 3)  # 1.1: JOB.CTRL.fast_retx, counters fast_retx and fast_retx_probes;
 #                  1.2: FLOW.CFG.role (spine-leaf, docs/spine-leaf.md), JOB.PARTIAL_PTR,
 #                  counters partials_up,
-#                  totals, drop_role, JobError.ROLES
+#                  totals, drop_role, JobError.ROLES;
+#                  1.3: link-local counters ll_*, PORT (docs/fabric.md)
 CLOCK_HZ = 322_265_625  # datapath clock (CMAC 100G user clock)
 PMTU_VALUES = (256, 512, 1024, 2048, 4096)
 # 4 us at 322.265625 MHz: the usual RNIC minimum time between CNPs per QP (mlx5 default).
@@ -165,6 +168,31 @@ GLOBAL_COUNTERS: tuple[Counter, ...] = (
             "unaligned or maps to no register"),
     Counter("mgmt_reject_denied", "management requests refused (DENIED): an op touches a register "
             "not reachable over the network (MGMT.KEY*)"),
+    # Link-local frames (netreduce.wire.linklocal): consumed, never forwarded.
+    Counter("ll_pause", "802.3x PAUSE frames (MAC control opcode 0x0001), consumed", True),
+    Counter("ll_pfc", "PFC frames (MAC control opcode 0x0101), consumed", True),
+    Counter("ll_mac_control", "other or malformed MAC control frames (EtherType 0x8808: other "
+            "opcodes, too short, VLAN-tagged), consumed", True),
+    Counter("ll_group", "frames to an IEEE link-local group address 01-80-C2-00-00-0x (STP, LLDP, "
+            "802.1X, ...), consumed", True),
+)
+
+# Per-port status and counters (PORT table; issue 22). ``engine``: counted by the engine at its
+# port boundary (the reference model counts them too); ``shell``: counted by the board shell
+# around the MAC (0 without a shell, e.g. in simulation of the engine alone).
+PORT_COUNTERS: tuple[tuple[str, str, str], ...] = (
+    ("rx_frames", "engine", "frames received on the port (entering the engine)"),
+    ("rx_bytes", "engine", "bytes of those frames (no FCS)"),
+    ("tx_frames", "engine", "frames sent on the port (leaving the engine)"),
+    ("tx_bytes", "engine", "bytes of those frames (no FCS)"),
+    ("pause_rx", "engine", "PAUSE/PFC frames received and acted on (netreduce.wire.linklocal)"),
+    ("rx_errors", "shell", "frames the MAC flagged (bad FCS, longer than its maximum packet "
+     "length), dropped whole by the shell's RX FIFO"),
+    ("rx_drop_full", "shell", "frames dropped whole by the shell's RX FIFO: full (the engine "
+     "held the port back)"),
+    ("rx_cut", "shell", "frames the link gate ended (error flag) because the link went down "
+     "under them"),
+    ("tx_drop_down", "shell", "frames from the engine discarded because the port was down"),
 )
 
 ALL_GLOBAL_COUNTERS: tuple[Counter, ...] = GLOBAL_COUNTERS + JOB_COUNTERS
@@ -200,6 +228,8 @@ def build_regmap(**params) -> RegMap:
             raise ValueError(f"build parameter {k} = {v!r} must be a positive int")
     if p["jobs"] > MAX_JOBS:
         raise ValueError(f"jobs = {p['jobs']} exceeds {MAX_JOBS} (JOB_CNT would reach FLOW)")
+    if p["ports"] > 64:
+        raise ValueError(f"ports = {p['ports']} exceeds 64 (PORT would reach MGMT)")
     if p["slots"] > 1 << 24:
         raise ValueError(f"slots = {p['slots']} exceeds 2^24")
     if p["pmtu_max"] not in PMTU_VALUES:
@@ -277,6 +307,17 @@ def build_regmap(**params) -> RegMap:
         _r("STATUS", 0x1C, "Entry state", _f("bound", 0, 1, "RO", 0, "latched by an enabled job")),
     ), "Flow table")
 
+    port = Table("PORT", 0x6000, 0x40, p["ports"], (
+        _r("STATUS", 0x00, "Link state (from the board shell; 0 without one)",
+           _f("link_up", 0, 1, "RO", 0, "the MAC is out of reset and its RX aligned"),
+           _f("rsfec_lock", 1, 1, "RO", 0, "RS-FEC lane alignment (0 without RS-FEC)"),
+           _f("tx_paused", 2, 1, "RO", 0, "the MAC holds its transmitter for a received "
+              "PAUSE/PFC request")),
+        *(_r(name.upper(), 0x04 + 4 * i, f"{desc} ({src}; 32-bit, wrapping)",
+             _f("count", 0, 32, "RO", 0, desc))
+          for i, (name, src, desc) in enumerate(PORT_COUNTERS)),
+    ), "Per-port link status and counters (docs/fabric.md)")
+
     mgmt = Table("MGMT", 0x7000, 0x40, 1, (
         _r("CTRL", 0x00, "In-band management (docs/management.md)",
            _f("enable", 0, 1, "RW", 0, "consume and answer frames to IP/PORT; 0: forward them "
@@ -307,6 +348,6 @@ def build_regmap(**params) -> RegMap:
            "a request must carry a larger one", _f("seq", 0, 32, "RO")),
     ), "Management allow-list; each entry has its own sequence space")
 
-    return RegMap("netreduce", VERSION, p, (glob, cnt, job, job_cnt, flow, mgmt, mgmt_src),
+    return RegMap("netreduce", VERSION, p, (glob, cnt, job, job_cnt, flow, port, mgmt, mgmt_src),
                   (Op, JobError, Role),
                   "NetReduce in-network all-reduce engine")

@@ -542,6 +542,7 @@ class ReplayRun:
     emits: list[Emit] = field(default_factory=list)
     in_ports: list[int] = field(default_factory=list)
     engine_counters: dict[str, int] = field(default_factory=dict)
+    port_counters: dict[int, dict] = field(default_factory=dict)
     job_counters: dict[int, dict[str, int]] = field(default_factory=dict)
     job_status: dict[int, dict] = field(default_factory=dict)
     last_cycle: int = 0
@@ -572,6 +573,7 @@ class ReplayRun:
                        "per_port": {str(k): v for k, v in sorted(per_port.items())}},
             "cycles": self.last_cycle,
             "engine_counters": self.engine_counters,
+            "port_counters": {str(k): v for k, v in self.port_counters.items()},
             "job_counters": {str(k): v for k, v in self.job_counters.items()},
             "job_status": {str(k): v for k, v in self.job_status.items()},
         }
@@ -615,6 +617,7 @@ def run_replay(cfg: ReplayConfig, cap: Capture, backend: str = "model",
                 on_emit(e)
         run.last_cycle = last
         run.engine_counters = dict(ctrl.counters())
+        run.port_counters = {k: ctrl.port_status(k) for k in range(cfg.engine.ports)}
         for j in cfg.jobs:
             run.job_counters[j.job] = dict(ctrl.counters(j.job))
             st = ctrl.job_status(j.job)

@@ -51,10 +51,10 @@ Processing of one frame
 
 Decisions
 ---------
-Where the design leaves room, the model decides; the decisions D1-D17 (window arithmetic, check
+Where the design leaves room, the model decides; the decisions D1-D18 (window arithmetic, check
 priority, release, result and CNP format, configuration latching, the duplicate probe D15, the
-fast retransmit D16, the spine-leaf flow roles D17, ...) are written out in docs/design.md
-section 10.
+fast retransmit D16, the spine-leaf flow roles D17, the link-local frames D18, ...) are written
+out in docs/design.md section 10.
 """
 
 from __future__ import annotations
@@ -89,6 +89,11 @@ from netreduce.wire import (
 from netreduce.wire.icrc import icrc_bytes, ipv4_checksum
 from netreduce.wire.view import OP_ACK, OP_CNP, ROCEV2_PORT_BYTES
 
+from .linklocal import COUNTERS as _LL_COUNTERS
+from .linklocal import PauseTimers
+from .linklocal import classify as _ll_classify
+from .ports import PortCounters
+
 __all__ = ["CLOCK_HZ", "Emit", "Engine", "DISPOSITIONS", "ns_to_cycles"]
 
 PSN_MASK = (1 << 24) - 1
@@ -113,6 +118,7 @@ _G = {c.name: i for i, c in enumerate(ALL_GLOBAL_COUNTERS)}
 _GJ = len(ALL_GLOBAL_COUNTERS) - len(JOB_COUNTERS)  # offset of job counters in the global list
 _G_NOT_ROCE, _G_UNREG = _G["fwd_not_roce"], _G["fwd_unregistered"]
 _G_RX, _G_TX = _G["rx_frames"], _G["tx_frames"]
+_G_LL = {k: _G[name] for k, name in _LL_COUNTERS.items()}
 _REASON = {  # WireError.reason of a data frame -> drop counter
     "icrc": "drop_icrc", "ip_checksum": "drop_ip_checksum", "tver": "drop_opcode",
     "opcode": "drop_opcode", "truncated": "drop_length", "ip_length": "drop_length",
@@ -208,6 +214,10 @@ class Engine:
         # In-band management agent (netreduce.sim.model.mgmt.attach_mgmt): frames it matches are
         # its.
         self.mgmt = None
+        # received PAUSE/PFC per port and priority (D18; netreduce.sim.model.linklocal)
+        self.link = PauseTimers(ports)
+        # per-port counters (PORT table; netreduce.sim.model.ports)
+        self.port_stats = PortCounters(ports, self.regs, self.regmap, self.link)
 
     # ================================================================== register side
     def _wire_regs(self) -> None:
@@ -240,6 +250,7 @@ class Engine:
             self._g[:] = [0] * len(self._g)
             for c in self._jc:
                 c[:] = [0] * len(c)
+            self.port_stats.clear()
 
     def _on_job_ctrl(self, inst, value, old) -> None:
         j = inst.index
@@ -378,8 +389,16 @@ class Engine:
             resp = mg.handle(frame)  # counts mgmt_rx (the disposition) and its verdict
             out = [] if resp is None else [Emit(port, resp, time)]
         else:
-            out = self._classify(port, frame, time)
+            ll, pause = _ll_classify(frame)  # D18: link-local frames are consumed
+            if ll:
+                g[_G_LL[ll]] += 1
+                if pause is not None:
+                    self.link.update(port, pause, time)
+                out = []
+            else:
+                out = self._classify(port, frame, time)
         g[_G_TX] += len(out)
+        self.port_stats.count(port, frame, out)
         return out
 
     def _bypass(self, which: int, port: int, buf: bytes, time: int) -> list[Emit]:

@@ -9,7 +9,13 @@ as a literal regression:
 * ``("field", k, value)``: write ``value`` (masked to the field) into field ``k mod len(FIELDS)``
   of :data:`FIELDS`, if the frame is long enough to hold it;
 * ``("splice", j, cut)``: the first ``cut mod (len + 1)`` bytes, then the rest of frame ``j`` of
-  the pool (the first bytes of one frame, the rest of another).
+  the pool (the first bytes of one frame, the rest of another);
+* ``("linklocal", how, value)``: make the frame link-local or nearly so
+  (:mod:`netreduce.wire.linklocal`), ``how mod 4``: 0 destination MAC 01-80-C2-00-00-xx with
+  xx = ``value mod 32`` (0x10 and up are not link-local); 1 EtherType 0x8808 with MAC control
+  opcode PAUSE, PFC or ``value`` (16 bits) and the pause times from ``value``; 2 an 802.1Q tag
+  followed by 0x8808; 3 a PAUSE or PFC frame (by ``value``'s parity) cut to
+  ``value mod 64`` bytes.
 
 :func:`mutate` applies a list of them and, with ``fix``, recomputes the IPv4 header checksum and
 the ICRC where the lengths allow it (:func:`fixup`): a well-formed forgery rather than a
@@ -25,10 +31,18 @@ from collections.abc import Collection, Sequence
 from netreduce.wire import OPCODES, WireError, parse
 from netreduce.wire.fields import AETH, BTH, ETH, IPV4, RETH, UDP
 from netreduce.wire.icrc import icrc_bytes, ipv4_checksum
+from netreduce.wire.linklocal import (
+    ETHERTYPE_MAC_CONTROL,
+    LINK_LOCAL_PREFIX,
+    MAC_CONTROL_PAUSE,
+    MAC_CONTROL_PFC,
+    pause_frame,
+    pfc_frame,
+)
 
 __all__ = ["FIELDS", "KINDS", "fixup", "mutate", "impersonates"]
 
-KINDS = ("flip", "trunc", "extend", "field", "splice")
+KINDS = ("flip", "trunc", "extend", "field", "splice", "linklocal")
 # (header, field, offset of the header in an untagged RoCEv2 frame)
 FIELDS = ([(ETH, f, 0) for f in ETH.fields] + [(IPV4, f, 14) for f in IPV4.fields]
           + [(UDP, f, 34) for f in UDP.fields] + [(BTH, f, 42) for f in BTH.fields]
@@ -71,11 +85,30 @@ def mutate(src: bytes, muts, fix: bool, pool: Sequence[bytes] = ()) -> bytes:
             other = pool[m[1] % len(pool)]
             cut = m[2] % (len(b) + 1)
             b = b[:cut] + bytearray(other[cut:])
+        elif kind == "linklocal":
+            b = _linklocal(b, m[1] % 4, m[2])
         else:
             raise ValueError(f"unknown mutation {kind!r}; expected one of {KINDS}")
     if fix:
         fixup(b)
     return bytes(b)
+
+
+def _linklocal(b: bytearray, how: int, value: int) -> bytearray:
+    v = value & 0xFFFF_FFFF
+    if how == 0:
+        b[0:6] = LINK_LOCAL_PREFIX + bytes([v % 32])
+        return b
+    if how == 1:
+        op = (MAC_CONTROL_PAUSE, MAC_CONTROL_PFC, v & 0xFFFF)[v % 3]
+        b[12:16] = ETHERTYPE_MAC_CONTROL.to_bytes(2, "big") + op.to_bytes(2, "big")
+        return b
+    if how == 2:
+        b[12:18] = b"\x81\x00" + (v & 0xFFF).to_bytes(2, "big") \
+            + ETHERTYPE_MAC_CONTROL.to_bytes(2, "big")
+        return b
+    f = pause_frame(v & 0xFFFF) if v % 2 else pfc_frame({(v >> 1) % 8: (v >> 4) & 0xFFFF})
+    return bytearray(f[:v % 64])
 
 
 def impersonates(frame: bytes, fwd_keys: Collection[tuple[bytes, int]]) -> bool:

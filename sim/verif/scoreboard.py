@@ -55,7 +55,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from netreduce.regmap import ALL_GLOBAL_COUNTERS, DISPOSITIONS, JOB_COUNTERS, build_regmap
+from netreduce.regmap import (
+    ALL_GLOBAL_COUNTERS,
+    DISPOSITIONS,
+    JOB_COUNTERS,
+    PORT_COUNTERS,
+    build_regmap,
+)
 from netreduce.wire import (
     AETH,
     BTH,
@@ -459,11 +465,13 @@ def compare(expected: Iterable, got: Iterable,
 # ================================================================================== registers
 def state_registers(params: dict) -> list[tuple[str, int]]:
     """(name, address) of every register compared after a run: all counters (CNT, JOB_CNT), the
-    job table's STATUS/FREE_PTR/RELEASE_PTR/SLOTS_BUSY and the flow table's ACKED/STATUS."""
+    job table's STATUS/FREE_PTR/RELEASE_PTR/SLOTS_BUSY, the flow table's ACKED/STATUS and the
+    engine-side port counters (PORT: frames and bytes in and out, PAUSE/PFC acted on)."""
     rm = build_regmap(**params)
     keep = {"CNT": None, "JOB_CNT": None,
             "JOB": {"STATUS", "FREE_PTR", "RELEASE_PTR", "SLOTS_BUSY"},
-            "FLOW": {"ACKED", "STATUS"}}
+            "FLOW": {"ACKED", "STATUS"},
+            "PORT": {n.upper() for n, src, _ in PORT_COUNTERS if src == "engine"}}
     out = []
     for inst in rm.instances():
         regs = keep.get(inst.table.name, ())
@@ -500,6 +508,11 @@ def end_state_problems(state: dict[str, int], params: dict) -> list[str]:
     disp = sum(c[d] for d in DISPOSITIONS) & _U32
     if c["rx_frames"] != disp:
         bad.append(f"rx_frames {c['rx_frames']} != sum of dispositions {disp}")
+    for d in ("rx_frames", "tx_frames"):   # the engine-wide count is the ports' sum
+        per_port = [v for k, v in state.items()
+                    if k.startswith("PORT") and k.endswith(f".{d.upper()}")]
+        if per_port and sum(per_port) & _U32 != c[d]:
+            bad.append(f"{d} {c[d]} != sum over PORT {sum(per_port) & _U32}")
     tx = (sum(c[d] for d in FORWARDED) + c["results_sent"] + c["reemits"] + c["cnp_sent"]
           + sum(c[d] for d in MGMT_ANSWERED)) & _U32
     if c["tx_frames"] != tx:

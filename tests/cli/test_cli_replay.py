@@ -239,3 +239,39 @@ def test_port_map_and_max_gap(tmp_path):
     got, want = read_pcap(out), read_pcap(EXPECT)
     assert [x.data for x in got] == [x.data for x in want]  # same frames, shortened timeline
     assert got[-1].time_ns < want[-1].time_ns
+
+
+def test_replay_of_link_local_frames_sends_nothing_back(tmp_path):
+    """Issue 22: a capture of one PAUSE, one PFC, one LLDP and one STP BPDU (built by scapy, the
+    independent reference) replays to an empty output; each is counted under its reason."""
+    from scapy.contrib.lldp import (
+        LLDPDUChassisID,
+        LLDPDUEndOfLLDPDU,
+        LLDPDUPortID,
+        LLDPDUTimeToLive,
+    )
+    from scapy.contrib.mac_control import MACControlClassBasedFlowControl, MACControlPause
+    from scapy.layers.l2 import LLC, STP, Dot3, Ether
+    from scapy.utils import wrpcap
+
+    sw = "02:00:00:00:00:aa"
+    frames = [
+        Ether(src=sw, dst="01:80:c2:00:00:01") / MACControlPause(pause_time=3000),
+        Ether(src=sw, dst="01:80:c2:00:00:01") / MACControlClassBasedFlowControl(
+            c3_enabled=1, c3_pause_time=0xFFFF),
+        Ether(src=sw, dst="01:80:c2:00:00:0e") / LLDPDUChassisID(subtype=4, id=sw)
+        / LLDPDUPortID(subtype=5, id="Ethernet1") / LLDPDUTimeToLive(ttl=120)
+        / LLDPDUEndOfLLDPDU(),
+        Dot3(src=sw, dst="01:80:c2:00:00:00") / LLC() / STP(),
+    ]
+    cap, out, js = tmp_path / "ll.pcap", tmp_path / "out.pcap", tmp_path / "r.json"
+    wrpcap(str(cap), frames)
+    r = _replay("--config", CONFIG, "--in", cap, "--out", out, "--json", js)
+    assert r.exit_code == 0, r.output
+    assert out.read_bytes()[24:] == b""  # a pcap header, no frame
+    c = json.loads(js.read_text())["engine_counters"]
+    assert c["rx_frames"] == 4 and c["tx_frames"] == 0
+    assert (c["ll_pause"], c["ll_pfc"], c["ll_group"], c["ll_mac_control"]) == (1, 1, 2, 0)
+    port = json.loads(js.read_text())["port_counters"]["0"]        # PORT table, per port
+    assert (port["rx_frames"], port["tx_frames"], port["pause_rx"]) == (4, 0, 2)
+    assert port["rx_bytes"] == sum(len(bytes(f)) for f in frames)

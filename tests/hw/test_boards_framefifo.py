@@ -130,3 +130,41 @@ def test_rx_mode_no_drop_when_fast():
 def test_bad_depth(depth):
     with pytest.raises(ValueError, match="power of two"):
         FrameFifo(W, depth, drop_when_full=True)
+
+
+def test_rx_mode_drops_errored_frames_when_asked():
+    """drop_errors (the shell's RX FIFO): a frame the MAC flagged (bad FCS, too long) is rolled
+    back and counted on drop_error, never delivered; clean frames pass in order."""
+    rng = random.Random(6)
+    random.seed(6)
+    frames = _frames(rng, 40, 6)
+    errored = [f for f in frames if f[-1][3]]
+    assert errored
+    dut = FrameFifo(W, 16, drop_when_full=True, drop_errors=True)
+    seen = [0]
+
+    async def count(ctx):
+        while True:
+            await ctx.tick()
+            seen[0] += ctx.get(dut.drop_error)
+
+    got, drops, _ = _run_with(dut, frames, count)
+    assert got == [f for f in frames if not f[-1][3]] and drops == 0
+    assert seen[0] == len(errored)
+
+
+def _run_with(dut, frames, extra):
+    orig = Simulator.add_testbench
+    added = []
+
+    def add(self, fn, *, background=False):
+        if not added:
+            added.append(True)
+            orig(self, extra, background=True)
+        return orig(self, fn, background=background)
+
+    Simulator.add_testbench = add
+    try:
+        return _run(dut, frames, in_gap=0.0, out_ready_p=1.0, cycles=800)
+    finally:
+        Simulator.add_testbench = orig

@@ -17,9 +17,10 @@ from netreduce.sim.model.engine import Engine
 from netreduce.sim.model.kit import RingJob
 from netreduce.sw_driver.control import EngineControl
 
-from netreduce.regmap import ALL_GLOBAL_COUNTERS, JOB_COUNTERS, Op, build_regmap
+from netreduce.regmap import ALL_GLOBAL_COUNTERS, JOB_COUNTERS, PORT_COUNTERS, Op, build_regmap
 from netreduce.wire import ECN_CE
 
+PORT_ENGINE_COUNTERS = [n for n, src, _ in PORT_COUNTERS if src == "engine"]
 W = 64
 NB = W // 8
 PARAMS = dict(ports=1, jobs=2, flows=8, slots=16, max_world=4, pmtu_max=256, data_width=W)
@@ -124,6 +125,8 @@ def run_rtl(sc: Scenario, *, gap=0.0, stall=0.0, seed=0, max_cycles=200_000, rea
             regs[j] = {c.name: (await axil.read(ctx, t.base + j * t.stride + 4 * i))[0]
                        for i, c in enumerate(JOB_COUNTERS)}
             regs[j]["slots_busy"] = (await axil.read(ctx, st_addr("JOB.SLOTS_BUSY", j)))[0]
+        regs["ports"] = [{n: (await axil.read(ctx, st_addr(f"PORT.{n.upper()}", k)))[0]
+                          for n in PORT_ENGINE_COUNTERS} for k in range(P)]
         done["regs"] = True
 
     async def monitor(ctx):
@@ -167,6 +170,9 @@ def check_end_state(sc: Scenario, regs: dict):
     want = sc.eng.counters()
     for name, v in regs["global"].items():
         assert v == want[name] & m32, f"counter {name}: rtl {v}, model {want[name]}"
+    for k, got in enumerate(regs["ports"]):
+        want = sc.eng.port_stats.as_dict(k)
+        assert got == {n: v & m32 for n, v in want.items()}, f"port {k}: rtl {got}, model {want}"
     for j in range(sc.params["jobs"]):
         want = sc.eng.counters(j)
         for name, v in regs[j].items():

@@ -29,6 +29,8 @@ from netreduce.sim.verif.mutate import FIELDS, fixup, impersonates, mutate
 
 from netreduce.regmap import DISPOSITIONS, Op
 from netreduce.wire import Opcode, parse
+from netreduce.wire.linklocal import COUNTERS as LL_COUNTERS
+from netreduce.wire.linklocal import classify as ll_classify
 
 PSN_MOD = 1 << 24
 K = 5
@@ -78,6 +80,7 @@ MUTATION = st.one_of(
     st.tuples(st.just("extend"), st.binary(min_size=1, max_size=12)),
     st.tuples(st.just("field"), st.integers(0, len(FIELDS) - 1), st.integers(0, 2**64 - 1)),
     st.tuples(st.just("splice"), st.integers(0, len(SCHEDULE) - 1), st.integers(0, 4096)),
+    st.tuples(st.just("linklocal"), st.integers(0, 3), st.integers(0, 2**32 - 1)),
 )
 ATTACK = st.tuples(st.integers(0, len(SCHEDULE)), st.integers(0, len(SCHEDULE) - 1),
                    st.lists(MUTATION, min_size=1, max_size=3), st.booleans())
@@ -110,6 +113,9 @@ def run(attacks) -> None:
             moved = [d for d in DISPOSITIONS if after[d] != before[d]]
             assert after["rx_frames"] == before["rx_frames"] + 1 and len(moved) == 1, moved
             assert after["tx_frames"] == before["tx_frames"] + len(out)
+            ll = ll_classify(frame)[0]
+            if ll:  # D18: consumed, counted under its reason, never forwarded
+                assert out == [] and moved == [LL_COUNTERS[ll]], (ll, moved)
             for e in out:
                 if e.frame == frame:
                     continue

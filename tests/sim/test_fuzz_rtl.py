@@ -114,6 +114,7 @@ MUTATION = st.one_of(
     st.tuples(st.just("extend"), st.binary(min_size=1, max_size=12)),
     st.tuples(st.just("field"), st.integers(0, len(FIELDS) - 1), st.integers(0, 2**64 - 1)),
     st.tuples(st.just("splice"), st.integers(0, len(SCHEDULE) - 1), st.integers(0, 4096)),
+    st.tuples(st.just("linklocal"), st.integers(0, 3), st.integers(0, 2**32 - 1)),
 )
 # (position in the schedule, source frame, mutations, recompute checksums, port)
 ATTACK = st.tuples(st.integers(0, len(SCHEDULE)), st.integers(0, len(SCHEDULE) - 1),

@@ -1,0 +1,93 @@
+"""Per-port status and counters of the engine (register table ``PORT``; issue 22).
+
+:class:`PortStats` keeps, per port, the counters of :data:`netreduce.regmap.PORT_COUNTERS`:
+
+* engine side (the reference model counts the same, :mod:`netreduce.sim.model.ports`):
+  ``rx_frames`` / ``rx_bytes`` at the engine's input ``i_p<k>`` (every frame, management and
+  link-local ones included), ``tx_frames`` / ``tx_bytes`` at its output ``o_p<k>`` (bytes without
+  FCS), ``pause_rx`` (PAUSE/PFC frames acted on, from the link-local filter);
+* shell side, from the engine's ``shell`` input (:data:`SHELL_LAYOUT` per port, driven by the
+  board shell around the MAC; 0 when nothing drives it): ``link_up``, ``rsfec_lock`` and
+  ``tx_paused`` levels
+  for ``PORT.STATUS``, and one-cycle strobes ``rx_errors``, ``rx_drop_full``, ``rx_cut``,
+  ``tx_drop_down`` (the shell's RX FIFO and link gate, :mod:`netreduce.hw.boards`).
+
+Counters are 32 bits, wrap, and clear with ``GLOBAL.CONTROL.clear_counters`` (an increment in the
+clearing cycle still counts). Values are registered: a register read sees them one cycle late.
+:func:`attach_ports` builds it inside the engine's ``elaborate`` and drives the register bank's
+``port_status``.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Module, Mux
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from netreduce.regmap import PORT_COUNTERS
+
+from .stream import keep_count
+
+__all__ = ["SHELL_LAYOUT", "SHELL_STROBES", "PortStats", "attach_ports"]
+
+SHELL_STROBES = tuple(n for n, src, _ in PORT_COUNTERS if src == "shell")
+SHELL_LAYOUT = data.StructLayout({"link_up": 1, "rsfec_lock": 1, "tx_paused": 1,
+                                  **{n: 1 for n in SHELL_STROBES}})
+
+
+class PortStats(wiring.Component):
+    """One port's counters. Inputs: ``rx_beat`` / ``tx_beat`` (a beat handshaked on the port:
+    ``valid``, ``keep``, ``last``), ``pause`` (strobe), ``shell`` (:data:`SHELL_LAYOUT`),
+    ``clear``; output ``value``: the bank's ``port_status`` entry layout."""
+
+    def __init__(self, width: int, status_layout):
+        self.width = width
+        beat = data.StructLayout({"valid": 1, "keep": width // 8, "last": 1})
+        super().__init__({"rx_beat": In(beat), "tx_beat": In(beat), "pause": In(1),
+                          "shell": In(SHELL_LAYOUT), "clear": In(1),
+                          "value": Out(status_layout)})
+
+    def elaborate(self, platform):
+        m = Module()
+        v = self.value
+
+        def count(reg, inc):
+            c = getattr(v, reg).count
+            m.d.sync += c.eq(c + inc)
+            with m.If(self.clear):
+                m.d.sync += c.eq(inc)
+
+        rx, tx = self.rx_beat, self.tx_beat
+        count("rx_frames", rx.valid & rx.last)
+        count("rx_bytes", Mux(rx.valid, keep_count(rx.keep), 0))
+        count("tx_frames", tx.valid & tx.last)
+        count("tx_bytes", Mux(tx.valid, keep_count(tx.keep), 0))
+        count("pause_rx", self.pause)
+        for n in SHELL_STROBES:
+            count(n, getattr(self.shell, n))
+        m.d.sync += [v.status.link_up.eq(self.shell.link_up),
+                     v.status.rsfec_lock.eq(self.shell.rsfec_lock),
+                     v.status.tx_paused.eq(self.shell.tx_paused)]
+        return m
+
+
+def attach_ports(m: Module, engine, bank, pause_valid: list) -> list[PortStats]:
+    """One :class:`PortStats` per port of ``engine`` observing its ``i_p<k>`` / ``o_p<k>``
+    handshakes, ``pause_valid[k]`` and ``engine.shell[k]``, driving ``bank.port_status[k]``."""
+    status = bank.port_status
+    arr = isinstance(status.shape(), data.ArrayLayout)   # a one-entry table is not an array
+    lay = status.shape().elem_shape if arr else status.shape()
+    out = []
+    for k in range(engine.ports):
+        ps = PortStats(engine.width, lay)
+        m.submodules[f"port_stats{k}"] = ps
+        for name, s in (("rx_beat", getattr(engine, f"i_p{k}")),
+                        ("tx_beat", getattr(engine, f"o_p{k}"))):
+            b = getattr(ps, name)
+            m.d.comb += [b.valid.eq(s.valid & s.ready), b.keep.eq(s.payload.keep),
+                         b.last.eq(s.payload.last)]
+        m.d.comb += [ps.pause.eq(pause_valid[k]), ps.shell.eq(engine.shell[k]),
+                     ps.clear.eq(bank.global_pulse.control.clear_counters),
+                     (status[k] if arr else status).eq(ps.value)]
+        out.append(ps)
+    return out
