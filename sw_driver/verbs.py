@@ -51,7 +51,7 @@ from pathlib import Path
 import numpy as np
 
 from .control import EngineControl, Op
-from .credits import Credits, check_ring_knobs
+from .credits import Credits, RingKnobs, check_ring_knobs
 from .ring_comm import (
     check_allreduce_args,
     check_rank,
@@ -112,7 +112,7 @@ def _pyverbs():
 
 
 @dataclass(frozen=True)
-class VerbsConfig:
+class VerbsConfig(RingKnobs):
     """Knobs: ``pmtu`` (1024/4096; the netdev MTU must carry it: 1500 -> 1024, 4200 -> 4096),
     ``msg_packets`` per message, engine window ``window`` (>= 2 x rxe's 128 unacked packets) and
     credit ``margin``, the exponent job's ``exp_window``, QP ``timeout`` (2^t x 4.096 us) and
@@ -141,10 +141,6 @@ class VerbsConfig:
             raise ValueError("at least one of int32 and float32 must be enabled")
         if self.max_bytes <= 0 or self.max_bytes % 4:
             raise ValueError(f"max_bytes must be a positive multiple of 4, got {self.max_bytes!r}")
-
-    @property
-    def chunk_elems(self) -> int:
-        return self.msg_packets * self.pmtu // 4
 
 
 # ============================================================================ device

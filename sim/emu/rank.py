@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 from netreduce.sw_driver import quant
 from netreduce.sw_driver.control import EngineControl, Op
-from netreduce.sw_driver.credits import Credits, check_ring_knobs
+from netreduce.sw_driver.credits import Credits, RingKnobs, check_ring_knobs
 from netreduce.sw_driver.mgmt import ReadAheadBus
 from netreduce.sw_driver.ring_comm import (
     check_allreduce_args,
@@ -48,7 +48,7 @@ class CollectiveError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class RankCommConfig:
+class RankCommConfig(RingKnobs):
     """Knobs of :class:`RankComm`. Times are wall-clock.
 
     ``timeout``/``retry_cnt`` are the RC QP attributes: a rank that waits for slower peers burns
@@ -78,14 +78,6 @@ class RankCommConfig:
         if not isinstance(self.exp_bytes, int) or self.exp_bytes < 0 or self.exp_bytes % 4:
             raise ValueError(f"exp_bytes must be a multiple of 4 and >= 0, got "
                              f"{self.exp_bytes!r}")
-
-    @property
-    def msg_bytes(self) -> int:
-        return self.msg_packets * self.pmtu
-
-    @property
-    def chunk_elems(self) -> int:
-        return self.msg_bytes // 4
 
 
 def _mac(salt: int, rank: int) -> bytes:
