@@ -50,16 +50,9 @@ from pathlib import Path
 
 import numpy as np
 
+from . import ring_comm
 from .control import EngineControl, Op
 from .credits import Credits, RingKnobs, check_ring_knobs
-from .ring_comm import (
-    check_allreduce_args,
-    check_rank,
-    make_rings,
-    reduce_segments,
-    register_jobs,
-    share_jobs,
-)
 
 __all__ = ["VerbsError", "VerbsUnavailable", "VerbsConfig", "VerbsDevice", "VerbsComm",
            "RawLink", "FileExchange", "rxe_counters", "WC_STATUS"]
@@ -510,7 +503,7 @@ class VerbsComm:
     def __init__(self, rank: int, world: int, exchange: Callable[[object], list],
                  cfg: VerbsConfig | None = None, mgmt: dict | None = None,
                  device: VerbsDevice | None = None):
-        check_rank(rank, world)
+        ring_comm.check_rank(rank, world)
         self.rank, self.world = rank, world
         self.cfg = cfg = cfg or VerbsConfig()
         self.pv = _pyverbs()
@@ -522,15 +515,15 @@ class VerbsComm:
         self.ctrl: EngineControl | None = None
         self._link: RawLink | None = None
         self.dev = device or VerbsDevice(cfg.device, cfg.port, cfg.gid_index)
-        self.rings: dict[str, _Ring] = make_rings(cfg, lambda *a: _Ring(self, *a),
-                                                  float32=cfg.float32)
+        self.rings: dict[str, _Ring] = ring_comm.make_rings(
+            cfg, lambda *a: _Ring(self, *a), float32=cfg.float32)
         me = {"ip": self.dev.ip, "gid": self.dev.gid,
               "rings": {k: r.info() for k, r in self.rings.items()}}
         peers = exchange(me)
         succ, pred = peers[(rank + 1) % world], peers[(rank - 1) % world]
         for k, r in self.rings.items():
             r.connect(succ, succ["rings"][k], pred, pred["rings"][k])
-        jobs = share_jobs(rank, exchange, lambda: self._register(peers), VerbsError)
+        jobs = ring_comm.share_jobs(rank, exchange, lambda: self._register(peers), VerbsError)
         for k, j in jobs.items():
             self.rings[k].job = j
         self.jobs = dict(jobs)
@@ -552,7 +545,7 @@ class VerbsComm:
                          timeout_s=m.get("timeout_s", 1.0), retries=m.get("retries", 8),
                          clock=time.monotonic)
         self.ctrl = EngineControl(ReadAheadBus(bus))
-        return register_jobs(self.ctrl, self.rings, peers, self.cfg.pmtu)
+        return ring_comm.register_jobs(self.ctrl, self.rings, peers, self.cfg.pmtu)
 
     # ------------------------------------------------------------------ all-reduce
     def allreduce(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -560,10 +553,10 @@ class VerbsComm:
         :func:`netreduce.sw_driver.quant.error_bound`. Same API as RankComm.allreduce."""
         if self.error is not None:
             raise self.error
-        a, out, o = check_allreduce_args(x, out, self.rings, "VerbsConfig")
+        a, out, o = ring_comm.check_allreduce_args(x, out, self.rings, "VerbsConfig")
         self.calls += 1
         try:
-            reduce_segments(self, a, o)
+            ring_comm.reduce_segments(self, a, o)
         except BaseException as ex:
             self.error = ex
             raise

@@ -21,18 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from netreduce.sw_driver import quant
+from netreduce.sw_driver import quant, ring_comm
 from netreduce.sw_driver.control import EngineControl, Op
 from netreduce.sw_driver.credits import Credits, RingKnobs, check_ring_knobs
 from netreduce.sw_driver.mgmt import ReadAheadBus
-from netreduce.sw_driver.ring_comm import (
-    check_allreduce_args,
-    check_rank,
-    make_rings,
-    reduce_segments,
-    register_jobs,
-    share_jobs,
-)
 
 from netreduce.regmap import BusError
 
@@ -211,7 +203,7 @@ class RankComm:
     def __init__(self, address, rank: int, world: int, exchange: Callable[[object], list],
                  cfg: RankCommConfig | None = None, seed: int | None = None,
                  tunnel: Tunnel | None = None, mgmt: dict | None = None):
-        check_rank(rank, world)
+        ring_comm.check_rank(rank, world)
         self.rank, self.world = rank, world
         self.cfg = cfg = cfg or RankCommConfig()
         self._exchange = exchange
@@ -232,7 +224,7 @@ class RankComm:
         salt = self._exchange(rng.getrandbits(15))[0]
         self.rnic = RNIC(self.tunnel, _mac(salt, rank), _ip(salt, rank), name=f"rank{rank}",
                          seed=rng.getrandbits(32))
-        self.rings = make_rings(cfg, lambda *a: _Ring(self, *a), exp_bytes=cfg.exp_bytes)
+        self.rings = ring_comm.make_rings(cfg, lambda *a: _Ring(self, *a), exp_bytes=cfg.exp_bytes)
         me = {"mac": self.rnic.mac, "ip": self.rnic.ip,
               "rings": {k: r.info() for k, r in self.rings.items()}}
         peers = self._exchange(me)
@@ -242,7 +234,8 @@ class RankComm:
             r.sq.connect(succ["mac"], succ["ip"], s["rq"], s["rq_psn"])
             r.rq.connect(pred["mac"], pred["ip"], p["sq"], p["sq_psn"])
             r.remote_va, r.remote_rkey = s["va"], s["rkey"]
-        jobs = share_jobs(rank, self._exchange, lambda: self._register(peers), CollectiveError)
+        jobs = ring_comm.share_jobs(rank, self._exchange, lambda: self._register(peers),
+                                    CollectiveError)
         for k, j in jobs.items():
             self.rings[k].job = j
         self.jobs = list(jobs.values())
@@ -250,8 +243,8 @@ class RankComm:
 
     def _register(self, peers: list[dict]) -> dict[str, int]:
         self.ctrl = EngineControl(ReadAheadBus(self.tunnel.mgmt_bus(**self.mgmt)))
-        return register_jobs(self.ctrl, self.rings, peers, self.cfg.pmtu,
-                             " (jobs of a crashed run? restart the switch)")
+        return ring_comm.register_jobs(self.ctrl, self.rings, peers, self.cfg.pmtu,
+                                       " (jobs of a crashed run? restart the switch)")
 
     # ------------------------------------------------------------------ errors and waiting
     def _on_error(self, qp, err: RCError) -> None:
@@ -280,9 +273,9 @@ class RankComm:
             raise self.error
         if self.tunnel.closed:
             raise CollectiveError(f"rank {self.rank}: communicator is closed")
-        a, out, o = check_allreduce_args(x, out, self.rings, "RankCommConfig")
+        a, out, o = ring_comm.check_allreduce_args(x, out, self.rings, "RankCommConfig")
         self.calls += 1
-        reduce_segments(self, a, o)
+        ring_comm.reduce_segments(self, a, o)
         return out
 
     def error_bound(self, y: np.ndarray) -> np.ndarray:
