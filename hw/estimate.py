@@ -39,6 +39,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .rams import skip_meminit
+
 __all__ = ["FAMILIES", "DESIGNS", "make_design", "write_json", "find_yosys", "parse_stat",
            "parse_ltp", "categorise", "Estimate", "estimate", "estimate_verilog",
            "estimate_rtlil", "estimate_blocks", "engine_blocks", "engine_rtlil", "split_rtlil",
@@ -679,20 +681,8 @@ def no_zero_meminit():
     (which has no initialisation), although an FPGA's block RAM comes out of configuration zeroed
     anyway. Only for synthesis estimates: simulation keeps the explicit zeros (Icarus would
     otherwise start memories at X)."""
-    from amaranth.back import rtlil
-
-    emitter = rtlil.ModuleEmitter
-    orig = emitter.emit_memory
-
-    def emit_memory(self, cell_idx, cell):
-        if any(cell.init):
-            orig(self, cell_idx, cell)
-
-    emitter.emit_memory = emit_memory
-    try:
+    with skip_meminit(lambda cell: not any(cell.init)):
         yield
-    finally:
-        emitter.emit_memory = orig
 
 
 def engine_rtlil(params: dict | None = None) -> Path:

@@ -26,10 +26,11 @@ or BRAM, and some rely on starting at zero.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from contextvars import ContextVar
 
 __all__ = ["URAM", "BRAM", "LARGE_RAM_STYLES", "large_ram_attrs", "large_ram_style",
-           "omit_large_ram_init"]
+           "omit_large_ram_init", "skip_meminit"]
 
 URAM = "ultra"
 BRAM = "block"
@@ -62,25 +63,38 @@ def _is_large(attributes) -> bool:
 
 
 @contextlib.contextmanager
-def omit_large_ram_init():
-    """While active, Amaranth's RTLIL back end writes no ``$meminit_v2`` cell (no ``initial``
-    block in the Verilog) for a memory made with :func:`large_ram_attrs` whose contents are all
-    zero. A large memory with non-zero contents is an error (it could not be a URAM)."""
+def skip_meminit(skip: Callable):
+    """While active, Amaranth's RTLIL back end writes no ``$meminit_v2`` cell (the memory's
+    initial contents) for a memory cell where ``skip(cell)`` is true; nests."""
     from amaranth.back import rtlil
 
     emitter = rtlil.ModuleEmitter
     orig = emitter.emit_memory
 
     def emit_memory(self, cell_idx, cell):
-        if _is_large(cell.attributes):
-            if any(cell.init):
-                raise ValueError(f"memory {cell.name!r} targets {cell.attributes['ram_style']} "
-                                 "RAM and has non-zero initial contents (UltraRAM takes none)")
-            return
-        orig(self, cell_idx, cell)
+        if not skip(cell):
+            orig(self, cell_idx, cell)
 
     emitter.emit_memory = emit_memory
     try:
         yield
     finally:
         emitter.emit_memory = orig
+
+
+@contextlib.contextmanager
+def omit_large_ram_init():
+    """While active, Amaranth's RTLIL back end writes no ``$meminit_v2`` cell (no ``initial``
+    block in the Verilog) for a memory made with :func:`large_ram_attrs` whose contents are all
+    zero. A large memory with non-zero contents is an error (it could not be a URAM)."""
+
+    def large(cell) -> bool:
+        if not _is_large(cell.attributes):
+            return False
+        if any(cell.init):
+            raise ValueError(f"memory {cell.name!r} targets {cell.attributes['ram_style']} "
+                             "RAM and has non-zero initial contents (UltraRAM takes none)")
+        return True
+
+    with skip_meminit(large):
+        yield

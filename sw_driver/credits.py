@@ -11,7 +11,7 @@ from collections import deque
 
 from netreduce.wire.batch import PMTUS
 
-__all__ = ["check_ring_knobs", "Credits"]
+__all__ = ["check_ring_knobs", "RingKnobs", "Credits"]
 
 
 def check_ring_knobs(cfg, *, pmtus: tuple[int, ...] = PMTUS, min_window: int = 2) -> None:
@@ -36,6 +36,20 @@ def check_ring_knobs(cfg, *, pmtus: tuple[int, ...] = PMTUS, min_window: int = 2
         raise ValueError(f"timeout must be 0..31 (4.096us*2^timeout), got {cfg.timeout}")
     if not 0 <= cfg.retry_cnt <= 7:
         raise ValueError(f"retry_cnt is 3 bits (0..7), got {cfg.retry_cnt}")
+
+
+class RingKnobs:
+    """Sizes every transport's ring config derives from its ``msg_packets`` and ``pmtu`` (a
+    mixin of their config dataclasses)."""
+
+    @property
+    def msg_bytes(self) -> int:
+        return self.msg_packets * self.pmtu
+
+    @property
+    def chunk_elems(self) -> int:
+        """Elements per quantisation chunk (one message of int32)."""
+        return self.msg_bytes // 4
 
 
 class Credits:

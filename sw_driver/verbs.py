@@ -50,9 +50,9 @@ from pathlib import Path
 
 import numpy as np
 
-from . import quant
-from .control import EngineControl, FlowConfig, JobConfig, Op
-from .credits import Credits, check_ring_knobs
+from . import ring_comm
+from .control import EngineControl, Op
+from .credits import Credits, RingKnobs, check_ring_knobs
 
 __all__ = ["VerbsError", "VerbsUnavailable", "VerbsConfig", "VerbsDevice", "VerbsComm",
            "RawLink", "FileExchange", "rxe_counters", "WC_STATUS"]
@@ -105,7 +105,7 @@ def _pyverbs():
 
 
 @dataclass(frozen=True)
-class VerbsConfig:
+class VerbsConfig(RingKnobs):
     """Knobs: ``pmtu`` (1024/4096; the netdev MTU must carry it: 1500 -> 1024, 4200 -> 4096),
     ``msg_packets`` per message, engine window ``window`` (>= 2 x rxe's 128 unacked packets) and
     credit ``margin``, the exponent job's ``exp_window``, QP ``timeout`` (2^t x 4.096 us) and
@@ -134,10 +134,6 @@ class VerbsConfig:
             raise ValueError("at least one of int32 and float32 must be enabled")
         if self.max_bytes <= 0 or self.max_bytes % 4:
             raise ValueError(f"max_bytes must be a positive multiple of 4, got {self.max_bytes!r}")
-
-    @property
-    def chunk_elems(self) -> int:
-        return self.msg_packets * self.pmtu // 4
 
 
 # ============================================================================ device
@@ -507,10 +503,7 @@ class VerbsComm:
     def __init__(self, rank: int, world: int, exchange: Callable[[object], list],
                  cfg: VerbsConfig | None = None, mgmt: dict | None = None,
                  device: VerbsDevice | None = None):
-        if not isinstance(world, int) or not 2 <= world <= 255:
-            raise ValueError(f"world must be 2..255, got {world!r}")
-        if not isinstance(rank, int) or not 0 <= rank < world:
-            raise ValueError(f"rank must be 0..{world - 1}, got {rank!r}")
+        ring_comm.check_rank(rank, world)
         self.rank, self.world = rank, world
         self.cfg = cfg = cfg or VerbsConfig()
         self.pv = _pyverbs()
@@ -522,40 +515,20 @@ class VerbsComm:
         self.ctrl: EngineControl | None = None
         self._link: RawLink | None = None
         self.dev = device or VerbsDevice(cfg.device, cfg.port, cfg.gid_index)
-        ce = cfg.chunk_elems
-        nchunks = -(-(cfg.max_bytes // 4) // ce)
-        ew = cfg.exp_window
-        self.rings: dict[str, _Ring] = {}
-        if cfg.float32:
-            self.rings["exp"] = _Ring(self, "exp", Op.MAX, ew, ew // 4,
-                                      min(cfg.msg_packets, ew - ew // 4), 4 * nchunks)
-            self.rings["sum"] = _Ring(self, "sum", Op.SUM_SAT, cfg.window, cfg.margin,
-                                      cfg.msg_packets, cfg.max_bytes)
-        if cfg.int32:
-            self.rings["int"] = _Ring(self, "int", Op.SUM_WRAP, cfg.window, cfg.margin,
-                                      cfg.msg_packets, cfg.max_bytes)
+        self.rings: dict[str, _Ring] = ring_comm.make_rings(
+            cfg, lambda *a: _Ring(self, *a), float32=cfg.float32)
         me = {"ip": self.dev.ip, "gid": self.dev.gid,
               "rings": {k: r.info() for k, r in self.rings.items()}}
         peers = exchange(me)
         succ, pred = peers[(rank + 1) % world], peers[(rank - 1) % world]
         for k, r in self.rings.items():
             r.connect(succ, succ["rings"][k], pred, pred["rings"][k])
-        status = {"ok": True, "jobs": {}}
-        if rank == 0:
-            try:
-                status["jobs"] = self._register(peers)
-            except Exception as ex:  # every rank must learn about it
-                status = {"ok": False, "error": f"{type(ex).__name__}: {ex}"}
-        status = exchange(status)[0]
-        if not status["ok"]:
-            raise VerbsError(f"rank {rank}: rank 0 could not register the engine jobs: "
-                             f"{status['error']}")
-        for k, j in status["jobs"].items():
+        jobs = ring_comm.share_jobs(rank, exchange, lambda: self._register(peers), VerbsError)
+        for k, j in jobs.items():
             self.rings[k].job = j
-        self.jobs = dict(status["jobs"])
+        self.jobs = dict(jobs)
 
     def _register(self, peers: list[dict]) -> dict[str, int]:
-
         from .mgmt import MgmtClient, ReadAheadBus
 
         m = self.mgmt
@@ -571,33 +544,8 @@ class VerbsComm:
                          ip=self.dev.ip, mac=self.dev.mac, port=port, key=m.get("key"),
                          timeout_s=m.get("timeout_s", 1.0), retries=m.get("retries", 8),
                          clock=time.monotonic)
-        ctrl = self.ctrl = EngineControl(ReadAheadBus(bus))
-        info = ctrl.identify()
-        if self.cfg.pmtu > info.pmtu_max:
-            raise ValueError(f"pmtu {self.cfg.pmtu} exceeds the engine's pmtu_max "
-                             f"{info.pmtu_max}")
-        n = self.world
-        jobs: dict[str, int] = {}
-        try:
-            for k, ring in self.rings.items():
-                used = set(ctrl.enabled_jobs())
-                free = [j for j in range(info.jobs) if j not in used]
-                if not free:
-                    raise RuntimeError(f"all {info.jobs} engine jobs are in use")
-                flows = [FlowConfig(rank=r, fwd_ip=peers[r]["ip"],
-                                    fwd_qpn=peers[(r + 1) % n]["rings"][k]["rq"],
-                                    rev_ip=peers[(r + 1) % n]["ip"],
-                                    rev_qpn=peers[r]["rings"][k]["sq"],
-                                    start_psn=peers[r]["rings"][k]["sq_psn"]) for r in range(n)]
-                ctrl.add_job(JobConfig(job=free[0], world=n, window=ring.window,
-                                       slot_base=ctrl.alloc_slots(ring.window),
-                                       pmtu=self.cfg.pmtu, op=ring.op, flows=flows))
-                jobs[k] = free[0]
-        except BaseException:
-            for j in jobs.values():
-                ctrl.remove_job(j)
-            raise
-        return jobs
+        self.ctrl = EngineControl(ReadAheadBus(bus))
+        return ring_comm.register_jobs(self.ctrl, self.rings, peers, self.cfg.pmtu)
 
     # ------------------------------------------------------------------ all-reduce
     def allreduce(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -605,33 +553,10 @@ class VerbsComm:
         :func:`netreduce.sw_driver.quant.error_bound`. Same API as RankComm.allreduce."""
         if self.error is not None:
             raise self.error
-        a = np.ascontiguousarray(x).reshape(-1)
-        if a.dtype not in (np.float32, np.int32):
-            raise TypeError(f"dtype {a.dtype} not supported (float32 or int32)")
-        if a.dtype == np.int32 and "int" not in self.rings:
-            raise TypeError("int32 all-reduce needs VerbsConfig(int32=True)")
-        if a.dtype == np.float32 and "sum" not in self.rings:
-            raise TypeError("float32 all-reduce needs VerbsConfig(float32=True)")
-        if out is None:
-            out = np.empty_like(a)
-        o = out.reshape(-1)
-        if o.shape != a.shape or o.dtype != a.dtype:
-            raise ValueError(f"out is {o.dtype}{list(o.shape)}, need {a.dtype}{list(a.shape)}")
+        a, out, o = ring_comm.check_allreduce_args(x, out, self.rings, "VerbsConfig")
         self.calls += 1
         try:
-            seg = self.cfg.max_bytes // 4
-            for s in range(0, a.size, seg):
-                part = a[s:s + seg]
-                if a.dtype == np.int32:
-                    o[s:s + seg] = self.rings["int"].reduce(part.view(np.uint8)).view(np.int32)
-                else:
-                    ce = self.cfg.chunk_elems
-                    exps = quant.chunk_exponents(part, ce)
-                    g = self.rings["exp"].reduce(exps.view(np.uint8)).view(np.int32)
-                    e = quant.scales(g, self.world)
-                    self.last_exponents = e
-                    res = self.rings["sum"].reduce(quant.quantize(part, e, ce).view(np.uint8))
-                    quant.dequantize(res.view(np.int32), e, ce, out=o[s:s + seg])
+            ring_comm.reduce_segments(self, a, o)
         except BaseException as ex:
             self.error = ex
             raise

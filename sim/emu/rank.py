@@ -21,9 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from netreduce.sw_driver import quant
-from netreduce.sw_driver.control import EngineControl, FlowConfig, JobConfig, Op
-from netreduce.sw_driver.credits import Credits, check_ring_knobs
+from netreduce.sw_driver import quant, ring_comm
+from netreduce.sw_driver.control import EngineControl, Op
+from netreduce.sw_driver.credits import Credits, RingKnobs, check_ring_knobs
 from netreduce.sw_driver.mgmt import ReadAheadBus
 
 from netreduce.regmap import BusError
@@ -40,7 +40,7 @@ class CollectiveError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class RankCommConfig:
+class RankCommConfig(RingKnobs):
     """Knobs of :class:`RankComm`. Times are wall-clock.
 
     ``timeout``/``retry_cnt`` are the RC QP attributes: a rank that waits for slower peers burns
@@ -70,14 +70,6 @@ class RankCommConfig:
         if not isinstance(self.exp_bytes, int) or self.exp_bytes < 0 or self.exp_bytes % 4:
             raise ValueError(f"exp_bytes must be a multiple of 4 and >= 0, got "
                              f"{self.exp_bytes!r}")
-
-    @property
-    def msg_bytes(self) -> int:
-        return self.msg_packets * self.pmtu
-
-    @property
-    def chunk_elems(self) -> int:
-        return self.msg_bytes // 4
 
 
 def _mac(salt: int, rank: int) -> bytes:
@@ -211,10 +203,7 @@ class RankComm:
     def __init__(self, address, rank: int, world: int, exchange: Callable[[object], list],
                  cfg: RankCommConfig | None = None, seed: int | None = None,
                  tunnel: Tunnel | None = None, mgmt: dict | None = None):
-        if not isinstance(world, int) or not 2 <= world <= 255:
-            raise ValueError(f"world must be 2..255, got {world!r}")
-        if not isinstance(rank, int) or not 0 <= rank < world:
-            raise ValueError(f"rank must be 0..{world - 1}, got {rank!r}")
+        ring_comm.check_rank(rank, world)
         self.rank, self.world = rank, world
         self.cfg = cfg = cfg or RankCommConfig()
         self._exchange = exchange
@@ -235,17 +224,7 @@ class RankComm:
         salt = self._exchange(rng.getrandbits(15))[0]
         self.rnic = RNIC(self.tunnel, _mac(salt, rank), _ip(salt, rank), name=f"rank{rank}",
                          seed=rng.getrandbits(32))
-        ce = cfg.chunk_elems
-        nchunks = -(-(cfg.max_bytes // 4) // ce)
-        ew = cfg.exp_window
-        exp_msg = min(cfg.msg_packets, ew - ew // 4)
-        self.rings = {"exp": _Ring(self, "exp", Op.MAX, ew, ew // 4, exp_msg,
-                                   max(4 * nchunks, cfg.exp_bytes)),
-                      "sum": _Ring(self, "sum", Op.SUM_SAT, cfg.window, cfg.margin,
-                                   cfg.msg_packets, cfg.max_bytes)}
-        if cfg.int32:
-            self.rings["int"] = _Ring(self, "int", Op.SUM_WRAP, cfg.window, cfg.margin,
-                                      cfg.msg_packets, cfg.max_bytes)
+        self.rings = ring_comm.make_rings(cfg, lambda *a: _Ring(self, *a), exp_bytes=cfg.exp_bytes)
         me = {"mac": self.rnic.mac, "ip": self.rnic.ip,
               "rings": {k: r.info() for k, r in self.rings.items()}}
         peers = self._exchange(me)
@@ -255,54 +234,17 @@ class RankComm:
             r.sq.connect(succ["mac"], succ["ip"], s["rq"], s["rq_psn"])
             r.rq.connect(pred["mac"], pred["ip"], p["sq"], p["sq_psn"])
             r.remote_va, r.remote_rkey = s["va"], s["rkey"]
-        status = {"ok": True, "jobs": {}}
-        if rank == 0:
-            try:
-                status["jobs"] = self._register(peers)
-            except Exception as e:  # every rank must learn about it, not only rank 0
-                status = {"ok": False, "error": f"{type(e).__name__}: {e}"}
-        status = self._exchange(status)[0]
-        if not status["ok"]:
-            raise CollectiveError(f"rank {rank}: rank 0 could not register the engine jobs: "
-                                  f"{status['error']}")
-        for k, j in status["jobs"].items():
+        jobs = ring_comm.share_jobs(rank, self._exchange, lambda: self._register(peers),
+                                    CollectiveError)
+        for k, j in jobs.items():
             self.rings[k].job = j
-        self.jobs = list(status["jobs"].values())
-        log.info("rank %d/%d ready: %s, jobs %s", rank, world, mac_str(self.rnic.mac),
-                 status["jobs"])
+        self.jobs = list(jobs.values())
+        log.info("rank %d/%d ready: %s, jobs %s", rank, world, mac_str(self.rnic.mac), jobs)
 
     def _register(self, peers: list[dict]) -> dict[str, int]:
-        ctrl = EngineControl(ReadAheadBus(self.tunnel.mgmt_bus(**self.mgmt)))
-        self.ctrl = ctrl
-        info = ctrl.identify()
-        n = self.world
-        if self.cfg.pmtu > info.pmtu_max:
-            raise ValueError(f"pmtu {self.cfg.pmtu} exceeds the engine's pmtu_max "
-                             f"{info.pmtu_max}")
-        jobs: dict[str, int] = {}
-        try:
-            for k, ring in self.rings.items():
-                used = set(ctrl.enabled_jobs())
-                free = [j for j in range(info.jobs) if j not in used]
-                if not free:
-                    raise RuntimeError(f"all {info.jobs} engine jobs are in use (jobs of a "
-                                       f"crashed run? restart the switch)")
-                flows = []
-                for r in range(n):
-                    s = (r + 1) % n
-                    me, nx = peers[r], peers[s]
-                    flows.append(FlowConfig(rank=r, fwd_ip=me["ip"], fwd_qpn=nx["rings"][k]["rq"],
-                                            rev_ip=nx["ip"], rev_qpn=me["rings"][k]["sq"],
-                                            start_psn=me["rings"][k]["sq_psn"]))
-                ctrl.add_job(JobConfig(job=free[0], world=n, window=ring.window,
-                                       slot_base=ctrl.alloc_slots(ring.window),
-                                       pmtu=self.cfg.pmtu, op=ring.op, flows=flows))
-                jobs[k] = free[0]
-        except BaseException:
-            for j in jobs.values():
-                ctrl.remove_job(j)
-            raise
-        return jobs
+        self.ctrl = EngineControl(ReadAheadBus(self.tunnel.mgmt_bus(**self.mgmt)))
+        return ring_comm.register_jobs(self.ctrl, self.rings, peers, self.cfg.pmtu,
+                                       " (jobs of a crashed run? restart the switch)")
 
     # ------------------------------------------------------------------ errors and waiting
     def _on_error(self, qp, err: RCError) -> None:
@@ -331,37 +273,10 @@ class RankComm:
             raise self.error
         if self.tunnel.closed:
             raise CollectiveError(f"rank {self.rank}: communicator is closed")
-        a = np.ascontiguousarray(x).reshape(-1)
-        if a.dtype == np.int32 and "int" not in self.rings:
-            raise TypeError("int32 all-reduce needs RankCommConfig(int32=True)")
-        if a.dtype not in (np.float32, np.int32):
-            raise TypeError(f"dtype {a.dtype} not supported (float32 or int32)")
-        if out is None:
-            out = np.empty_like(a)
-        o = out.reshape(-1)
-        if o.shape != a.shape or o.dtype != a.dtype:
-            raise ValueError(f"out is {o.dtype}{list(o.shape)}, need {a.dtype}{list(a.shape)}")
+        a, out, o = ring_comm.check_allreduce_args(x, out, self.rings, "RankCommConfig")
         self.calls += 1
-        if a.size == 0:
-            return out
-        seg = self.cfg.max_bytes // 4
-        for s in range(0, a.size, seg):
-            part = a[s:s + seg]
-            if a.dtype == np.int32:
-                o[s:s + seg] = self.rings["int"].reduce(part.view(np.uint8)).view(np.int32)
-            else:
-                self._reduce_float(part, o[s:s + seg])
+        ring_comm.reduce_segments(self, a, o)
         return out
-
-    def _reduce_float(self, x: np.ndarray, out: np.ndarray) -> None:
-        ce = self.cfg.chunk_elems
-        exps = quant.chunk_exponents(x, ce)
-        gexp = self.rings["exp"].reduce(exps.view(np.uint8)).view(np.int32)
-        e = quant.scales(gexp, self.world)
-        self.last_exponents = e
-        q = quant.quantize(x, e, ce)
-        res = self.rings["sum"].reduce(q.view(np.uint8)).view(np.int32)
-        quant.dequantize(res, e, ce, out=out)
 
     def error_bound(self, y: np.ndarray) -> np.ndarray:
         """Per-element bound of the last float all-reduce (one segment) against the exact sum."""

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from netreduce.sw_driver import quant
 from netreduce.sw_driver.control import EngineControl, FlowConfig, JobConfig, Op
-from netreduce.sw_driver.credits import Credits, check_ring_knobs
+from netreduce.sw_driver.credits import Credits, RingKnobs, check_ring_knobs
 
 from netreduce.wire import PSN_MOD
 
@@ -67,7 +67,7 @@ STAT_KEYS = ("sent", "retransmitted", "acks_sent", "naks_sent", "acks_received",
 
 
 @dataclass(frozen=True)
-class CollectiveConfig:
+class CollectiveConfig(RingKnobs):
     """Knobs of the collective. Defaults: PMTU 1024, 64-packet messages, W = 256 (2 x rxe's 128)
     with a margin of 64, QP timeout 8 (4.096 us * 2^8 = 1.05 ms of simulated time), 7 retries.
     """
@@ -86,15 +86,6 @@ class CollectiveConfig:
 
     def __post_init__(self):
         check_ring_knobs(self)
-
-    @property
-    def msg_bytes(self) -> int:
-        return self.msg_packets * self.pmtu
-
-    @property
-    def chunk_elems(self) -> int:
-        """Elements per quantisation chunk (one message of int32)."""
-        return self.msg_bytes // 4
 
 
 @dataclass

@@ -43,8 +43,8 @@ from netreduce.wire.view import (
     l3_offset,
 )
 
-__all__ = ["LinkConfig", "NetConfig", "Link", "NetworkFabric", "DropOnce", "classify", "DIRECTIONS",
-           "KINDS"]
+__all__ = ["LinkConfig", "NetConfig", "Link", "EndpointLinks", "NetworkFabric", "DropOnce",
+           "classify", "DIRECTIONS", "KINDS"]
 
 DIRECTIONS = ("up", "down")
 KINDS = ("data", "ack", "other")
@@ -234,7 +234,40 @@ class DropOnce:
         return info is not None and info.rc_data and f.psn == self.psn and bool(f.payload)
 
 
-class NetworkFabric(SchedulerMixin):
+class EndpointLinks(SchedulerMixin):
+    """Endpoint ports of a fabric: one seeded up/down :class:`Link` pair per attached MAC.
+
+    :meth:`send` takes a frame onto its source MAC's up link; a frame from an unattached MAC is
+    counted (``stats["unroutable"]``) and dropped. Subclasses set ``sched``, ``net``, ``seed``,
+    ``up``, ``down`` and ``stats``, and attach through :meth:`_new_mac` and :meth:`_add_links`.
+    """
+
+    def _new_mac(self, mac: bytes) -> bytes:
+        mac = bytes(mac)
+        if len(mac) != 6:
+            raise ValueError(f"MAC must be 6 bytes, got {mac!r}")
+        if mac in self.up:
+            raise ValueError(f"MAC {mac_str(mac)} is already attached")
+        return mac
+
+    def _add_links(self, mac: bytes, on_up: Callable[[bytes], None],
+                   deliver: Callable[[bytes], None]) -> None:
+        name = mac_str(mac)
+        self.up[mac] = Link(self.sched, f"{name}/up", "up", self.net, self.seed, on_up)
+        self.down[mac] = Link(self.sched, f"{name}/down", "down", self.net, self.seed, deliver)
+
+    def is_attached(self, mac: bytes) -> bool:
+        return bytes(mac) in self.up
+
+    def send(self, frame: bytes) -> None:
+        link = self.up.get(frame_smac(frame))
+        if link is None:
+            self.stats["unroutable"] += 1
+            return
+        link.send(bytes(frame))
+
+
+class NetworkFabric(EndpointLinks):
     """A star of seeded links around a plain switch (forward by destination MAC); no engine.
 
     Implements :class:`netreduce.sim.net.scheduler.Fabric`. Frames from an unattached source MAC or
@@ -253,25 +286,8 @@ class NetworkFabric(SchedulerMixin):
         self.stats: Counter = Counter()
 
     def attach(self, mac: bytes, deliver: Callable[[bytes], None]) -> None:
-        mac = bytes(mac)
-        if len(mac) != 6:
-            raise ValueError(f"MAC must be 6 bytes, got {mac!r}")
-        if mac in self.up:
-            raise ValueError(f"MAC {mac_str(mac)} is already attached")
-        name = mac_str(mac)
-        self.up[mac] = Link(self.sched, f"{name}/up", "up", self.net, self.seed,
-                            lambda fr, m=mac: self._at_middle(m, fr))
-        self.down[mac] = Link(self.sched, f"{name}/down", "down", self.net, self.seed, deliver)
-
-    def is_attached(self, mac: bytes) -> bool:
-        return bytes(mac) in self.up
-
-    def send(self, frame: bytes) -> None:
-        link = self.up.get(frame_smac(frame))
-        if link is None:
-            self.stats["unroutable"] += 1
-            return
-        link.send(bytes(frame))
+        mac = self._new_mac(mac)
+        self._add_links(mac, lambda fr, m=mac: self._at_middle(m, fr), deliver)
 
     def _at_middle(self, src_mac: bytes, frame: bytes) -> None:
         self._forward(frame)

@@ -35,9 +35,9 @@ from netreduce.sw_driver.spine_leaf import SpineLeafControl
 
 from .collective import CollectiveConfig, Communicator
 from .model_fabric import cycles_to_ns, ns_to_cycles
-from .network import Link, NetConfig
+from .network import EndpointLinks, Link, NetConfig
 from .rnic import RCError
-from .scheduler import Scheduler, SchedulerMixin, frame_dmac, frame_smac, mac_str
+from .scheduler import Scheduler, frame_dmac
 from .simrun import Capture, SimConfig, TappedEngine, _check, make_inputs, net_config
 
 __all__ = ["RackFabric", "RackCommunicator", "RackRun", "run_rack_sim", "engine_names",
@@ -50,7 +50,7 @@ def engine_names(racks: int) -> list[str]:
     return [f"leaf{a}" for a in range(racks)] + ["spine"]
 
 
-class RackFabric(SchedulerMixin):
+class RackFabric(EndpointLinks):
     """R racks of ``per_rack`` endpoints, a leaf switch each and a spine switch (module doc).
 
     ``engines``: R + 1 engine objects (``receive(port, frame, cycle) -> [Emit]``, ``bus``), the
@@ -96,11 +96,7 @@ class RackFabric(SchedulerMixin):
 
     # ------------------------------------------------------------------ endpoints
     def attach(self, mac: bytes, deliver: Callable[[bytes], None]) -> None:
-        mac = bytes(mac)
-        if len(mac) != 6:
-            raise ValueError(f"MAC must be 6 bytes, got {mac!r}")
-        if mac in self.up:
-            raise ValueError(f"MAC {mac_str(mac)} is already attached")
+        mac = self._new_mac(mac)
         i = len(self.up)
         if i >= self.racks * self.per_rack:
             raise ValueError(f"all {self.racks} x {self.per_rack} endpoint ports are taken")
@@ -110,20 +106,7 @@ class RackFabric(SchedulerMixin):
         port = self._in_rack[a]
         self._in_rack[a] += 1
         self.rack_of_mac[mac], self.port_of_mac[mac] = a, port
-        name = mac_str(mac)
-        self.up[mac] = Link(self.sched, f"{name}/up", "up", self.net, self.seed,
-                            lambda fr, a=a, p=port: self._at_leaf(a, p, fr))
-        self.down[mac] = Link(self.sched, f"{name}/down", "down", self.net, self.seed, deliver)
-
-    def is_attached(self, mac: bytes) -> bool:
-        return bytes(mac) in self.up
-
-    def send(self, frame: bytes) -> None:
-        link = self.up.get(frame_smac(frame))
-        if link is None:
-            self.stats["unroutable"] += 1
-            return
-        link.send(bytes(frame))
+        self._add_links(mac, lambda fr, a=a, p=port: self._at_leaf(a, p, fr), deliver)
 
     # ------------------------------------------------------------------ switches
     def _engine(self, i: int, port: int, frame: bytes) -> list[tuple[int, bytes]]:
