@@ -89,6 +89,7 @@ from netreduce.wire import (
 from netreduce.wire.icrc import icrc_bytes, ipv4_checksum
 from netreduce.wire.view import OP_ACK, OP_CNP, ROCEV2_PORT_BYTES
 
+from . import lanes as _lanes
 from .linklocal import COUNTERS as _LL_COUNTERS
 from .linklocal import PauseTimers
 from .linklocal import classify as _ll_classify
@@ -151,7 +152,7 @@ def _key(ip: int, qpn: int) -> bytes:
 
 class _Slot:
     __slots__ = ("index", "bitmap", "count", "released", "opcode", "length", "acc", "hdrs",
-                 "l2", "ports", "sent_up", "total")
+                 "l2", "ports", "sent_up", "total", "parts")
 
     def __init__(self, index, n, opcode, length, acc):
         self.index = index
@@ -166,6 +167,7 @@ class _Slot:
         self.ports: list[int] = [0] * n
         self.sent_up = False  # leaf (D17): the partial went up
         self.total = None  # leaf (D17): the total from the DOWN flow
+        self.parts: dict[int, np.ndarray] = {}  # D19: port -> that port's partial (lanes > 1)
 
 
 class _Job:
@@ -192,7 +194,11 @@ class Engine:
     """
 
     def __init__(self, ports: int = 1, jobs: int = 8, flows: int = 256, slots: int = 1024,
-                 pmtu_max: int = 4096, *, data_width: int = 512, max_world: int = 64):
+                 pmtu_max: int = 4096, *, data_width: int = 512, max_world: int = 64,
+                 lanes: int = 1):
+        if lanes not in (1, ports):
+            raise ValueError(f"lanes = {lanes!r}: must be 1 (D6) or ports = {ports} (D19)")
+        self.lanes = lanes  # contribution lanes (D19; 1: one shared accumulator, D6)
         self.regmap = build_regmap(ports=ports, jobs=jobs, flows=flows, slots=slots,
                                    pmtu_max=pmtu_max, data_width=data_width, max_world=max_world)
         self.ports, self.njobs, self.nflows, self.nslots = ports, jobs, flows, slots
@@ -526,6 +532,8 @@ class Engine:
             if slot is None:
                 acc = np.frombuffer(buf, dtype="<i4", count=plen >> 2, offset=p.x).copy()
                 slot = _Slot(k, job.n, p.opcode, plen, acc)
+                if self.lanes > 1:
+                    slot.parts = {port: acc}  # D19: per-port partials
                 job.slots[s] = slot
                 self._accept(job, slot, r, port, buf, l2, p, time, out, first=True)
             elif p.opcode != slot.opcode or plen != slot.length:
@@ -559,23 +567,19 @@ class Engine:
             out.append(Emit(port, _probe(buf, l2, (fl.start + fl.acked - 1) & PSN_MASK), time))
         _present(fl, k, nxt)
         if not first:
-            acc = slot.acc
             x = np.frombuffer(buf, dtype="<i4", count=slot.length >> 2, offset=p.x)
-            op = job.op
-            if op == Op.SUM_WRAP:
-                np.add(acc, x, out=acc)
-            elif op == Op.MAX:
-                np.maximum(acc, x, out=acc)
-            else:
-                t = acc.astype(np.int64)
-                t += x
-                if t.size and (t.max() > _I32_MAX or t.min() < _I32_MIN):
-                    np.clip(t, _I32_MIN, _I32_MAX, out=t)
-                    self._count(job, "saturations")
-                    self.regs.set_bits(self._status_addr[job.id], self._saturated_mask)
-                acc[:] = t
+            if self.lanes > 1 and port not in slot.parts:  # D19: the port's first: copied
+                slot.parts[port] = x.copy()
+            elif _lanes.add(job.op, slot.parts[port] if self.lanes > 1 else slot.acc, x):
+                self._count(job, "saturations")
+                self.regs.set_bits(self._status_addr[job.id], self._saturated_mask)
         slot.bitmap |= 1 << r
         slot.count += 1
+        if self.lanes > 1 and slot.count == (job.n if job.leaf is None else job.leaf.nloc):
+            slot.acc, clipped = _lanes.combine(job.op, slot.parts)  # D19: lanes in port order
+            if clipped:
+                self._count(job, "saturations", clipped)
+                self.regs.set_bits(self._status_addr[job.id], self._saturated_mask)
         slot.hdrs[r] = buf[:p.x]
         slot.l2[r] = l2
         slot.ports[r] = port
