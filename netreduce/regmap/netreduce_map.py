@@ -39,11 +39,12 @@ __all__ = [
 ]
 
 MAGIC = int.from_bytes(b"NRDC", "big")  # 0x4E524443
-VERSION = (1, 3)  # 1.1: JOB.CTRL.fast_retx, counters fast_retx and fast_retx_probes;
+VERSION = (1, 4)  # 1.1: JOB.CTRL.fast_retx, counters fast_retx and fast_retx_probes;
 #                  1.2: FLOW.CFG.role (spine-leaf, docs/spine-leaf.md), JOB.PARTIAL_PTR,
 #                  counters partials_up,
 #                  totals, drop_role, JobError.ROLES;
-#                  1.3: link-local counters ll_*, PORT (docs/fabric.md)
+#                  1.3: link-local counters ll_*, PORT (docs/fabric.md);
+#                  1.4: GLOBAL.LANES (per-port contribution lanes, D19)
 CLOCK_HZ = 322_265_625  # datapath clock (CMAC 100G user clock)
 PMTU_VALUES = (256, 512, 1024, 2048, 4096)
 # 4 us at 322.265625 MHz: the usual RNIC minimum time between CNPs per QP (mlx5 default).
@@ -53,7 +54,7 @@ MGMT_SOURCES = 8  # entries of the management allow-list (MGMT_SRC)
 MGMT_PORT_RESET = 0x4E52  # 20050: reset value of MGMT.PORT (= netreduce.wire.mgmt default)
 
 DEFAULT_PARAMS = dict(ports=1, jobs=8, flows=256, slots=1024, pmtu_max=4096, data_width=512,
-                      max_world=64, clock_hz=CLOCK_HZ)
+                      max_world=64, clock_hz=CLOCK_HZ, lanes=1)
 
 
 class Op(IntEnum):
@@ -234,6 +235,9 @@ def build_regmap(**params) -> RegMap:
         raise ValueError(f"slots = {p['slots']} exceeds 2^24")
     if p["pmtu_max"] not in PMTU_VALUES:
         raise ValueError(f"pmtu_max = {p['pmtu_max']} not in {PMTU_VALUES}")
+    if p["lanes"] not in (1, p["ports"]):
+        raise ValueError(f"lanes = {p['lanes']} must be 1 or ports = {p['ports']} "
+                         "(per-port contribution lanes, model D19)")
     if p["max_world"] > 0xFFFF or p["flows"] > 0xFFFF:
         raise ValueError(f"max_world = {p['max_world']} / flows = {p['flows']} exceed 65535")
 
@@ -250,6 +254,8 @@ def build_regmap(**params) -> RegMap:
         _param("DATA_WIDTH", 0x1C, p["data_width"], "datapath width (bits)"),
         _param("MAX_WORLD", 0x20, p["max_world"], "largest world size N (contribution bitmap)"),
         _param("CLOCK_HZ", 0x24, p["clock_hz"], "datapath clock; CNP intervals count its cycles"),
+        _param("LANES", 0x28, p["lanes"], "contribution lanes: 1 (one shared accumulator, "
+               "model D6) or ports (one per port, D19)"),
         _r("SCRATCH", 0x30, "Free read-write register for bus tests",
            _f("value", 0, 32, "RW")),
         _r("CONTROL", 0x34, "Engine-wide actions",

@@ -74,7 +74,7 @@ __all__ = ["ReplayError", "EngineParams", "ReplayConfig", "ReplayEngine", "ENGIN
 
 #: ``op`` values in the config file.
 OPS = {"sum_wrap": Op.SUM_WRAP, "sum_sat": Op.SUM_SAT, "max": Op.MAX}
-_PARAM_KEYS = tuple(k for k in DEFAULT_PARAMS if k != "clock_hz")
+_PARAM_KEYS = tuple(k for k in DEFAULT_PARAMS if k not in ("clock_hz", "lanes"))
 _JOB_KEYS = {"id", "world", "window", "slot_base", "pmtu", "op", "cnp_interval", "flow"}
 _JOB_REQUIRED = ("id", "world", "window", "pmtu", "op", "flow")
 _FLOW_KEYS = ("rank", "fwd_ip", "fwd_qpn", "rev_ip", "rev_qpn", "start_psn")

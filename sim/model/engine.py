@@ -196,11 +196,10 @@ class Engine:
     def __init__(self, ports: int = 1, jobs: int = 8, flows: int = 256, slots: int = 1024,
                  pmtu_max: int = 4096, *, data_width: int = 512, max_world: int = 64,
                  lanes: int = 1):
-        if lanes not in (1, ports):
-            raise ValueError(f"lanes = {lanes!r}: must be 1 (D6) or ports = {ports} (D19)")
-        self.lanes = lanes  # contribution lanes (D19; 1: one shared accumulator, D6)
         self.regmap = build_regmap(ports=ports, jobs=jobs, flows=flows, slots=slots,
-                                   pmtu_max=pmtu_max, data_width=data_width, max_world=max_world)
+                                   pmtu_max=pmtu_max, data_width=data_width, max_world=max_world,
+                                   lanes=lanes)
+        self.lanes = lanes  # contribution lanes (D19; 1: one shared accumulator, D6)
         self.ports, self.njobs, self.nflows, self.nslots = ports, jobs, flows, slots
         self.pmtu_max, self.max_world = pmtu_max, max_world
         self.regs = RegisterFile(self.regmap)

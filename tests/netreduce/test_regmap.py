@@ -44,15 +44,18 @@ def test_bases_do_not_depend_on_build_parameters():
 
 
 def test_build_parameters_in_identity_and_validated():
-    rm = build_regmap(ports=2, jobs=4, flows=32, slots=1024, pmtu_max=1024, max_world=16)
-    for k in ("ports", "jobs", "flows", "slots", "pmtu_max", "max_world"):
+    rm = build_regmap(ports=2, jobs=4, flows=32, slots=1024, pmtu_max=1024, max_world=16,
+                      lanes=2)
+    for k in ("ports", "jobs", "flows", "slots", "pmtu_max", "max_world", "lanes"):
         assert rm.reg(f"GLOBAL.{k.upper()}").reset == rm.params[k]
     with pytest.raises(ValueError, match="jobs = 65"):
         build_regmap(jobs=65)
     with pytest.raises(ValueError, match="pmtu_max = 1500"):
         build_regmap(pmtu_max=1500)
+    with pytest.raises(ValueError, match="lanes = 3 must be 1 or ports = 2"):
+        build_regmap(ports=2, lanes=3)
     with pytest.raises(TypeError, match="unknown build parameters"):
-        build_regmap(lanes=3)
+        build_regmap(banks=3)
 
 
 def test_counters_complete():

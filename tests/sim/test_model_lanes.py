@@ -80,7 +80,7 @@ def test_lanes_match_reference_and_d6_where_order_free(op):
     # result r leaves on the port its own frame came in on (D13)
     assert [e.port for e in out] == [1, 0, 1, 0]
     d6, eng1, _ = run(op, 1, arr)
-    same = all(np.array_equal(vals(a.frame), vals(b.frame)) for a, b in zip(out, d6))
+    same = all(np.array_equal(vals(a.frame), vals(b.frame)) for a, b in zip(out, d6, strict=True))
     if op == Op.SUM_SAT:
         assert sat > 0 and not same  # clipping in another order: D19 differs from D6
     else:
@@ -110,5 +110,5 @@ def test_lanes_combine_clip_counted_and_reemit_keeps_result():
 
 
 def test_lanes_parameter_checked():
-    with pytest.raises(ValueError, match="lanes = 3"):
+    with pytest.raises(ValueError, match="lanes = 3 must be 1 or ports = 2"):
         engine_with(ports=2, lanes=3)
