@@ -86,12 +86,19 @@ class Dispatcher(wiring.Component):
     """
 
     def __init__(self, width: int, *, ports: int, slots: int, max_world: int, dec_layout,
-                 contrib_layout):
+                 contrib_layout, lane: int | None = None, lane_layout=None, job_ports: int = 0,
+                 xtag_width: int = 0):
         self.width, self.ports, self.slots, self.max_world = width, ports, slots, max_world
         self.dec_layout = dec_layout
-        self.job_layout = frame_job_layout(ports, slots)
+        # lane k of a per-port-lane engine (netreduce.hw.lanes): one port (``ports`` = 1), its
+        # decisions from LaneSplit (``lane_layout``: dec, global ordinal seq, lane mask), frame
+        # jobs for port ``lane`` of ``job_ports`` with the combine tag (``xtag_width`` bits)
+        self.lane, self.lane_layout = lane, lane_layout
+        self.job_layout = frame_job_layout(job_ports or ports, slots, xtag_width)
         self.rank_bits, self.slot_bits = _bits(max_world), _bits(slots)
-        members = {"dec": In(stream.Signature(dec_layout))}
+        members = {"dec": In(stream.Signature(lane_layout if lane is not None else dec_layout))}
+        if lane is not None:
+            members.update({"hs_ready": In(1), "active": Out(1), "cur_seq": Out(SEQ_BITS)})
         for k in range(ports):
             members[f"frame{k}"] = In(beat_signature(width))
             members[f"payload{k}"] = In(beat_signature(width))
@@ -115,8 +122,10 @@ class Dispatcher(wiring.Component):
         pays = [getattr(self, f"payload{k}") for k in range(P)]
         heads = [getattr(self, f"head{k}") for k in range(P)]
         fwds = [getattr(self, f"fwd{k}") for k in range(P)]
-        dec = self.dec.payload
-        cur = Signal(self.dec_layout, name="cur")
+        lane = self.lane is not None
+        dec = self.dec.payload.dec if lane else self.dec.payload
+        cur_l = Signal(self.lane_layout if lane else self.dec_layout, name="cur")
+        cur = cur_l.dec if lane else cur_l
         active, f_done, p_done = Signal(), Signal(), Signal()
         cbeat = Signal(16)
         n_start = Signal(SEQ_BITS)   # decisions started (the ordinal of the next one)
@@ -195,7 +204,8 @@ class Dispatcher(wiring.Component):
         needs_job = (kind != JOB_NONE) | dec.cnp
         start = Signal()
         jobs, jq_w = self.jobs, self.jobs.payload
-        m.d.comb += start.eq(self.dec.valid & (~active | finishing) & d_rdy
+        hs_ok = (self.hs_ready | (dec.action != Action.CONTRIBUTE)) if lane else Const(1)
+        m.d.comb += start.eq(self.dec.valid & (~active | finishing) & d_rdy & hs_ok
                              & (~needs_job | jobs.ready))
         m.d.comb += self.dec.ready.eq(start)
         for k in range(P):
@@ -204,16 +214,21 @@ class Dispatcher(wiring.Component):
             jobs.valid.eq(start & needs_job),
             jq_w.kind.eq(kind), jq_w.cnp.eq(dec.cnp), jq_w.raw.eq(d_head.raw),
             jq_w.hdr_len.eq(d_head.hdr_len), jq_w.rev_qpn.eq(dec.rev_qpn),
-            jq_w.slot.eq(dec.slot), jq_w.plen.eq(dec.plen), jq_w.port.eq(dport),
-            jq_w.seq.eq(n_start), jq_w.ov.eq(dec.solicit), jq_w.psn.eq(dec.sol_psn),
+            jq_w.slot.eq(dec.slot), jq_w.plen.eq(dec.plen),
+            jq_w.port.eq(self.lane if lane else dport),
+            jq_w.seq.eq(self.dec.payload.seq if lane else n_start),
+            jq_w.ov.eq(dec.solicit), jq_w.psn.eq(dec.sol_psn),
             self.hs_en.eq(start & (dec.action == Action.CONTRIBUTE)),
             self.hs_addr.eq(Cat(dec.rank[:self.rank_bits], dec.slot[:self.slot_bits])),
             self.hs_data.raw.eq(d_head.raw), self.hs_data.hdr_len.eq(d_head.hdr_len),
         ]
+        if lane:
+            m.d.comb += [jq_w.xtag.eq(Cat(self.dec.payload.lmask, dec.op, dec.job)),
+                         self.active.eq(active), self.cur_seq.eq(cur_l.seq)]
         with m.If(start):
-            m.d.sync += [cur.eq(dec), active.eq(1), f_done.eq(0), p_done.eq(~d_head.has_pay),
-                         cbeat.eq(0), n_start.eq(n_start + 1), fbeat.eq(0),
-                         cur_vlan.eq(is_vlan(d_head.raw))]
+            m.d.sync += [cur_l.eq(self.dec.payload), active.eq(1), f_done.eq(0),
+                         p_done.eq(~d_head.has_pay), cbeat.eq(0), n_start.eq(n_start + 1),
+                         fbeat.eq(0), cur_vlan.eq(is_vlan(d_head.raw))]
         with m.Elif(finishing):
             m.d.sync += active.eq(0)
         m.d.sync += n_done.eq(n_done + finishing)

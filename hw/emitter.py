@@ -43,15 +43,19 @@ def is_vlan(raw):
     return (raw[12] == ETHERTYPE_VLAN >> 8) & (raw[13] == ETHERTYPE_VLAN & 0xFF)
 
 
-def frame_job_layout(ports: int, slots: int) -> data.StructLayout:
+def frame_job_layout(ports: int, slots: int, xtag_width: int = 0) -> data.StructLayout:
     """A frame job: ``kind`` (JOB_NONE / JOB_REEMIT / JOB_PROBE), ``cnp`` (also send a CNP), the
     frame's stored header ``raw`` / ``hdr_len``, ``rev_qpn`` (the CNP's DestQP), the slot and
     payload length (re-emit), output ``port``, ``seq`` (the decision's ordinal) and the probe's
-    PSN override ``ov`` / ``psn`` (D16's ACK request)."""
-    return data.StructLayout({
+    PSN override ``ov`` / ``psn`` (D16's ACK request); with per-port lanes, ``xtag`` (how the
+    lanes combine: :func:`netreduce.hw.lanes.xtag_layout`)."""
+    fields = {
         "kind": 2, "cnp": 1, "raw": data.ArrayLayout(8, HDR_CAP), "hdr_len": range(HDR_CAP + 1),
         "rev_qpn": 24, "slot": _bits(slots), "plen": 16, "port": _bits(ports), "seq": SEQ_BITS,
-        "ov": 1, "psn": 24})
+        "ov": 1, "psn": 24}
+    if xtag_width:
+        fields["xtag"] = xtag_width
+    return data.StructLayout(fields)
 
 
 def _probe_bytes(raw, l2: int, ov=None, psn=None) -> list:
@@ -121,10 +125,13 @@ class Emitter(wiring.Component):
     """
 
     def __init__(self, width: int, *, ports: int, slots: int, max_world: int, rel_layout,
-                 hs_layout, req_layout, res_layout, read_latency: int):
+                 hs_layout, req_layout, res_layout, read_latency: int, xtag_width: int = 0):
         self.width, self.ports, self.slots, self.max_world = width, ports, slots, max_world
         self.read_latency = read_latency
-        self.job_layout = frame_job_layout(ports, slots)
+        # per-port lanes: every slot read carries Cat(bytes, last, xtag, count) as its tag, xtag
+        # from the frame job or ``rel_xtag`` (for ``rel_cur``), count on a release's first rank
+        self.xtag_width = xtag_width
+        self.job_layout = frame_job_layout(ports, slots, xtag_width)
         self.hs_layout, self.rel_layout = hs_layout, rel_layout
         self.rank_bits = _bits(max_world)
         self.slot_bits = _bits(slots)
@@ -139,6 +146,7 @@ class Emitter(wiring.Component):
             "port": Out(stream.Signature(_bits(ports))),
             "req": Out(stream.Signature(req_layout)),
             "res": In(stream.Signature(res_layout)),
+            **({"rel_cur": Out(rel_layout), "rel_xtag": In(xtag_width)} if xtag_width else {}),
         })
 
     def elaborate(self, platform):  # noqa: C901 (three small FSMs)
@@ -153,7 +161,9 @@ class Emitter(wiring.Component):
         hcmd_layout = data.StructLayout({"store": 1, "addr": slot_bits + rank_bits,
                                          "raw": raw_layout, "hdr_len": range(HDR_CAP + 1),
                                          "plen": 16, "ce": 1, "port": pb})
-        pcmd_layout = data.StructLayout({"from_slot": 1, "slot": slot_bits, "plen": 16})
+        X = self.xtag_width
+        pcmd_layout = data.StructLayout({"from_slot": 1, "slot": slot_bits, "plen": 16,
+                                         **({"xtag": X, "count": 1} if X else {})})
 
         def q(name, layout, depth):
             f = fifo.SyncFIFOBuffered(width=layout.size, depth=depth)
@@ -201,6 +211,8 @@ class Emitter(wiring.Component):
                                                    bth_len[L2_UNTAGGED]), ejob.hdr_len)),
                     pc_w.from_slot.eq(~probe), pc_w.plen.eq(Mux(probe, 0, ejob.plen)),
                 ]
+                if X:
+                    m.d.comb += pc_w.xtag.eq(ejob.xtag)
                 pu = _probe_bytes(ejob.raw, L2_UNTAGGED, ejob.ov, ejob.psn)
                 pt = _probe_bytes(ejob.raw, L2_TAGGED, ejob.ov, ejob.psn)
                 with m.If(probe):
@@ -232,6 +244,8 @@ class Emitter(wiring.Component):
                     hq_w.plen.eq(erel.plen), hq_w.ce.eq(1), hq_w.port.eq(ports_r),
                     pc_w.from_slot.eq(1), pc_w.slot.eq(erel.slot), pc_w.plen.eq(erel.plen),
                 ]
+                if X:
+                    m.d.comb += [pc_w.xtag.eq(self.rel_xtag), pc_w.count.eq(rank == 0)]
                 with m.If(can_push):
                     m.d.comb += push.eq(1)
                     m.d.sync += rank.eq(rank + 1)
@@ -271,7 +285,10 @@ class Emitter(wiring.Component):
         req, res = self.req, self.res
         dep_p = self.dep_payload
         m.d.comb += [req.payload.slot.eq(pcur.slot), req.payload.beat.eq(pbeat),
-                     req.payload.tag.eq(Cat(p_bytes[:nb_bits], p_last))]
+                     req.payload.tag.eq(Cat(p_bytes[:nb_bits], p_last,
+                                            *([pcur.xtag, pcur.count] if X else [])))]
+        if X:
+            m.d.comb += self.rel_cur.eq(erel)
         zero_drive = Signal()
         with m.FSM(name="payload"):
             with m.State("IDLE"):

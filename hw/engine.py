@@ -65,6 +65,7 @@ from .dispatch import Dispatcher, head_layout, icrc_delta_columns
 from .emitter import SEQ_BITS as _SEQ_BITS
 from .emitter import Emitter
 from .hstore import HeaderStore
+from .lanes import attach_lanes
 from .mgmt_path import PATH_COUNTERS, attach_mgmt
 from .packet.deparser import Deparser
 from .packet.layout import HDR_CAP, Kind
@@ -122,6 +123,7 @@ class NetReduceEngine(wiring.Component):
         self.map = rm
         self.ports, self.width = p["ports"], p["data_width"]
         self.slots, self.max_world, self.pmtu_max = p["slots"], p["max_world"], p["pmtu_max"]
+        self.lanes = p["lanes"]  # 1: one contribution path; ports: one per port (hw/lanes.py)
         nb = self.width // 8
         if not isinstance(max_frame, int) or max_frame < max(64, nb) or \
                 max_frame < p["pmtu_max"] + HDR_CAP + 8:
@@ -181,13 +183,14 @@ class NetReduceEngine(wiring.Component):
         wiring.connect(m, ctl.flow_rd, bank.flow_rd)  # the sequencer's port on the flow RAM
         for name in ("job_status", "flow_status"):
             m.d.comb += getattr(bank, name).eq(getattr(ctl, name))
-        sat_inc = Signal(ctl.jobs, name="sat_inc")   # a contribution clipped (per job)
+        # contributions (and, with lanes, combining additions) that clipped, per job
+        sat_inc = Signal(data.ArrayLayout(ctl.cnt_width, ctl.jobs), name="sat_inc")
         for j in range(ctl.jobs):
             for f, _ in ctl.job_inc_layout:
                 src = sat_inc[j] if f == "saturations" else ctl.job_cnt_inc[j][f]
                 m.d.comb += bank.job_cnt_inc[j][f].eq(src)
             m.d.comb += [bank.job_set[j].status.mismatch.eq(ctl.job_set[j].status.mismatch),
-                         bank.job_set[j].status.saturated.eq(sat_inc[j])]
+                         bank.job_set[j].status.saturated.eq(sat_inc[j] != 0)]
         for f, _ in ctl.cnt_inc_layout:
             m.d.comb += bank.cnt_inc[f].eq(
                 (ctl.cnt_inc[f] + mg.inc[f] if mg is not None and f in PATH_COUNTERS
@@ -270,10 +273,21 @@ class NetReduceEngine(wiring.Component):
             m.d.sync += rr.eq(Mux(pick == P - 1, 0, pick + 1))
 
         # ------------------------------------------------------------ storage
+        m.submodules.hdr_store = hstore = HeaderStore(self.slots, self.max_world)
+        fwd = []
+        for k in range(P):
+            q, q_w, _ = _fifo(m, f"fwd{k}", beat_l, 4)
+            fwd.append((q, q_w))
+        if self.lanes > 1:   # one contribution path per port (hw/lanes.py)
+            lp = attach_lanes(m, width=w, slots=self.slots, pmtu_max=self.pmtu_max,
+                              max_world=self.max_world, rl=rl, ctl=ctl, fq=fq, pq=pq, dq=dq,
+                              fwd=fwd, hstore=hstore, nb_bits=nb_bits)
+            for j in range(ctl.jobs):
+                m.d.sync += sat_inc[j].eq(lp.sat_inc[j])
+            return self._emit(m, mg, bank, hstore, fwd, lp, lp.done_seen)
         tag_width = max(job_bits, nb_bits + 1)
         m.submodules.slotmem = slotmem = SlotMemory(w, slots=self.slots, pmtu_max=self.pmtu_max,
                                                     read_latency=rl, tag_width=tag_width)
-        m.submodules.hdr_store = hstore = HeaderStore(self.slots, self.max_world)
 
         # ------------------------------------------------------------ dispatcher
         m.submodules.dispatch = dsp = Dispatcher(w, ports=P, slots=self.slots,
@@ -281,10 +295,6 @@ class NetReduceEngine(wiring.Component):
                                                  dec_layout=ctl.dec_layout,
                                                  contrib_layout=slotmem.contrib_layout)
         m.submodules.jq = jq = fifo.SyncFIFOBuffered(width=dsp.job_layout.size, depth=4)
-        fwd = []
-        for k in range(P):
-            q, q_w, _ = _fifo(m, f"fwd{k}", beat_l, 4)
-            fwd.append((q, q_w))
         wiring.connect(m, ctl.dec, dsp.dec)
         wiring.connect(m, dsp.contrib, slotmem.contrib)
         for k in range(P):
@@ -314,17 +324,39 @@ class NetReduceEngine(wiring.Component):
         for j in range(ctl.jobs):
             m.d.sync += sat_inc[j].eq(slotmem.events.valid & ev.last & (ev.tag[:job_bits] == j)
                                       & (sat_acc | ev.saturated))
+        return self._emit(m, mg, bank, hstore, fwd, None, done_seen, jq=jq, slotmem=slotmem)
 
+    def _emit(self, m, mg, bank, hstore, fwd, lp, done_seen, *, jq=None, slotmem=None):
+        """Emitter, deparser and the per-port TX arbiters (one contribution path: ``jq`` and
+        ``slotmem``; per-port lanes: ``lp`` from :func:`~netreduce.hw.lanes.attach_lanes`)."""
+        P, w, ctl, rl = self.ports, self.width, self.ctl, self.read_latency
+        pb = _bits(P)
+        beat_l = beat_layout(w)
         # ------------------------------------------------------------ emitter
+        src = lp if lp is not None else slotmem
+        req_l = lp.req_layout if lp is not None else slotmem.result_req_layout
+        res_l = lp.res_layout if lp is not None else slotmem.result_layout
         m.submodules.emitter = em = Emitter(
             w, ports=P, slots=self.slots, max_world=self.max_world, rel_layout=ctl.rel_layout,
-            hs_layout=hstore.layout, req_layout=slotmem.result_req_layout,
-            res_layout=slotmem.result_layout, read_latency=rl)
+            hs_layout=hstore.layout, req_layout=req_l, res_layout=res_l, read_latency=rl,
+            xtag_width=lp.xtag_width if lp is not None else 0)
         dep = Deparser(w)
         m.submodules.deparser = dep
         m.submodules.portq = portq = fifo.SyncFIFOBuffered(width=pb, depth=8)
-        m.d.comb += [em.jobs.valid.eq(jq.r_rdy), em.jobs.payload.eq(jq.r_data),
-                     jq.r_en.eq(em.jobs.ready), em.done_seen.eq(done_seen),
+        if lp is None:
+            m.d.comb += [em.jobs.valid.eq(jq.r_rdy), em.jobs.payload.eq(jq.r_data),
+                         jq.r_en.eq(em.jobs.ready)]
+        else:
+            m.d.comb += [em.jobs.valid.eq(lp.jobs_valid), em.jobs.payload.eq(lp.jobs_payload),
+                         lp.jobs_ready.eq(em.jobs.ready)]
+            # the release's combine tag: lanes of its ranks' arrival ports, the job's op
+            erel, xt = em.rel_cur, data.View(lp.xtag, em.rel_xtag)
+            lmask = 0
+            for r in range(self.max_world):
+                lmask = lmask | Mux(r < erel.n, Const(1, self.ports) << erel.ports[r], 0)
+            m.d.comb += [xt.lmask.eq(lmask), xt.op.eq(lp.split.ops[erel.job]),
+                         xt.job.eq(erel.job)]
+        m.d.comb += [em.done_seen.eq(done_seen),
                      hstore.r_en.eq(em.hs_en), hstore.r_addr.eq(em.hs_addr),
                      em.hs_data.eq(hstore.r_data),
                      portq.w_en.eq(em.port.valid), portq.w_data.eq(em.port.payload),
@@ -339,8 +371,12 @@ class NetReduceEngine(wiring.Component):
         wiring.connect(m, pay_skid.o, dep.payload)
         wiring.connect(m, dep.o, dep_skid.i)
         dep_o = dep_skid.o
-        wiring.connect(m, em.req, slotmem.result_req)
-        wiring.connect(m, slotmem.result, em.res)
+        if lp is None:
+            wiring.connect(m, em.req, src.result_req)
+            wiring.connect(m, src.result, em.res)
+        else:
+            wiring.connect(m, em.req, lp.comb.req)
+            wiring.connect(m, lp.comb.res, em.res)
 
         # ------------------------------------------------------------ TX arbiters
         # per port, frame by frame, alternating between forwarded frames and deparser frames;

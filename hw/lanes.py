@@ -1,0 +1,328 @@
+"""Per-port contribution lanes (build parameter ``lanes = ports``; model decision D19).
+
+Every port gets its own contribution path: its own :class:`~netreduce.hw.dispatch.Dispatcher`
+and its own :class:`~netreduce.hw.agg.slotmem.SlotMemory` (lane ``k``), so P ports aggregate at
+one beat per cycle each at the same time (docs/engine.md, "Every port at line rate"). This module
+holds what the lanes share:
+
+* :class:`LaneSplit`: the control path's decisions (one stream, decision order) into one stream
+  per lane (the decision's arrival port), each with its global ordinal ``seq`` and, per slot, the
+  lanes that hold a partial of the slot's current generation (``lmask``, a P-bit word per slot):
+  a contribution's ``overwrite`` becomes "first contribution of this generation *in this lane*".
+* :class:`LaneCombine`: the emitter's slot reads, issued to every lane's result port in lock
+  step; the lanes in the read's ``lmask`` are combined in port order 0..P-1 (D19), and SUM_SAT
+  clipping in the combination is reported once per released index.
+* :func:`xtag_layout`: what a slot read carries for the combination (lane mask, op, job).
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
+
+from .agg.lanes import LaneALU
+from .agg.types import Action
+from .emitter import SEQ_BITS, seq_before
+
+__all__ = ["LaneSplit", "LaneCombine", "xtag_layout", "lane_layout", "min_seq"]
+
+
+def _bits(n: int) -> int:
+    return max(1, ceil_log2(n))
+
+
+def xtag_layout(lanes: int, jobs: int) -> data.StructLayout:
+    """The combine tag of a slot read: lanes holding a partial, the job's op and the job."""
+    return data.StructLayout({"lmask": lanes, "op": 2, "job": _bits(jobs)})
+
+
+def lane_layout(dec_layout, lanes: int) -> data.StructLayout:
+    """A decision as a lane's dispatcher gets it: the decision (``overwrite`` = first in this
+    lane), its global ordinal ``seq`` and the slot's lane mask after it (``lmask``)."""
+    return data.StructLayout({"dec": dec_layout, "seq": SEQ_BITS, "lmask": lanes})
+
+
+def min_seq(values):
+    """The oldest of sequence numbers (modulo 2**SEQ_BITS, distances below 2**15)."""
+    out = values[0]
+    for v in values[1:]:
+        out = Mux(seq_before(v, out), v, out)
+    return out
+
+
+class LaneSplit(wiring.Component):
+    """Decisions -> one stream per lane (the decision's ``port``), in decision order.
+
+    Members: ``dec`` (In: the control path's decisions), ``lane<k>`` (Out, :func:`lane_layout`),
+    ``n_split`` (Out: decisions passed on so far, modulo 2**SEQ_BITS: the ordinal of the next),
+    ``ops`` (Out: per job the op of its latest contribution or re-emit, which is the job's
+    latched op for every release command it has made).
+
+    Contract: a decision goes to its port's lane in the cycle it is offered if that lane is ready
+    (``dec.ready`` is the lane's ready: latency 0, no storage). Lane bits (``slots`` x P, LUT
+    RAM read combinationally, written at the decision): a CONTRIBUTE with the control's
+    ``overwrite`` (first of the slot's generation) sets only its lane's bit and overwrites its
+    lane; any other CONTRIBUTE overwrites its lane if the lane's bit is clear and sets it. So
+    disable/re-enable and freeing need no clearing of their own. No errors.
+    """
+
+    def __init__(self, dec_layout, *, lanes: int, slots: int, jobs: int):
+        self.lanes, self.slots, self.jobs = lanes, slots, jobs
+        self.dec_layout = dec_layout
+        self.lane_layout = lane_layout(dec_layout, lanes)
+        members = {"dec": In(stream.Signature(dec_layout)), "n_split": Out(SEQ_BITS),
+                   "ops": Out(data.ArrayLayout(2, jobs))}
+        for k in range(lanes):
+            members[f"lane{k}"] = Out(stream.Signature(self.lane_layout))
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        P = self.lanes
+        lanes = [getattr(self, f"lane{k}") for k in range(P)]
+        dec = self.dec.payload
+        m.submodules.bits = mem = Memory(shape=P, depth=self.slots, init=[])
+        rd = mem.read_port(domain="comb")
+        wr = mem.write_port()
+        port = dec.port
+        onehot = Signal(P)
+        m.d.comb += [rd.addr.eq(dec.slot), onehot.eq(Const(1, P) << port)]
+        bits = rd.data
+        is_con = dec.action == Action.CONTRIBUTE
+        first = Signal()
+        m.d.comb += first.eq(dec.overwrite | ~(bits & onehot).any())
+        new = Signal(P)
+        m.d.comb += new.eq(Mux(dec.overwrite, onehot, bits | onehot))
+        go = self.dec.valid & self.dec.ready
+        m.d.comb += [wr.addr.eq(dec.slot), wr.data.eq(new), wr.en.eq(go & is_con)]
+        m.d.comb += self.dec.ready.eq(Array(ln.ready for ln in lanes)[port])
+        for k, ln in enumerate(lanes):
+            m.d.comb += [ln.valid.eq(self.dec.valid & (port == k)),
+                         ln.payload.dec.eq(dec), ln.payload.seq.eq(self.n_split),
+                         ln.payload.lmask.eq(Mux(is_con, new, bits))]
+            m.d.comb += ln.payload.dec.overwrite.eq(is_con & first)
+        with m.If(go):
+            m.d.sync += self.n_split.eq(self.n_split + 1)
+            with m.If(is_con | (dec.action == Action.REEMIT)):
+                m.d.sync += self.ops[dec.job].eq(dec.op)
+        return m
+
+
+class LaneCombine(wiring.Component):
+    """The emitter's slot reads over P lanes, combined in port order (model D19).
+
+    Members: ``req`` (In) / ``res`` (Out): the emitter's side, the slot memory's result-port
+    layouts, with tag ``Cat(bytes, last, xtag, count)`` (``bytes``: ``nb_bits`` bits, ``xtag``:
+    :func:`xtag_layout`, ``count``: this read belongs to a release's first result frame);
+    ``lane_req<k>`` (Out) / ``lane_res<k>`` (In): lane k's result port. ``sat_inc`` (Out, per
+    job): SUM_SAT combining additions that clipped, counted at the last beat of a ``count``
+    frame (once per released index).
+
+    Contract: requests go to every lane at once; the lanes' result pipelines are identical and
+    get identical valid / ready, so they stay in lock step (``req.ready`` is lane 0's). The
+    combination is combinational on the lanes' result registers: lanes outside ``lmask`` are
+    skipped, the first lane inside it is copied, each further one is added with ``op``
+    (:class:`~netreduce.hw.agg.lanes.LaneALU`). Latency and throughput: the lanes' (one beat
+    per cycle). Only lanes whose 4 bytes are all payload count as clipped. No errors.
+    """
+
+    def __init__(self, width: int, *, lanes: int, jobs: int, req_layout, res_layout,
+                 nb_bits: int, cnt_width: int):
+        self.width, self.lanes, self.jobs = width, lanes, jobs
+        self.nb_bits, self.cnt_width = nb_bits, cnt_width
+        self.xl = xtag_layout(lanes, jobs)
+        members = {"req": In(stream.Signature(req_layout)),
+                   "res": Out(stream.Signature(res_layout)),
+                   "sat_inc": Out(data.ArrayLayout(cnt_width, jobs))}
+        for k in range(lanes):
+            members[f"lane_req{k}"] = Out(stream.Signature(req_layout))
+            members[f"lane_res{k}"] = In(stream.Signature(res_layout))
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        P, w, nbb = self.lanes, self.width, self.nb_bits
+        reqs = [getattr(self, f"lane_req{k}") for k in range(P)]
+        ress = [getattr(self, f"lane_res{k}") for k in range(P)]
+        for r in reqs:
+            m.d.comb += [r.valid.eq(self.req.valid), r.payload.eq(self.req.payload)]
+        m.d.comb += self.req.ready.eq(reqs[0].ready)
+        r0 = ress[0].payload
+        tag = r0.tag
+        xt = data.View(self.xl, tag[nbb + 1:nbb + 1 + self.xl.size])
+        count = tag[nbb + 1 + self.xl.size]
+        nbytes = tag[:nbb]
+        kept = Cat(*[nbytes > 4 * i + 3 for i in range(w // 32)])
+        acc = Const(0, w)
+        seen = Const(0, 1)
+        clips = []
+        for k in range(P):
+            alu = LaneALU(w)
+            m.submodules[f"alu{k}"] = alu
+            m.d.comb += [alu.op.eq(xt.op), alu.first.eq(~seen), alu.acc.eq(acc),
+                         alu.contrib.eq(ress[k].payload.data)]
+            inside = xt.lmask[k]
+            clips.append(inside & seen & (alu.sat & kept).any())
+            acc = Mux(inside, alu.result, acc)
+            seen = seen | inside
+        out = self.res.payload
+        m.d.comb += [self.res.valid.eq(ress[0].valid), out.eq(r0), out.data.eq(acc)]
+        for r in ress:
+            m.d.comb += r.ready.eq(self.res.ready)
+        # clipping of one frame's combining additions, counted at its last beat
+        held = Signal(P, name="clip_held")
+        now = Signal(P)
+        m.d.comb += now.eq(held | Cat(*clips))
+        last = tag[nbb]
+        hs = self.res.valid & self.res.ready
+        with m.If(hs):
+            m.d.sync += held.eq(Mux(last, 0, now))
+        n_clip = sum(now[k] for k in range(P))
+        for j in range(self.jobs):
+            m.d.sync += self.sat_inc[j].eq(Mux(hs & last & count & (xt.job == j), n_clip, 0))
+        return m
+
+
+class LanePath:
+    """What :func:`attach_lanes` hands back to the engine top."""
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+def attach_lanes(m, *, width: int, slots: int, pmtu_max: int, max_world: int, rl: int, ctl,
+                 fq, pq, dq, fwd, hstore, nb_bits: int) -> LanePath:
+    """Build the per-port contribution lanes between the control path (``ctl.dec``), the ports'
+    frame / payload / head buffers (``fq``, ``pq``, ``dq``: (fifo, read view) per port), their
+    forward queues (``fwd``: (fifo, write view)) and the header store (``hstore``, write port).
+
+    Per lane k: decision FIFO (first-word fall-through) -> Dispatcher -> SlotMemory k; its frame
+    jobs into a FIFO; its header-store writes into a 2-entry FIFO, drained round robin into the
+    store's one write port (a lane stalls a contribution's start only when its entry is still
+    waiting). Returns the merged frame-job stream (``jobs_valid`` / ``jobs_payload`` /
+    ``jobs_ready``, oldest ``seq`` first), ``done_seen`` (every decision before it has its
+    payload visible to the result ports and its header in the store), the :class:`LaneCombine`
+    (``comb``: its ``req`` / ``res`` are the emitter's slot reads), ``req_layout`` /
+    ``res_layout``, ``xtag_width`` and ``sat_inc`` (per job, saturating contributions and
+    combining additions this cycle) and ``split`` (its ``ops`` give a release's op).
+    """
+    from amaranth.lib import fifo
+
+    from .agg.slotmem import SlotMemory
+    from .dispatch import Dispatcher
+    from .emitter import frame_job_layout
+
+    P = len(fq)
+    jobs, job_bits = ctl.jobs, ctl.job_bits
+    xl = xtag_layout(P, jobs)
+    tag_width = max(job_bits, nb_bits + 1 + xl.size + 1)
+    m.submodules.lane_split = split = LaneSplit(ctl.dec_layout, lanes=P, slots=slots, jobs=jobs)
+    wiring.connect(m, ctl.dec, split.dec)
+    job_l = frame_job_layout(P, slots, xl.size)
+    hs_l = data.StructLayout({"addr": len(hstore.w_addr), "data": hstore.layout})
+    bounds, heads, hs_qs, mems = [], [], [], []
+    sat_parts = [[] for _ in range(jobs)]
+    for k in range(P):
+        sm = SlotMemory(width, slots=slots, pmtu_max=pmtu_max, read_latency=rl,
+                        tag_width=tag_width)
+        m.submodules[f"slotmem{k}"] = sm
+        mems.append(sm)
+        d = Dispatcher(width, ports=1, slots=slots, max_world=max_world,
+                       dec_layout=ctl.dec_layout, contrib_layout=sm.contrib_layout, lane=k,
+                       lane_layout=split.lane_layout, job_ports=P, xtag_width=xl.size)
+        m.submodules[f"dispatch{k}"] = d
+        dfq = fifo.SyncFIFO(width=split.lane_layout.size, depth=4)
+        m.submodules[f"lane_dq{k}"] = dfq
+        lo = getattr(split, f"lane{k}")
+        head = data.View(split.lane_layout, dfq.r_data)
+        m.d.comb += [dfq.w_en.eq(lo.valid), dfq.w_data.eq(lo.payload), lo.ready.eq(dfq.w_rdy),
+                     d.dec.valid.eq(dfq.r_rdy), d.dec.payload.eq(head), dfq.r_en.eq(d.dec.ready)]
+        wiring.connect(m, d.contrib, sm.contrib)
+        for port, (q, r) in ((d.frame0, fq[k]), (d.payload0, pq[k]), (d.head0, dq[k])):
+            m.d.comb += [port.valid.eq(q.r_rdy), port.payload.eq(r), q.r_en.eq(port.ready)]
+        m.d.comb += [fwd[k][0].w_en.eq(d.fwd0.valid), fwd[k][1].eq(d.fwd0.payload),
+                     d.fwd0.ready.eq(fwd[k][0].w_rdy)]
+        jq = fifo.SyncFIFOBuffered(width=job_l.size, depth=4)
+        m.submodules[f"lane_jq{k}"] = jq
+        m.d.comb += [jq.w_en.eq(d.jobs.valid), jq.w_data.eq(d.jobs.payload),
+                     d.jobs.ready.eq(jq.w_rdy)]
+        heads.append((jq, data.View(job_l, jq.r_data)))
+        hq = fifo.SyncFIFO(width=hs_l.size, depth=2)
+        m.submodules[f"lane_hq{k}"] = hq
+        hq_w = data.View(hs_l, hq.w_data)
+        m.d.comb += [hq.w_en.eq(d.hs_en), hq_w.addr.eq(d.hs_addr), hq_w.data.eq(d.hs_data),
+                     d.hs_ready.eq(hq.w_rdy)]
+        hs_qs.append((hq, data.View(hs_l, hq.r_data)))
+        # oldest decision of this lane not finished (n_split when none is pending)
+        issued = Signal(SEQ_BITS, name=f"lane_issued{k}")
+        m.d.sync += issued.eq(issued + (lo.valid & lo.ready))
+        bounds.append(Mux(issued == d.done, split.n_split,
+                          Mux(d.active, d.cur_seq, head.seq)))
+        # saturation of a lane contribution: any of its beats clipped
+        ev = sm.events.payload
+        acc = Signal(name=f"lane_sat{k}")
+        with m.If(sm.events.valid):
+            m.d.sync += acc.eq(Mux(ev.last, 0, acc | ev.saturated))
+        for j in range(jobs):
+            sat_parts[j].append(sm.events.valid & ev.last & (ev.tag[:job_bits] == j)
+                                & (acc | ev.saturated))
+
+    # header-store writes, one per cycle, round robin over the lanes' FIFOs
+    rr = Signal(range(P))
+    pick = Const(0, range(P))
+    for k in reversed(range(P)):
+        pick = Mux(hs_qs[k][0].r_rdy, k, pick)
+    pick_rr = pick
+    for k in reversed(range(P)):
+        pick_rr = Mux(hs_qs[k][0].r_rdy & (k >= rr), k, pick_rr)
+    sel = Signal(range(P))
+    m.d.comb += sel.eq(pick_rr)
+    any_hs = Cat(*[q.r_rdy for q, _ in hs_qs]).any()
+    m.d.comb += [hstore.w_en.eq(any_hs),
+                 hstore.w_addr.eq(Array(r.addr for _, r in hs_qs)[sel]),
+                 hstore.w_data.eq(Array(r.data for _, r in hs_qs)[sel])]
+    for k, (q, _) in enumerate(hs_qs):
+        m.d.comb += q.r_en.eq(any_hs & (sel == k))
+    with m.If(any_hs):
+        m.d.sync += rr.eq(Mux(sel == P - 1, 0, sel + 1))
+
+    # decisions done: the oldest lane bound, taken only while no header write is waiting,
+    # then delayed until the slot memories' writes are visible to their result ports
+    bound = Signal(SEQ_BITS, name="lane_bound")
+    with m.If(~any_hs):
+        m.d.sync += bound.eq(min_seq(bounds))
+    delay = [bound]
+    for i in range(rl + 1):
+        s = Signal(SEQ_BITS, name=f"lane_done_d{i}")
+        m.d.sync += s.eq(delay[-1])
+        delay.append(s)
+
+    # frame jobs of all lanes, oldest decision first
+    best_v, best_s, best_k = Const(0, 1), Const(0, SEQ_BITS), Const(0, range(P))
+    for k, (q, r) in enumerate(heads):
+        take = q.r_rdy & (~best_v | seq_before(r.seq, best_s))
+        best_v, best_s, best_k = (best_v | q.r_rdy, Mux(take, r.seq, best_s),
+                                  Mux(take, k, best_k))
+    jsel = Signal(range(P), name="lane_job_sel")
+    m.d.comb += jsel.eq(best_k)
+    jobs_valid, jobs_ready = Signal(name="lane_jobs_valid"), Signal(name="lane_jobs_ready")
+    jobs_payload = Signal(job_l, name="lane_jobs_payload")
+    m.d.comb += [jobs_valid.eq(best_v), jobs_payload.eq(Array(r for _, r in heads)[jsel])]
+    for k, (q, _) in enumerate(heads):
+        m.d.comb += q.r_en.eq(jobs_ready & jobs_valid & (jsel == k))
+
+    cnt_width = max(1, ceil_log2(2 * P + 1))
+    comb = LaneCombine(width, lanes=P, jobs=jobs, req_layout=mems[0].result_req_layout,
+                       res_layout=mems[0].result_layout, nb_bits=nb_bits, cnt_width=cnt_width)
+    m.submodules.lane_combine = comb
+    for k, sm in enumerate(mems):
+        wiring.connect(m, getattr(comb, f"lane_req{k}"), sm.result_req)
+        wiring.connect(m, sm.result, getattr(comb, f"lane_res{k}"))
+    sat_inc = [sum(sat_parts[j]) + comb.sat_inc[j] for j in range(jobs)]
+    return LanePath(jobs_valid=jobs_valid, jobs_payload=jobs_payload, jobs_ready=jobs_ready,
+                    done_seen=delay[-1], comb=comb, req_layout=mems[0].result_req_layout,
+                    res_layout=mems[0].result_layout, xtag_width=xl.size, xtag=xl,
+                    sat_inc=sat_inc, split=split, job_layout=job_l)
