@@ -62,6 +62,7 @@ from .agg.control import AggControl, ParserAdapter
 from .agg.slotmem import SlotMemory
 from .csr import AXI4LiteSignature, RegisterBank
 from .dispatch import Dispatcher, head_layout, icrc_delta_columns
+from .egress import RoundEmitter
 from .emitter import SEQ_BITS as _SEQ_BITS
 from .emitter import Emitter
 from .hstore import HeaderStore
@@ -327,61 +328,67 @@ class NetReduceEngine(wiring.Component):
         return self._emit(m, mg, bank, hstore, fwd, None, done_seen, jq=jq, slotmem=slotmem)
 
     def _emit(self, m, mg, bank, hstore, fwd, lp, done_seen, *, jq=None, slotmem=None):
-        """Emitter, deparser and the per-port TX arbiters (one contribution path: ``jq`` and
-        ``slotmem``; per-port lanes: ``lp`` from :func:`~netreduce.hw.lanes.attach_lanes`)."""
+        """Emitter, deparser(s) and the per-port TX arbiters. One contribution path (``jq``,
+        ``slotmem``): one :class:`Emitter` and deparser whose frames go to the port at the head
+        of the port FIFO. Per-port lanes (``lp`` from :func:`~netreduce.hw.lanes.attach_lanes`):
+        a :class:`~netreduce.hw.egress.RoundEmitter` and one deparser per port."""
         P, w, ctl, rl = self.ports, self.width, self.ctl, self.read_latency
         pb = _bits(P)
         beat_l = beat_layout(w)
         # ------------------------------------------------------------ emitter
-        src = lp if lp is not None else slotmem
-        req_l = lp.req_layout if lp is not None else slotmem.result_req_layout
-        res_l = lp.res_layout if lp is not None else slotmem.result_layout
-        m.submodules.emitter = em = Emitter(
-            w, ports=P, slots=self.slots, max_world=self.max_world, rel_layout=ctl.rel_layout,
-            hs_layout=hstore.layout, req_layout=req_l, res_layout=res_l, read_latency=rl,
-            xtag_width=lp.xtag_width if lp is not None else 0)
-        dep = Deparser(w)
-        m.submodules.deparser = dep
-        m.submodules.portq = portq = fifo.SyncFIFOBuffered(width=pb, depth=8)
         if lp is None:
+            m.submodules.emitter = em = Emitter(
+                w, ports=P, slots=self.slots, max_world=self.max_world,
+                rel_layout=ctl.rel_layout, hs_layout=hstore.layout,
+                req_layout=slotmem.result_req_layout, res_layout=slotmem.result_layout,
+                read_latency=rl)
             m.d.comb += [em.jobs.valid.eq(jq.r_rdy), em.jobs.payload.eq(jq.r_data),
                          jq.r_en.eq(em.jobs.ready)]
+            wiring.connect(m, em.req, slotmem.result_req)
+            wiring.connect(m, slotmem.result, em.res)
         else:
+            m.submodules.emitter = em = RoundEmitter(
+                w, ports=P, slots=self.slots, max_world=self.max_world,
+                rel_layout=ctl.rel_layout, hs_layout=hstore.layout, req_layout=lp.req_layout,
+                res_layout=lp.res_layout, read_latency=rl, xtag_width=lp.xtag_width)
             m.d.comb += [em.jobs.valid.eq(lp.jobs_valid), em.jobs.payload.eq(lp.jobs_payload),
                          lp.jobs_ready.eq(em.jobs.ready)]
             # the release's combine tag: lanes of its ranks' arrival ports, the job's op
             erel, xt = em.rel_cur, data.View(lp.xtag, em.rel_xtag)
             lmask = 0
             for r in range(self.max_world):
-                lmask = lmask | Mux(r < erel.n, Const(1, self.ports) << erel.ports[r], 0)
+                lmask = lmask | Mux(r < erel.n, Const(1, P) << erel.ports[r], 0)
             m.d.comb += [xt.lmask.eq(lmask), xt.op.eq(lp.split.ops[erel.job]),
                          xt.job.eq(erel.job)]
-        m.d.comb += [em.done_seen.eq(done_seen),
-                     hstore.r_en.eq(em.hs_en), hstore.r_addr.eq(em.hs_addr),
-                     em.hs_data.eq(hstore.r_data),
-                     portq.w_en.eq(em.port.valid), portq.w_data.eq(em.port.payload),
-                     em.port.ready.eq(portq.w_rdy)]
-        wiring.connect(m, ctl.rel, em.rel)
-        wiring.connect(m, em.dep_hdr, dep.hdr)
-        # registered boundaries on the TX chain (port -> TX arbiter -> deparser -> emitter ->
-        # slot memory read enable): a skid buffer at each hop
-        m.submodules.pay_skid = pay_skid = SkidBuffer(beat_l)
-        m.submodules.dep_skid = dep_skid = SkidBuffer(beat_l)
-        wiring.connect(m, em.dep_payload, pay_skid.i)
-        wiring.connect(m, pay_skid.o, dep.payload)
-        wiring.connect(m, dep.o, dep_skid.i)
-        dep_o = dep_skid.o
-        if lp is None:
-            wiring.connect(m, em.req, src.result_req)
-            wiring.connect(m, src.result, em.res)
-        else:
             wiring.connect(m, em.req, lp.comb.req)
             wiring.connect(m, lp.comb.res, em.res)
+        m.d.comb += [em.done_seen.eq(done_seen),
+                     hstore.r_en.eq(em.hs_en), hstore.r_addr.eq(em.hs_addr),
+                     em.hs_data.eq(hstore.r_data)]
+        wiring.connect(m, ctl.rel, em.rel)
+        # registered boundaries on the TX chain (port -> TX arbiter -> deparser -> emitter ->
+        # slot memory read enable): a skid buffer at each hop
+        dep_outs = []
+        for k in range(P if lp is not None else 1):
+            sfx = str(k) if lp is not None else ""
+            dep = Deparser(w)
+            m.submodules[f"deparser{sfx}"] = dep
+            m.submodules[f"pay_skid{sfx}"] = pay_skid = SkidBuffer(beat_l)
+            m.submodules[f"dep_skid{sfx}"] = dep_skid = SkidBuffer(beat_l)
+            wiring.connect(m, getattr(em, f"dep_hdr{sfx}"), dep.hdr)
+            wiring.connect(m, getattr(em, f"dep_payload{sfx}"), pay_skid.i)
+            wiring.connect(m, pay_skid.o, dep.payload)
+            wiring.connect(m, dep.o, dep_skid.i)
+            dep_outs.append(dep_skid.o)
+        if lp is None:
+            m.submodules.portq = portq = fifo.SyncFIFOBuffered(width=pb, depth=8)
+            m.d.comb += [portq.w_en.eq(em.port.valid), portq.w_data.eq(em.port.payload),
+                         em.port.ready.eq(portq.w_rdy)]
+            head = portq.r_data
 
         # ------------------------------------------------------------ TX arbiters
         # per port, frame by frame, alternating between forwarded frames and deparser frames;
-        # the deparser's output belongs to the port at the head of the port FIFO
-        head = portq.r_data
+        # with one deparser its output belongs to the port at the head of the port FIFO
         tx_last, dep_ready = [], []
         for k in range(P):
             o = getattr(self, f"o_p{k}") if mg is None else mg.tx[k]
@@ -389,16 +396,21 @@ class NetReduceEngine(wiring.Component):
             m.submodules[f"tx_skid{k}"] = tx_skid = SkidBuffer(beat_l)
             fq_k = fwd[k][0]
             m.d.comb += [arb.fwd.valid.eq(fq_k.r_rdy), arb.fwd.payload.eq(fq_k.r_data),
-                         fq_k.r_en.eq(arb.fwd.ready),
-                         arb.dep.valid.eq(dep_o.valid & portq.r_rdy & (head == k)),
-                         arb.dep.payload.eq(dep_o.payload)]
+                         fq_k.r_en.eq(arb.fwd.ready)]
+            if lp is None:
+                dep_o = dep_outs[0]
+                m.d.comb += [arb.dep.valid.eq(dep_o.valid & portq.r_rdy & (head == k)),
+                             arb.dep.payload.eq(dep_o.payload)]
+            else:
+                wiring.connect(m, dep_outs[k], arb.dep)
             wiring.connect(m, arb.o, tx_skid.i)
             m.d.comb += [o.valid.eq(tx_skid.o.valid), o.payload.eq(tx_skid.o.payload),
                          tx_skid.o.ready.eq(o.ready)]
             tx_last.append(tx_skid.o.valid & o.ready & tx_skid.o.payload.last)
             dep_ready.append(arb.dep.ready)
-        m.d.comb += dep_o.ready.eq(Array(dep_ready)[head] & portq.r_rdy)
-        m.d.comb += portq.r_en.eq(dep_o.valid & dep_o.ready & dep_o.payload.last)
+        if lp is None:
+            m.d.comb += dep_o.ready.eq(Array(dep_ready)[head] & portq.r_rdy)
+            m.d.comb += portq.r_en.eq(dep_o.valid & dep_o.ready & dep_o.payload.last)
         tx_count = sum(tx_last)
         if mg is not None:
             tx_count = tx_count + mg.inc.tx_frames

@@ -218,7 +218,7 @@ def attach_lanes(m, *, width: int, slots: int, pmtu_max: int, max_world: int, rl
     P = len(fq)
     jobs, job_bits = ctl.jobs, ctl.job_bits
     xl = xtag_layout(P, jobs)
-    tag_width = max(job_bits, nb_bits + 1 + xl.size + 1)
+    tag_width = max(job_bits, nb_bits + 1 + xl.size + 1 + P)  # + the round's ports
     m.submodules.lane_split = split = LaneSplit(ctl.dec_layout, lanes=P, slots=slots, jobs=jobs)
     wiring.connect(m, ctl.dec, split.dec)
     job_l = frame_job_layout(P, slots, xl.size)

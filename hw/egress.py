@@ -1,0 +1,304 @@
+"""Per-port egress of a per-port-lane engine: result rounds broadcast to one deparser per port.
+
+:class:`RoundEmitter` does what :class:`~netreduce.hw.emitter.Emitter` does (frame jobs and
+release commands -> deparser headers and payload, in the same order rules) but for P deparsers,
+one per output port, so P result frames leave at once. A release of index k is sent in *rounds*:
+each round takes, for every port that still has ranks of k, the lowest such rank (so each port
+sends its ranks in rank order, model D5/D13) and reads the slot once (through
+:class:`~netreduce.hw.lanes.LaneCombine`), the beats going to the round's ports at the same time.
+With the ranks spread evenly over the ports every round feeds all P deparsers: P result beats per
+cycle from one slot read per cycle. A frame job (re-emit, probe, CNP) is a round of one port.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2, exact_log2
+
+from netreduce.wire import fields as wf
+
+from .emitter import (
+    JOB_PROBE,
+    SEQ_BITS,
+    _cnp_bytes,
+    _probe_bytes,
+    frame_job_layout,
+    is_vlan,
+    seq_before,
+)
+from .packet.layout import HDR_CAP, L2_TAGGED, L2_UNTAGGED, deparse_header_layout
+from .stream import beat_signature
+
+__all__ = ["RoundEmitter"]
+
+
+def _bits(n: int) -> int:
+    return max(1, ceil_log2(n))
+
+
+def _lowest(bits, n: int):
+    """Index of the lowest set bit of ``bits`` (n bits; 0 when none)."""
+    out = Const(0, _bits(n))
+    for i in reversed(range(n)):
+        out = Mux(bits[i], i, out)
+    return out
+
+
+class RoundEmitter(wiring.Component):
+    """Frame jobs and release commands -> one deparser per port, results in rounds.
+
+    Members as :class:`~netreduce.hw.emitter.Emitter` (``jobs``, ``rel``, ``done_seen``,
+    ``hs_en`` / ``hs_addr`` / ``hs_data``, ``req`` / ``res``, ``rel_cur`` / ``rel_xtag``), but
+    ``dep_hdr<k>`` / ``dep_payload<k>`` per port and no ``port`` stream. Slot reads carry the tag
+    ``Cat(bytes, last, xtag, count, mask)`` (``mask``: the round's ports).
+
+    Contract:
+
+    * Order: as the Emitter's (a frame job before a release with a later ``seq``; a release only
+      once ``done_seen`` reached its ``seq``); per port, frames leave in that order, a release's
+      ranks in rank order.
+    * Throughput: one header per 2 cycles (store read, hand-over) over all ports; a round's
+      payload one beat per cycle to all its ports at once, so with B payload beats per frame and
+      P ports the headers keep up while B >= 2 (ranks per round); a release command takes one
+      cycle per port and round to plan.
+    * Backpressure: a round's beat moves only when every port of the round can take it
+      (``dep_payload<k>.ready`` must be a register output, e.g. a skid buffer's); one held port
+      holds the rounds it is in. Never drops. Errors: none.
+    """
+
+    def __init__(self, width: int, *, ports: int, slots: int, max_world: int, rel_layout,
+                 hs_layout, req_layout, res_layout, read_latency: int, xtag_width: int):
+        self.width, self.ports, self.slots, self.max_world = width, ports, slots, max_world
+        self.read_latency, self.xtag_width = read_latency, xtag_width
+        self.job_layout = frame_job_layout(ports, slots, xtag_width)
+        self.rank_bits, self.slot_bits = _bits(max_world), _bits(slots)
+        members = {
+            "jobs": In(stream.Signature(self.job_layout)),
+            "rel": In(stream.Signature(rel_layout)),
+            "done_seen": In(SEQ_BITS),
+            "hs_en": Out(1), "hs_addr": Out(self.slot_bits + self.rank_bits),
+            "hs_data": In(hs_layout),
+            "req": Out(stream.Signature(req_layout)),
+            "res": In(stream.Signature(res_layout)),
+            "rel_cur": Out(rel_layout), "rel_xtag": In(xtag_width),
+        }
+        for k in range(ports):
+            members[f"dep_hdr{k}"] = Out(stream.Signature(deparse_header_layout()))
+            members[f"dep_payload{k}"] = Out(beat_signature(width))
+        self.rel_layout = rel_layout
+        super().__init__(members)
+
+    def elaborate(self, platform):  # noqa: C901 (three small FSMs)
+        m = Module()
+        P, w, X = self.ports, self.width, self.xtag_width
+        nb = w // 8
+        pb, rank_bits, slot_bits = _bits(P), self.rank_bits, self.slot_bits
+        nb_bits = ceil_log2(nb + 1)
+        beat_shift = exact_log2(nb)
+        rl = self.read_latency
+        nw = self.max_world
+        raw_layout = data.ArrayLayout(8, HDR_CAP)
+        hcmd_layout = data.StructLayout({"store": 1, "addr": slot_bits + rank_bits,
+                                         "raw": raw_layout, "hdr_len": range(HDR_CAP + 1),
+                                         "plen": 16, "ce": 1, "port": pb})
+        pcmd_layout = data.StructLayout({"from_slot": 1, "slot": slot_bits, "plen": 16,
+                                         "xtag": X, "count": 1, "mask": P})
+
+        def q(name, layout, depth):
+            f = fifo.SyncFIFOBuffered(width=layout.size, depth=depth)
+            m.submodules[name] = f
+            return f, data.View(layout, f.w_data), data.View(layout, f.r_data)
+
+        hq, hq_w, hq_r = q("hcmdq", hcmd_layout, 4)
+        pcq, pc_w, pc_r = q("pcmdq", pcmd_layout, 4)
+        jobs, jq_r = self.jobs, self.jobs.payload
+        rel = self.rel.payload
+        ejob = Signal(self.job_layout, name="ejob")
+        erel = Signal(self.rel_layout, name="erel")
+        m.d.comb += self.rel_cur.eq(erel)
+        job_first = jobs.valid & (~self.rel.valid | seq_before(jq_r.seq, rel.seq))
+        rel_ok = self.rel.valid & ~job_first & ~seq_before(self.done_seen, rel.seq)
+
+        def put_raw(dst, byte_list_u, byte_list_t, vlan):
+            return [dst[i].eq(Mux(vlan, byte_list_t[i], byte_list_u[i])) for i in range(HDR_CAP)]
+
+        bth_len = {l2: l2 + wf.IPV4.size + wf.UDP.size + wf.BTH.size
+                   for l2 in (L2_UNTAGGED, L2_TAGGED)}
+        # release planning: per port the ranks of the index still to send
+        rem = [Signal(nw, name=f"rem{k}") for k in range(P)]
+        pi = Signal(range(P), name="round_port")
+        first_round = Signal()
+        rmask = Signal(P, name="round_mask")
+        both = hq.w_rdy & pcq.w_rdy
+        with m.FSM(name="emit"):
+            with m.State("IDLE"):
+                with m.If(job_first):
+                    m.d.comb += jobs.ready.eq(1)
+                    m.d.sync += ejob.eq(jq_r)
+                    with m.If(jq_r.kind != 0):
+                        m.next = "JOB_FRAME"
+                    with m.Else():
+                        m.next = "JOB_CNP"
+                with m.Elif(rel_ok):
+                    m.d.comb += self.rel.ready.eq(1)
+                    m.d.sync += [erel.eq(rel), pi.eq(0), first_round.eq(1)]
+                    for k in range(P):
+                        m.d.sync += rem[k].eq(Cat(*[(r < rel.n) & (rel.ports[r] == k)
+                                                    for r in range(nw)]))
+                    m.next = "RESULTS"
+            with m.State("JOB_FRAME"):
+                vl = is_vlan(ejob.raw)
+                probe = ejob.kind == JOB_PROBE
+                m.d.comb += [
+                    hq_w.store.eq(0), hq_w.port.eq(ejob.port),
+                    hq_w.plen.eq(Mux(probe, 0, ejob.plen)), hq_w.ce.eq(~probe),
+                    hq_w.hdr_len.eq(Mux(probe, Mux(vl, bth_len[L2_TAGGED],
+                                                   bth_len[L2_UNTAGGED]), ejob.hdr_len)),
+                    pc_w.slot.eq(ejob.slot), pc_w.from_slot.eq(~probe),
+                    pc_w.plen.eq(Mux(probe, 0, ejob.plen)), pc_w.xtag.eq(ejob.xtag),
+                    pc_w.mask.eq(Const(1, P) << ejob.port),
+                ]
+                pu = _probe_bytes(ejob.raw, L2_UNTAGGED, ejob.ov, ejob.psn)
+                pt = _probe_bytes(ejob.raw, L2_TAGGED, ejob.ov, ejob.psn)
+                with m.If(probe):
+                    m.d.comb += put_raw(hq_w.raw, pu, pt, vl)
+                with m.Else():
+                    m.d.comb += hq_w.raw.eq(ejob.raw)
+                with m.If(both):
+                    m.d.comb += [hq.w_en.eq(1), pcq.w_en.eq(1)]
+                    m.next = "JOB_CNP"
+                    with m.If(~ejob.cnp):
+                        m.next = "IDLE"
+            with m.State("JOB_CNP"):
+                vl = is_vlan(ejob.raw)
+                cu = _cnp_bytes(ejob.raw, L2_UNTAGGED, ejob.rev_qpn)
+                ct = _cnp_bytes(ejob.raw, L2_TAGGED, ejob.rev_qpn)
+                m.d.comb += [
+                    hq_w.store.eq(0), hq_w.port.eq(ejob.port), hq_w.plen.eq(16), hq_w.ce.eq(0),
+                    hq_w.hdr_len.eq(Mux(vl, bth_len[L2_TAGGED], bth_len[L2_UNTAGGED])),
+                    pc_w.from_slot.eq(0), pc_w.plen.eq(16),
+                    pc_w.mask.eq(Const(1, P) << ejob.port),
+                    *put_raw(hq_w.raw, cu, ct, vl),
+                ]
+                with m.If(both):
+                    m.d.comb += [hq.w_en.eq(1), pcq.w_en.eq(1)]
+                    m.next = "IDLE"
+            with m.State("RESULTS"):
+                # cycle pi of a round: the round's payload command at pi == 0, then port pi's
+                # header command (its lowest remaining rank) if it has one
+                has = Cat(*[r.any() for r in rem])
+                cur_rem = Signal(nw)
+                m.d.comb += cur_rem.eq(Cat(*rem).word_select(pi, nw))
+                rank = _lowest(cur_rem, nw)
+                mine = cur_rem.any()
+                m.d.comb += [
+                    hq_w.store.eq(1), hq_w.addr.eq(Cat(rank[:rank_bits], erel.slot[:slot_bits])),
+                    hq_w.plen.eq(erel.plen), hq_w.ce.eq(1), hq_w.port.eq(pi),
+                    pc_w.from_slot.eq(1), pc_w.slot.eq(erel.slot), pc_w.plen.eq(erel.plen),
+                    pc_w.xtag.eq(self.rel_xtag), pc_w.count.eq(first_round),
+                    pc_w.mask.eq(Mux(pi == 0, has, rmask)),
+                ]
+                ok = Mux(pi == 0, both, hq.w_rdy)
+                rem_next = [Signal(nw, name=f"rem_next{k}") for k in range(P)]
+                for k in range(P):
+                    m.d.comb += rem_next[k].eq(Mux((pi == k) & mine,
+                                                   rem[k] & ~(Const(1, nw) << rank), rem[k]))
+                with m.If(ok):
+                    m.d.comb += [hq.w_en.eq(mine), pcq.w_en.eq(pi == 0)]
+                    with m.If(pi == 0):
+                        m.d.sync += rmask.eq(has)
+                    m.d.sync += [rem[k].eq(rem_next[k]) for k in range(P)]
+                    with m.If(pi == P - 1):
+                        m.d.sync += [pi.eq(0), first_round.eq(0)]
+                        with m.If(~Cat(*[r.any() for r in rem_next]).any()):
+                            m.next = "IDLE"
+                    with m.Else():
+                        m.d.sync += pi.eq(pi + 1)
+
+        # header path: header store read (1 cycle) -> the port's deparser header
+        hcur = Signal(hcmd_layout, name="hcur")
+        hs_data = self.hs_data
+        hdrs = [getattr(self, f"dep_hdr{k}") for k in range(P)]
+        with m.FSM(name="hdr"):
+            with m.State("IDLE"):
+                with m.If(hq.r_rdy):
+                    m.d.comb += [hq.r_en.eq(1), self.hs_en.eq(1), self.hs_addr.eq(hq_r.addr)]
+                    m.d.sync += hcur.eq(hq_r)
+                    m.next = "OUT"
+            with m.State("OUT"):
+                for k, dh in enumerate(hdrs):
+                    m.d.comb += [
+                        dh.valid.eq(hcur.port == k),
+                        dh.payload.raw.eq(Mux(hcur.store, hs_data.raw.as_value(),
+                                              hcur.raw.as_value())),
+                        dh.payload.hdr_len.eq(Mux(hcur.store, hs_data.hdr_len, hcur.hdr_len)),
+                        dh.payload.plen.eq(hcur.plen), dh.payload.ce_to_ect0.eq(hcur.ce),
+                    ]
+                with m.If(Cat(*[dh.ready & (hcur.port == k) for k, dh in enumerate(hdrs)])
+                          .any()):
+                    m.next = "IDLE"
+
+        # payload path: slot beats through the combine, or zero beats (probe, CNP), to the
+        # round's ports at once
+        pcur = Signal(pcmd_layout, name="pcur")
+        pbeat = Signal(16)
+        nbeats = Signal(16)
+        plen_beats = (pc_r.plen + nb - 1) >> beat_shift
+        p_last = pbeat + 1 >= nbeats
+        p_bytes = Mux(p_last, pcur.plen - (pbeat << beat_shift), nb)
+        pending = Signal(range(rl + 8))
+        req, res = self.req, self.res
+        m.d.comb += [req.payload.slot.eq(pcur.slot), req.payload.beat.eq(pbeat),
+                     req.payload.tag.eq(Cat(p_bytes[:nb_bits], p_last, pcur.xtag, pcur.count,
+                                            pcur.mask))]
+        zero_drive = Signal()
+        tag = res.payload.tag
+        rtag_bytes = tag[:nb_bits]
+        rtag_last = tag[nb_bits]
+        rmask_res = tag[nb_bits + 1 + X + 1:nb_bits + 1 + X + 1 + P]
+        pays = [getattr(self, f"dep_payload{k}") for k in range(P)]
+        mask = Signal(P, name="beat_mask")
+        m.d.comb += mask.eq(Mux(zero_drive, pcur.mask, rmask_res))
+        all_ready = Signal()
+        m.d.comb += all_ready.eq(Cat(*[~mask[k] | p.ready for k, p in enumerate(pays)]).all())
+        with m.FSM(name="payload"):
+            with m.State("IDLE"):
+                with m.If(pcq.r_rdy):
+                    m.d.comb += pcq.r_en.eq(1)
+                    m.d.sync += [pcur.eq(pc_r), pbeat.eq(0),
+                                 nbeats.eq(Mux(pc_r.plen == 0, 1, plen_beats))]
+                    with m.If(pc_r.from_slot):
+                        m.next = "SLOT"
+                    with m.Else():
+                        m.next = "ZERO"
+            with m.State("SLOT"):
+                m.d.comb += req.valid.eq(1)
+                with m.If(req.ready):
+                    m.d.sync += pbeat.eq(pbeat + 1)
+                    with m.If(p_last):
+                        m.next = "IDLE"
+            with m.State("ZERO"):
+                m.d.comb += zero_drive.eq((pending == 0) & ~res.valid)
+                with m.If(zero_drive & all_ready):
+                    m.d.sync += pbeat.eq(pbeat + 1)
+                    with m.If(p_last):
+                        m.next = "IDLE"
+        m.d.sync += pending.eq(pending + (req.valid & req.ready) - (res.valid & res.ready))
+
+        def therm(n):
+            return Cat(*[n > i for i in range(nb)])
+
+        b_valid = Mux(zero_drive, 1, res.valid)
+        for k, p in enumerate(pays):
+            dp = p.payload
+            m.d.comb += p.valid.eq(b_valid & mask[k] & all_ready)
+            with m.If(zero_drive):
+                m.d.comb += [dp.data.eq(0), dp.keep.eq(therm(p_bytes)), dp.last.eq(p_last),
+                             dp.first.eq(pbeat == 0)]
+            with m.Else():
+                m.d.comb += [dp.data.eq(res.payload.data), dp.keep.eq(therm(rtag_bytes)),
+                             dp.last.eq(rtag_last), dp.first.eq(res.payload.beat == 0)]
+        m.d.comb += res.ready.eq(~zero_drive & all_ready)
+        return m
