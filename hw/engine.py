@@ -373,11 +373,23 @@ class NetReduceEngine(wiring.Component):
             sfx = str(k) if lp is not None else ""
             dep = Deparser(w)
             m.submodules[f"deparser{sfx}"] = dep
-            m.submodules[f"pay_skid{sfx}"] = pay_skid = SkidBuffer(beat_l)
             m.submodules[f"dep_skid{sfx}"] = dep_skid = SkidBuffer(beat_l)
             wiring.connect(m, getattr(em, f"dep_hdr{sfx}"), dep.hdr)
-            wiring.connect(m, getattr(em, f"dep_payload{sfx}"), pay_skid.i)
-            wiring.connect(m, pay_skid.o, dep.payload)
+            if lp is None:
+                m.submodules.pay_skid = pay_skid = SkidBuffer(beat_l)
+                wiring.connect(m, em.dep_payload, pay_skid.i)
+                wiring.connect(m, pay_skid.o, dep.payload)
+            else:
+                # the round's beats reach every port at once: a FIFO of two frame headers'
+                # worth of beats per port absorbs the cycles its deparser spends on header
+                # beats, so the ports' stalls do not add up (w_rdy is a register output)
+                depth = max(8, 2 * -(-(HDR_CAP + 8) // (w // 8)) + 4)
+                pay_q, pq_w, pq_r = _fifo(m, f"pay_q{k}", beat_l, depth)
+                src = getattr(em, f"dep_payload{k}")
+                m.d.comb += [pay_q.w_en.eq(src.valid), pq_w.eq(src.payload),
+                             src.ready.eq(pay_q.w_rdy),
+                             dep.payload.valid.eq(pay_q.r_rdy), dep.payload.payload.eq(pq_r),
+                             pay_q.r_en.eq(dep.payload.ready)]
             wiring.connect(m, dep.o, dep_skid.i)
             dep_outs.append(dep_skid.o)
         if lp is None:

@@ -122,11 +122,12 @@ class LaneCombine(wiring.Component):
     frame (once per released index).
 
     Contract: requests go to every lane at once; the lanes' result pipelines are identical and
-    get identical valid / ready, so they stay in lock step (``req.ready`` is lane 0's). The
-    combination is combinational on the lanes' result registers: lanes outside ``lmask`` are
-    skipped, the first lane inside it is copied, each further one is added with ``op``
-    (:class:`~netreduce.hw.agg.lanes.LaneALU`). Latency and throughput: the lanes' (one beat
-    per cycle). Only lanes whose 4 bytes are all payload count as clipped. No errors.
+    get identical valid / ready, so they stay in lock step (``req.ready`` is lane 0's). Lanes
+    outside ``lmask`` are skipped, the first lane inside it is copied, each further one is added
+    with ``op`` (:class:`~netreduce.hw.agg.lanes.LaneALU`), in port order. Latency: the lanes'
+    plus, with more than two lanes, one register per combining addition (P - 1); one beat per
+    cycle; the whole pipeline stalls on ``res.ready``. Only lanes whose 4 bytes are all payload
+    count as clipped. No errors.
     """
 
     def __init__(self, width: int, *, lanes: int, jobs: int, req_layout, res_layout,
@@ -150,32 +151,58 @@ class LaneCombine(wiring.Component):
         for r in reqs:
             m.d.comb += [r.valid.eq(self.req.valid), r.payload.eq(self.req.payload)]
         m.d.comb += self.req.ready.eq(reqs[0].ready)
+        # More than two lanes: a register after each combining addition (one lane ALU per
+        # stage keeps the path within the logic-depth budget); the stages and the lanes' result
+        # pipelines advance together (``advance``), as one pipeline.
+        piped = P > 2
+        advance = Signal()
         r0 = ress[0].payload
-        tag = r0.tag
-        xt = data.View(self.xl, tag[nbb + 1:nbb + 1 + self.xl.size])
-        count = tag[nbb + 1 + self.xl.size]
-        nbytes = tag[:nbb]
-        kept = Cat(*[nbytes > 4 * i + 3 for i in range(w // 32)])
+        head = Signal.like(r0, name="comb_head")   # slot, beat, tag of the beat in this stage
+        m.d.comb += head.eq(r0)
+        valid = ress[0].valid
+        datas = [r.payload.data for r in ress]
         acc = Const(0, w)
         seen = Const(0, 1)
-        clips = []
+        clips = Const(0, P)
         for k in range(P):
+            tag = head.tag
+            xt = data.View(self.xl, tag[nbb + 1:nbb + 1 + self.xl.size])
+            kept = Cat(*[tag[:nbb] > 4 * i + 3 for i in range(w // 32)])
             alu = LaneALU(w)
             m.submodules[f"alu{k}"] = alu
             m.d.comb += [alu.op.eq(xt.op), alu.first.eq(~seen), alu.acc.eq(acc),
-                         alu.contrib.eq(ress[k].payload.data)]
+                         alu.contrib.eq(datas[k])]
             inside = xt.lmask[k]
-            clips.append(inside & seen & (alu.sat & kept).any())
+            clips = clips | ((inside & seen & (alu.sat & kept).any()) << k)
             acc = Mux(inside, alu.result, acc)
             seen = seen | inside
+            if piped and k < P - 1:
+                st_head = Signal.like(r0, name=f"comb_head{k}", reset_less=True)
+                st_acc = Signal(w, name=f"comb_acc{k}", reset_less=True)
+                st_seen = Signal(name=f"comb_seen{k}", reset_less=True)
+                st_clips = Signal(P, name=f"comb_clips{k}", reset_less=True)
+                st_valid = Signal(name=f"comb_valid{k}")
+                st_datas = [Signal(w, name=f"comb_d{k}_{j}", reset_less=True)
+                            for j in range(k + 1, P)]
+                with m.If(advance):
+                    m.d.sync += [st_head.eq(head), st_acc.eq(acc), st_seen.eq(seen),
+                                 st_clips.eq(clips), st_valid.eq(valid)]
+                    m.d.sync += [d.eq(datas[j]) for d, j in zip(st_datas, range(k + 1, P),
+                                                                  strict=True)]
+                head, acc, seen, clips, valid = st_head, st_acc, st_seen, st_clips, st_valid
+                datas = [None] * (k + 1) + st_datas
+        m.d.comb += advance.eq(~valid | self.res.ready)
         out = self.res.payload
-        m.d.comb += [self.res.valid.eq(ress[0].valid), out.eq(r0), out.data.eq(acc)]
+        m.d.comb += [self.res.valid.eq(valid), out.eq(head), out.data.eq(acc)]
         for r in ress:
-            m.d.comb += r.ready.eq(self.res.ready)
+            m.d.comb += r.ready.eq(advance)
         # clipping of one frame's combining additions, counted at its last beat
+        tag = head.tag
+        xt = data.View(self.xl, tag[nbb + 1:nbb + 1 + self.xl.size])
+        count = tag[nbb + 1 + self.xl.size]
         held = Signal(P, name="clip_held")
         now = Signal(P)
-        m.d.comb += now.eq(held | Cat(*clips))
+        m.d.comb += now.eq(held | clips)
         last = tag[nbb]
         hs = self.res.valid & self.res.ready
         with m.If(hs):

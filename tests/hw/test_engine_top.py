@@ -269,13 +269,15 @@ def test_two_ports_psn_wrap_max_and_free():
     assert sc.eng.counters(0)["results_sent"] == 15
 
 
-@pytest.mark.parametrize("op", [Op.SUM_SAT, Op.SUM_WRAP])
-def test_two_ports_lanes_loaded_at_once(op):
-    """Per-port lanes (lanes = 2, model D19): two jobs whose ranks are split across both ports,
-    frames of both ports interleaved, duplicates and a lost-then-resent contribution on both
-    ports, re-emits after release, SUM_SAT values that clip in a lane and in the combination."""
+@pytest.mark.parametrize("op,ports", [(Op.SUM_SAT, 2), (Op.SUM_WRAP, 2), (Op.SUM_SAT, 4)])
+def test_two_ports_lanes_loaded_at_once(op, ports):
+    """Per-port lanes (lanes = ports, model D19): two jobs whose ranks are split across the
+    ports, frames of all ports interleaved, duplicates and a lost-then-resent contribution on
+    two ports, re-emits after release, SUM_SAT values that clip in a lane and in the
+    combination (4 ports: the pipelined combination)."""
     rng = random.Random(11)
-    sc = Scenario(ports=2, lanes=2)
+    P = ports
+    sc = Scenario(ports=P, lanes=P)
     a = sc.add(RingJob(job=0, world=4, window=8, slot_base=0, pmtu=256, op=op))
     b = sc.add(RingJob(job=1, world=3, window=8, slot_base=8, pmtu=256, op=op))
     big = (1 << 31) - 7
@@ -292,8 +294,8 @@ def test_two_ports_lanes_loaded_at_once(op):
         xa = [x[:len(xa[0])] + [0] * (len(xa[0]) - len(x)) for x in xa]
         hist[k] = xa
         xb = [[rng.randrange(-50, 50) for _ in range(3)] for _ in range(3)]
-        fa = [(r % 2, a.data_bytes(r, k, xa[r])) for r in range(4)]
-        fb = [((r + 1) % 2, b.data_bytes(r, k, xb[r])) for r in range(3)]
+        fa = [(r % P, a.data_bytes(r, k, xa[r])) for r in range(4)]
+        fb = [((r + 1) % P, b.data_bytes(r, k, xb[r])) for r in range(3)]
         if k == 2:
             fa.insert(2, fa[0])   # duplicate on port 0 while filling
             fb.insert(1, fb[1])   # duplicate on port 0 (rank 1 of b)
@@ -306,16 +308,16 @@ def test_two_ports_lanes_loaded_at_once(op):
             frames.append(lost)
     for port, f in frames:
         sc.frame(f, port)
-    sc.frame(a.data_bytes(3, 1, hist[1][3]), 1)   # resent after release: re-emit
+    sc.frame(a.data_bytes(3, 1, hist[1][3]), 3 % P)   # resent after release: re-emit
     for r in range(4):
-        sc.frame(a.ack(r, 5), r % 2)
+        sc.frame(a.ack(r, 5), r % P)
     for r in range(3):
-        sc.frame(b.ack(r, 5), (r + 1) % 2)
+        sc.frame(b.ack(r, 5), (r + 1) % P)
     check(sc, gap=0.0, stall=0.2, seed=5)
     c = sc.eng.counters()
     assert c["duplicates"] == 2 and c["reemits"] == 1 and c["results_sent"] == 6 * 7
     # the scenario tells D19 from D6 for SUM_SAT (a one-lane RTL would fail the check above)
-    one = Scenario(ports=2)
+    one = Scenario(ports=P)
     for k in (0, 1):
         one.add((a, b)[k])
     for op_ in sc.ops:
