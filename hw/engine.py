@@ -38,9 +38,11 @@ Contract (the reference model :class:`netreduce.sim.model.Engine` is the specifi
   treats them as MAC errors): a frame must fit the per-port buffer of ``max_frame`` bytes, which
   is what lets the control path wait for a frame's verdict (ICRC) before deciding.
 * Throughput: the dispatcher takes one beat per cycle from the frame and payload buffers in
-  parallel, back to back across frames; with several ports it serves them one frame at a time
-  (1 beat per cycle in total). The emitter sends one result beat per cycle; header reads take
-  2 cycles per frame.
+  parallel, back to back across frames; with several ports and ``lanes`` = 1 it serves them one
+  frame at a time (1 beat per cycle in total) and the emitter sends one result beat per cycle;
+  header reads take 2 cycles per frame. With ``lanes`` = ports (:mod:`netreduce.hw.lanes`,
+  model D19) every port has its own dispatcher and slot memory (1 beat per cycle each) and its
+  own deparser, fed in rounds by :class:`~netreduce.hw.egress.RoundEmitter`.
 * Latency: see bench/engine.py (cycles from the last contribution beat in to the first result
   beat out).
 
@@ -276,8 +278,12 @@ class NetReduceEngine(wiring.Component):
         # ------------------------------------------------------------ storage
         m.submodules.hdr_store = hstore = HeaderStore(self.slots, self.max_world)
         fwd = []
+        # with lanes a port's TX carries its results at up to a beat per cycle: its forward
+        # queue holds 8 ACK-sized frames (128 bytes each) so that ACKs waiting for the TX do not
+        # stall the port's contributions behind them
+        fwd_depth = 4 if self.lanes == 1 else max(4, 8 * -(-128 // nb))
         for k in range(P):
-            q, q_w, _ = _fifo(m, f"fwd{k}", beat_l, 4)
+            q, q_w, _ = _fifo(m, f"fwd{k}", beat_l, fwd_depth)
             fwd.append((q, q_w))
         if self.lanes > 1:   # one contribution path per port (hw/lanes.py)
             lp = attach_lanes(m, width=w, slots=self.slots, pmtu_max=self.pmtu_max,

@@ -261,7 +261,9 @@ def attach_lanes(m, *, width: int, slots: int, pmtu_max: int, max_world: int, rl
                        dec_layout=ctl.dec_layout, contrib_layout=sm.contrib_layout, lane=k,
                        lane_layout=split.lane_layout, job_ports=P, xtag_width=xl.size)
         m.submodules[f"dispatch{k}"] = d
-        dfq = fifo.SyncFIFO(width=split.lane_layout.size, depth=4)
+        # 16 decisions: a lane whose forwarded frame waits for its port's TX must not hold
+        # the decisions of the other lanes behind it (LaneSplit stops at a full lane)
+        dfq = fifo.SyncFIFO(width=split.lane_layout.size, depth=16)
         m.submodules[f"lane_dq{k}"] = dfq
         lo = getattr(split, f"lane{k}")
         head = data.View(split.lane_layout, dfq.r_data)
