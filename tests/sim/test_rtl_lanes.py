@@ -26,7 +26,7 @@ from netreduce.sw_driver.control import EngineControl
 
 from netreduce.regmap import ALL_GLOBAL_COUNTERS, JOB_COUNTERS, Op, build_regmap
 
-# the 64-bit two-port build of bench/engine.py (shared cache)
+# the 64-bit two-port build of bench/engine_ports.py (shared cache)
 PARAMS = dict(ports=2, lanes=2, jobs=2, flows=64, slots=64, max_world=32, pmtu_max=4096,
               data_width=64)
 A = RingJob(job=0, world=4, window=8, slot_base=0, pmtu=256, op=Op.SUM_SAT)
