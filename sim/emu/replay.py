@@ -1,8 +1,8 @@
 """``netreduce replay``'s logic: program jobs from a TOML file, replay a pcap through an engine.
 
 :func:`load_config` parses and validates the configuration (format: docs/replay.md),
-:func:`read_capture` reads the input frames, :func:`run_replay` opens an engine from the
-:data:`ENGINES` registry, programs the jobs through
+:func:`read_capture` reads the input frames, :func:`run_replay` opens an engine backend of the
+one registry (:mod:`netreduce.sim.backend`), programs the jobs through
 :class:`~netreduce.sw_driver.control.EngineControl` over the engine's register bus, feeds the
 frames in capture order and returns a :class:`ReplayRun` with every emitted frame and the
 counters read back through the bus.
@@ -25,7 +25,7 @@ Time
     timestamp ``floor((ceil(t_0 * f / 1e9) + c) * 1e9 / f)`` ns, so input and output captures
     share one time base. For the model only the CNP limiter looks at time.
 
-Engines (:data:`ENGINES`, name -> factory)
+Engines (the backends of :mod:`netreduce.sim.backend`, plus variants in :data:`ENGINES`)
     ``factory(params) -> ReplayEngine`` where ``params`` are the build parameters
     (:class:`EngineParams` as a dict). A :class:`ReplayEngine` has ``bus`` (the AXI4-Lite
     register bus), ``replay(frames) -> Iterable[Emit]`` (``frames``: ``(port, frame, cycle)``
@@ -505,20 +505,22 @@ def rtl_factory(simulator: str, top_factory: Callable | None = None,
     return factory
 
 
-#: name -> factory(params dict) -> ReplayEngine (see the module doc). Replace entries to plug in
-#: other engines; a factory raises BackendUnavailable (one line) if it cannot run here.
-ENGINES: dict[str, Callable[[dict], ReplayEngine]] = {
-    "model": _ModelEngine,
-    "verilator": rtl_factory("verilator"),
-    "icarus": rtl_factory("icarus"),
-}
+#: Variants on top of the engine registry: name -> factory(params dict) -> ReplayEngine (see the
+#: module doc); every backend of :data:`netreduce.sim.backend.BACKENDS` is available by its name
+#: without an entry here. A factory raises BackendUnavailable (one line) if it cannot run here.
+ENGINES: dict[str, Callable[[dict], ReplayEngine]] = {}
 
 
 def _factory(backend: str):
+    f = ENGINES.get(backend)
+    if f is not None:
+        return f
     try:
-        return ENGINES[backend]
-    except KeyError:
-        raise ReplayError(f"unknown backend {backend!r} (known: {', '.join(ENGINES)})") from None
+        kind = engines.get_backend(backend)
+    except ValueError:
+        known = ", ".join(dict.fromkeys([*engines.BACKENDS, *ENGINES]))
+        raise ReplayError(f"unknown backend {backend!r} (known: {known})") from None
+    return _ModelEngine if kind.simulator is None else rtl_factory(backend)
 
 
 def probe_backend(backend: str) -> None:

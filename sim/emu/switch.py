@@ -234,9 +234,9 @@ class SwitchService:
 
     def __init__(self, engine=None, cfg: SwitchConfig | None = None):
         if engine is None:
-            from ..model import Engine
+            from ..backend import open_engine
 
-            engine = Engine()
+            engine = open_engine("model", {})
         self.engine = engine
         self.cfg = cfg = cfg or SwitchConfig()
         settings = MgmtSettings(ip=cfg.mgmt_ip, mac=ENGINE_MAC,

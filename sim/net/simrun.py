@@ -1,7 +1,7 @@
 """``netreduce sim``'s engine: N software RC endpoints all-reduce through an engine backend.
 
 :func:`run_sim` builds a star network (:mod:`.network`) of N :class:`~netreduce.sim.net.rnic.RNIC`
-ranks around an engine chosen from the :data:`BACKENDS` registry, runs one all-reduce with the
+ranks around an engine backend (:func:`get_backend`), runs one all-reduce with the
 collective driver, and returns a :class:`SimRun`: the result check, the driver's statistics, the
 engine counters and a :class:`Capture` of every frame entering and leaving the engine (optionally
 streamed to ``PREFIX.in.pcap`` / ``PREFIX.out.pcap``). :mod:`.report` turns it into the JSON report,
@@ -14,7 +14,8 @@ Backends
     the bit-exact reference engine (untimed: results leave in the cycle their last contribution
     arrived). ``verilator`` and ``icarus`` run the engine's RTL
     (:mod:`netreduce.sim.rtl.fabric`; their probe raises :class:`BackendUnavailable` when the
-    simulator or the engine top is missing); :func:`register_backend` replaces an entry.
+    simulator or the engine top is missing). The names are those of the one engine registry
+    (:mod:`netreduce.sim.backend`); :func:`register_backend` adds a variant (a test build).
 
 Ports
     The engine gets ``cfg.ports`` Ethernet ports (default: one per rank); rank r's up link enters
@@ -245,20 +246,34 @@ class Backend:
             self.probe_fn()
 
 
+#: Variants registered on top of the engine registry (a test or bench build of a backend, a
+#: fabric with other options); every engine backend of :data:`netreduce.sim.backend.BACKENDS`
+#: is available by its name without an entry here.
 BACKENDS: dict[str, Backend] = {}
 
 
 def register_backend(name: str, description: str, make: Callable,
                      probe: Callable[[], None] | None = None) -> None:
-    """Add or replace a backend (the RTL backends register here when the engine top exists)."""
+    """Add or replace a variant (e.g. an RTL backend with a small test build)."""
     BACKENDS[name] = Backend(name, description, make, probe)
 
 
 def get_backend(name: str) -> Backend:
-    try:
-        return BACKENDS[name]
-    except KeyError:
-        raise ValueError(f"unknown backend {name!r} (known: {', '.join(BACKENDS)})") from None
+    """The variant ``name``, else the fabric around engine backend ``name`` of the one registry
+    (:func:`netreduce.sim.backend.get_backend`: ``ValueError`` naming an unknown one)."""
+    b = BACKENDS.get(name)
+    if b is not None:
+        return b
+    engine = engines.get_backend(name)
+    if engine.simulator is None:
+        return Backend(name, _MODEL_DESCRIPTION, _make_model)
+    from ..rtl.fabric import make_rtl_backend
+
+    return Backend(name, *make_rtl_backend(name))
+
+
+_MODEL_DESCRIPTION = ("bit-exact reference engine model (in-process; timed from the RTL's "
+                      "figures in the ToR topology, untimed in the star)")
 
 
 def _make_model(cfg: SimConfig, net: NetConfig, capture: Capture):
@@ -272,21 +287,6 @@ def _make_model(cfg: SimConfig, net: NetConfig, capture: Capture):
     fab.rank_of_mac = {}
     fab.port_of = lambda mac: fab.rank_of_mac.get(mac, 0) % nports
     return fab
-
-
-register_backend("model", "bit-exact reference engine model (in-process; timed from the RTL's "
-                 "figures in the ToR topology, untimed in the star)", _make_model)
-
-
-def _register_rtl() -> None:
-    # the RTL backends (netreduce.sim.rtl.fabric); probing says why one cannot run here
-    from ..rtl.fabric import make_rtl_backend
-
-    for sim in ("verilator", "icarus"):
-        register_backend(sim, *make_rtl_backend(sim))
-
-
-_register_rtl()
 
 
 # ---------------------------------------------------------------------------------- the run

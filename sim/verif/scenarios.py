@@ -47,7 +47,8 @@ from netreduce.wire import WireError, parse
 from netreduce.wire.icrc import icrc_bytes
 from netreduce.wire.view import CONTROL_OPCODES, ROCEV2_PORT_BYTES
 
-from ..model import Emit, Engine
+from ..backend import open_engine
+from ..model import Emit
 from ..net.network import DIRECTIONS, KINDS, LinkConfig, NetConfig
 from ..rtl.backend import HarnessBus
 from .scoreboard import EventLog, Out, RecordingEngine, ScoreReport, check, snapshot
@@ -182,7 +183,7 @@ def record(sc: Scenario, *, junk_every_ns: int = 0, engine=None,
            params: dict | None = None) -> Recording:
     """Run ``sc`` closed loop and record the engine's event log (see the module docstring)."""
     params = dict(params or sc.engine)
-    eng = engine if engine is not None else Engine(**params)
+    eng = engine if engine is not None else open_engine("model", params)
     rec = RecordingEngine(eng, params, sc.name)
     box: dict = {}
 
@@ -333,7 +334,7 @@ class ModelBackend:
 
     def __init__(self, params: dict, gap: int = 4):
         self.params = dict(params)
-        self.engine = Engine(**params)
+        self.engine = open_engine("model", params)
         self.cycle = 0
         self.gap = gap
         self._outs: list[tuple[int, bytes, int]] = []
@@ -528,7 +529,7 @@ class _Unit:
     def __init__(self, name: str, params: dict, gap: int = 200):
         from netreduce.sw_driver.control import EngineControl
 
-        self.rec = RecordingEngine(Engine(**params), params, name)
+        self.rec = RecordingEngine(open_engine("model", params), params, name)
         self.ctl = EngineControl(self.rec.bus)
         self.t = 0
         self.gap = gap

@@ -88,6 +88,7 @@ from netreduce.wire.view import (
     l3_offset,
 )
 
+from ..backend import open_engine
 from ..model import Engine
 
 __all__ = ["Event", "EventLog", "Out", "Replay", "FlowMismatch", "ScoreReport",
@@ -234,7 +235,7 @@ def replay(log: EventLog | Iterable, params: dict | None = None) -> Replay:
         events = list(log)
     if params is None:
         raise ValueError("replay needs the engine's build parameters")
-    eng = Engine(**params)
+    eng = open_engine("model", params)
     outs: list[Out] = []
     for i, ev in enumerate(events):
         kind, a, b, cycle = ev

@@ -27,9 +27,10 @@ netreduce.regmap, netreduce.sw_driver) into the run's 9p share and the guest's P
 them from there, so a code change never needs an image rebuild.
 
 The cache lives in ``$NETREDUCE_CACHE/vmlab`` (default ``~/.cache/netreduce/vmlab``, outside
-the git tree). A build writes into ``<cache>/build.tmp`` and renames into place only when complete, so an
-interrupted build never leaves a half image; a lock file serialises concurrent builders (pytest
-workers). Errors: :class:`ImageError` naming the failing step and the tail of its log.
+the git tree). A build writes into ``<cache>/build.tmp`` and renames into place only when
+complete, so an interrupted build never leaves a half image; a lock file serialises concurrent
+builders (pytest workers). Errors: :class:`ImageError` naming the failing step and the tail of
+its log.
 """
 
 from __future__ import annotations
