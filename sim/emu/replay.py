@@ -59,8 +59,9 @@ from netreduce.regmap import (
     RegisterBus,
 )
 from netreduce.regmap.clock import cycles_to_ns
+from netreduce.wire.fields import DOT1Q, ETHERTYPE_QINQ, ETHERTYPE_VLAN
 from netreduce.wire.pcap import iter_pcap
-from netreduce.wire.view import ETHERTYPE_IPV4_BYTES
+from netreduce.wire.view import ETHERTYPE_IPV4_BYTES, ETHERTYPE_OFF, SRC_IP_AT, src_ip
 
 from .. import backend as engines
 from ..model import Emit
@@ -383,13 +384,18 @@ def parse_port_map(specs: Iterable[str]) -> tuple[dict[bytes, int], int]:
     return mapping, default
 
 
+_TAGS = (ETHERTYPE_VLAN.to_bytes(2, "big"), ETHERTYPE_QINQ.to_bytes(2, "big"))
+
+
 def _ipv4_src(f: bytes) -> bytes | None:
-    l2 = 12
-    while len(f) >= l2 + 2 and f[l2:l2 + 2] in (b"\x81\x00", b"\x88\xa8"):
-        l2 += 4
-    if len(f) < l2 + 2 + 16 or f[l2:l2 + 2] != ETHERTYPE_IPV4_BYTES:
+    """The IPv4 source of a frame behind any number of VLAN tags (802.1Q, 802.1ad), else None."""
+    et = ETHERTYPE_OFF
+    while len(f) >= et + 2 and f[et:et + 2] in _TAGS:
+        et += DOT1Q.size
+    l3 = et + 2
+    if len(f) < l3 + SRC_IP_AT + 4 or f[et:l3] != ETHERTYPE_IPV4_BYTES:
         return None
-    return f[l2 + 14:l2 + 18]
+    return src_ip(f, l3)
 
 
 def assign_ports(frames: list[InputFrame], mapping: dict[bytes, int], default: int,

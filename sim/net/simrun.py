@@ -46,19 +46,18 @@ from netreduce.sw_driver.control import EngineControl
 
 from netreduce.regmap import CLOCK_HZ
 from netreduce.regmap.clock import cycles_to_ns
-from netreduce.wire import IP_PROTO_UDP, OPCODES
-from netreduce.wire.fields import BTH
+from netreduce.wire.fields import AETH
 from netreduce.wire.pcap import PcapWriter
 from netreduce.wire.view import (
-    BTH_OFF,
-    ETHERTYPE_IPV4_BYTES,
     EXT_OFF,
-    IPV4_OFF,
     OP_ACK,
-    PROTO_AT,
-    ROCEV2_PORT_BYTES,
-    SRC_IP_AT,
-    UDP_OFF,
+    dqpn,
+    is_roce,
+    opcode,
+    payload_len,
+    psn,
+    src_ip,
+    syndrome,
 )
 
 from .. import backend as engines
@@ -142,12 +141,7 @@ class SimConfig:
 
 
 # ---------------------------------------------------------------------------------- capture
-# Ext-header bytes after the BTH per opcode (docs/roce.md), for the payload length.
-_EXT = {int(code): o.ext_len for code, o in OPCODES.items()
-        if o.ext_len and o.transport in ("RC", "CNP")}
-_PSN = BTH_OFF + BTH.psn.offset
-_DQPN = BTH_OFF + BTH.dqpn.offset
-_SRC_IP = IPV4_OFF + SRC_IP_AT
+_MIN_RECORD = EXT_OFF + AETH.size  # a RoCEv2 frame with room for an AETH
 
 
 class Capture:
@@ -172,18 +166,11 @@ class Capture:
 
     @staticmethod
     def _record(cycle: int, port: int, f: bytes):
-        if len(f) < 58 or f[12:14] != ETHERTYPE_IPV4_BYTES or f[IPV4_OFF + PROTO_AT] != \
-                IP_PROTO_UDP or f[UDP_OFF + 2:UDP_OFF + 4] != ROCEV2_PORT_BYTES:
+        if len(f) < _MIN_RECORD or not is_roce(f):
             return None
-        op = f[BTH_OFF]
-        psn = int.from_bytes(f[_PSN:_PSN + 3], "big")
-        if op == OP_ACK:
-            aux = f[EXT_OFF]  # the AETH syndrome
-        else:
-            udp_len = int.from_bytes(f[UDP_OFF + 4:UDP_OFF + 6], "big")
-            aux = udp_len - 8 - 12 - _EXT.get(op, 0) - ((f[BTH_OFF + 1] >> 4) & 3) - 4
-        return (cycle, port, f[_SRC_IP:_SRC_IP + 4], int.from_bytes(f[_DQPN:_DQPN + 3], "big"),
-                op, psn, aux)
+        op = opcode(f)
+        aux = syndrome(f) if op == OP_ACK else payload_len(f)
+        return (cycle, port, src_ip(f), dqpn(f), op, psn(f), aux)
 
     def frame_in(self, port: int, frame: bytes, cycle: int) -> None:
         r = self._record(cycle, port, frame)
