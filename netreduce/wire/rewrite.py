@@ -10,12 +10,12 @@ builds the same bytes.
 
 from __future__ import annotations
 
-from .fields import AETH, BTH, CNP_PAD, ECN_CE, ECN_ECT0, ETH, IPV4, UDP
+from .fields import AETH, BTH, CNP_PAD, ECN_CE, ECN_ECT0, ECN_NOT_ECT, ETH, IPV4, UDP
 from .icrc import icrc_bytes, ipv4_checksum
 from .opcodes import NAK_PSN_SEQ, Opcode
-from .view import BTH_AT, ROCEV2_PORT_BYTES
+from .view import BTH_AT, ROCEV2_PORT_BYTES, l3_offset
 
-__all__ = ["cnp_for", "duplicate_probe", "nak_seq", "result_frame", "MIN_FRAME"]
+__all__ = ["cnp_for", "duplicate_probe", "nak_seq", "result_frame", "mark_ce", "MIN_FRAME"]
 
 MIN_FRAME = 60  # Ethernet minimum without FCS
 _ICRC = 4
@@ -107,3 +107,16 @@ def result_frame(hdr, l3: int, payload: bytes) -> bytes:
     h += payload
     h += icrc_bytes(memoryview(h)[l3:])
     return _pad(h)
+
+
+def mark_ce(frame) -> bytes | None:
+    """The IPv4 frame with ECN = CE (a congested switch's marking) if it is ECT(0)/ECT(1), else
+    None; the IPv4 checksum recomputed (the ICRC masks the TOS byte)."""
+    l3 = l3_offset(frame)
+    tos = frame[l3 + _TOS_AT]
+    if tos & 3 == ECN_NOT_ECT or tos & 3 == ECN_CE:
+        return None
+    b = bytearray(frame)
+    b[l3 + _TOS_AT] = tos | ECN_CE
+    b[l3 + _CSUM_AT:l3 + _CSUM_AT + 2] = ipv4_checksum(b[l3:l3 + IPV4.size]).to_bytes(2, "big")
+    return bytes(b)

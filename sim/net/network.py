@@ -31,16 +31,15 @@ from dataclasses import dataclass, field, replace
 
 from netreduce.sim.net.scheduler import Scheduler, SchedulerMixin, frame_dmac, frame_smac, mac_str
 
-from netreduce.wire import IP_PROTO_UDP, OPCODES, WireError, ipv4_checksum, parse
+from netreduce.wire import OPCODES, ROCEV2_UDP_PORT, WireError, parse
+from netreduce.wire.rewrite import mark_ce
 from netreduce.wire.view import (
     BTH_AT,
     CONTROL_OPCODES,
     DATA_OPCODES,
-    DPORT_AT,
-    ETHERTYPE_IPV4_BYTES,
-    PROTO_AT,
-    ROCEV2_PORT_BYTES,
+    is_udp,
     l3_offset,
+    udp_dport,
 )
 
 __all__ = ["LinkConfig", "NetConfig", "Link", "EndpointLinks", "NetworkFabric", "DropOnce",
@@ -61,9 +60,7 @@ def classify(frame) -> str:
     """"data", "ack" (ACK/NAK/CNP) or "other" (anything that is not RoCEv2 RC data/control)."""
     l3 = _l3(frame)
     b = l3 + BTH_AT
-    if (len(frame) <= b or frame[l3 - 2:l3] != ETHERTYPE_IPV4_BYTES
-            or frame[l3 + PROTO_AT] != IP_PROTO_UDP
-            or frame[l3 + DPORT_AT:l3 + DPORT_AT + 2] != ROCEV2_PORT_BYTES):
+    if len(frame) <= b or not is_udp(frame, l3) or udp_dport(frame, l3) != ROCEV2_UDP_PORT:
         return "other"
     op = frame[b]
     if op in _DATA_OPCODES:
@@ -75,14 +72,7 @@ def classify(frame) -> str:
 
 def _mark_ce(frame: bytes) -> bytes | None:
     """The frame with ECN = CE if it is ECT(0)/ECT(1), else None. The ICRC masks TOS."""
-    l3 = _l3(frame)
-    tos = frame[l3 + 1]
-    if tos & 3 == 0 or tos & 3 == 3:
-        return None
-    b = bytearray(frame)
-    b[l3 + 1] = tos | 3
-    b[l3 + 10:l3 + 12] = ipv4_checksum(b[l3:l3 + 20]).to_bytes(2, "big")
-    return bytes(b)
+    return mark_ce(frame)
 
 
 @dataclass(frozen=True)

@@ -43,9 +43,10 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from netreduce.regmap import build_regmap
-from netreduce.wire import WireError, parse
+from netreduce.wire import Opcode, WireError, parse
+from netreduce.wire.fields import IPV4, UDP
 from netreduce.wire.icrc import icrc_bytes
-from netreduce.wire.view import CONTROL_OPCODES, ROCEV2_PORT_BYTES
+from netreduce.wire.view import BTH_AT, CONTROL_OPCODES, ROCEV2_PORT_BYTES, l3_offset
 
 from ..backend import open_engine
 from ..model import Emit
@@ -53,6 +54,13 @@ from ..net.network import DIRECTIONS, KINDS, LinkConfig, NetConfig
 from ..rtl.backend import HarnessBus
 from .scoreboard import EventLog, Out, RecordingEngine, ScoreReport, check, snapshot
 from .soak import _ATTACKER_MAC, _SINK_MAC, JobSpec, Scenario, _SoakModelFabric, run_scenario
+
+# bytes of the IPv4/UDP headers (from the IPv4 header) the ICRC masks: TOS, TTL, IPv4 and UDP
+# checksums; a bit flipped there changes no check
+_ICRC_MASKED = (IPV4.tos.offset, IPV4.ttl.offset, IPV4.checksum.offset, IPV4.checksum.offset + 1,
+                IPV4.size + UDP.checksum.offset, IPV4.size + UDP.checksum.offset + 1)
+_UC = int(Opcode.UC_SEND_FIRST)  # the UC opcode block (0x20 + the RC opcode's low bits)
+_RDMA_READ_REQUEST = 0x0C  # an RC opcode the wire format does not know
 
 __all__ = ["ENGINE_PARAMS", "SCENARIOS", "Recording", "record", "random_scenario",
            "FrameBackend", "ModelBackend", "FastSimBackend", "EngineAdapter", "run_log",
@@ -138,13 +146,13 @@ class _Junk:
         except WireError:
             f = None
         b[0:6] = _SINK_MAC
-        l3 = 18 if b[12:14] == b"\x81\x00" else 14
+        l3 = l3_offset(b)
         if kind == "flip":
             # anywhere from the IPv4 header on, but never TOS/TTL/checksums (fields the ICRC
             # masks): the ICRC or a structural check then fails
             while True:
                 i = r.randrange(l3, len(b))
-                if i not in (l3 + 1, l3 + 8, l3 + 10, l3 + 11, l3 + 26, l3 + 27):
+                if i - l3 not in _ICRC_MASKED:
                     break
             b[i] ^= 1 << r.randrange(8)
         elif kind == "trunc":
@@ -154,16 +162,16 @@ class _Junk:
             if len(b) <= 60:
                 b += bytes(61 - len(b))
         elif kind == "ipsum":
-            b[l3 + 10] ^= 0x5A
+            b[l3 + IPV4.checksum.offset] ^= 0x5A
         elif kind == "opcode":
             if f is None or f.opcode in CONTROL_OPCODES:
                 return None
             # a UC packet (well-formed, but not what a flow carries) or an opcode the wire
             # format does not know (RDMA READ request, 0x0C), ICRC recomputed
             if r.random() < 0.5 and f.info.has_payload:
-                return f.copy(opcode=0x20 + (f.opcode & 0x1F), dmac=_SINK_MAC).pack()
-            b[l3 + 28] = 0x0C
-            end = l3 + int.from_bytes(b[l3 + 2:l3 + 4], "big")
+                return f.copy(opcode=_UC + (f.opcode & 0x1F), dmac=_SINK_MAC).pack()
+            b[l3 + BTH_AT] = _RDMA_READ_REQUEST
+            end = l3 + IPV4.total_length.get(b, l3)
             b[end - 4:end] = icrc_bytes(bytes(b[l3:end - 4]))
         return bytes(b)
 
