@@ -37,6 +37,7 @@ __all__ = [
     "is_roce", "opcode", "psn", "dqpn", "parse_fast",
     "NOT_ROCE", "SHORT_ROCE", "roce_l3", "flow_key", "ecn", "Checked", "check", "udp_dport_to",
     "udp_payload", "is_ipv4", "is_udp", "udp_dport", "src_ip", "dst_ip", "syndrome", "payload_len",
+    "dst_mac", "src_mac",
 ]
 
 ETHERTYPE_OFF = ETH.ethertype.offset  # 12
@@ -342,3 +343,16 @@ def payload_len(frame, l3: int = IPV4_OFF) -> int:
     udp_len = (frame[l3 + UDP_LEN_AT] << 8) | frame[l3 + UDP_LEN_AT + 1]
     return (udp_len - UDP.size - BTH.size - _EXT_LEN.get(frame[b], 0)
             - ((frame[b + _BTH_HDR] >> 4) & 3) - _ICRC)
+
+
+_DMAC, _SMAC = ETH.dst.offset, ETH.src.offset
+
+
+def dst_mac(frame) -> bytes:
+    """Ethernet destination MAC (6 bytes)."""
+    return bytes(frame[_DMAC:_DMAC + 6])
+
+
+def src_mac(frame) -> bytes:
+    """Ethernet source MAC (6 bytes)."""
+    return bytes(frame[_SMAC:_SMAC + 6])

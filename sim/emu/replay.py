@@ -61,7 +61,7 @@ from netreduce.regmap import (
 from netreduce.regmap.clock import cycles_to_ns
 from netreduce.wire.fields import DOT1Q, ETHERTYPE_QINQ, ETHERTYPE_VLAN
 from netreduce.wire.pcap import iter_pcap
-from netreduce.wire.view import ETHERTYPE_IPV4_BYTES, ETHERTYPE_OFF, SRC_IP_AT, src_ip
+from netreduce.wire.view import ETHERTYPE_IPV4_BYTES, ETHERTYPE_OFF, SRC_IP_AT, src_ip, src_mac
 
 from .. import backend as engines
 from ..model import Emit
@@ -415,7 +415,7 @@ def assign_ports(frames: list[InputFrame], mapping: dict[bytes, int], default: i
         ip = _ipv4_src(fr.data)
         p = mapping.get(ip) if ip is not None else None
         if p is None:
-            p = mapping.get(fr.data[6:12], default)
+            p = mapping.get(src_mac(fr.data), default)
         out.append(p)
     return out
 

@@ -74,7 +74,7 @@ from netreduce.sim.net.scheduler import mac_str
 from netreduce.sw_driver.mgmt import MgmtSettings, MgmtSource
 
 from netreduce.wire.pcap import PcapWriter
-from netreduce.wire.view import dst_ip, is_ipv4, src_ip
+from netreduce.wire.view import dst_ip, dst_mac, is_ipv4, src_ip, src_mac
 
 from ..model.engine import CLOCK_HZ
 
@@ -364,7 +364,7 @@ class SwitchService:
         cn = self.counters
         cn["frames_in"] += 1
         cn["bytes_in"] += len(f)
-        self._learn(c, f[6:12])
+        self._learn(c, src_mac(f))
         if self._up.cfg.active and not self._is_mgmt(f, to=True):
             self._up.apply(f, lambda fr: self._to_engine(c, fr), self._loop)
         else:
@@ -424,7 +424,7 @@ class SwitchService:
         macs = self.macs
         for e in emits:
             f = e.frame
-            self._egress(macs.get(f[6:12]), f)
+            self._egress(macs.get(src_mac(f)), f)
         self._flush()
 
     def _egress(self, ingress: _Conn | None, f: bytes) -> None:
@@ -432,7 +432,7 @@ class SwitchService:
         cn["engine_out"] += 1
         if self._pcap_out is not None:
             self._pcap_out.write(f, time.time_ns())
-        dmac = f[0:6]
+        dmac = dst_mac(f)
         if dmac[0] & 1:
             cn["flooded"] += 1
             dsts = [o for o in self.conns.values() if o is not ingress]

@@ -26,6 +26,8 @@ import itertools
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
+from netreduce.wire.view import dst_mac, src_mac
+
 __all__ = [
     "Fabric", "Scheduler", "Timer", "SimulationHang", "LoopbackFabric", "mac_str", "frame_dmac",
     "frame_smac",
@@ -41,11 +43,11 @@ def mac_str(mac: bytes) -> str:
 
 
 def frame_dmac(frame) -> bytes:
-    return bytes(frame[0:6])
+    return dst_mac(frame)
 
 
 def frame_smac(frame) -> bytes:
-    return bytes(frame[6:12])
+    return src_mac(frame)
 
 
 class Timer:

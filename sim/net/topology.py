@@ -174,7 +174,7 @@ class TorSwitch:
             self.ein[p].send(frame)
 
     def _l2(self, frame: bytes) -> None:
-        link = self.down.get(bytes(frame[0:6]))
+        link = self.down.get(view.dst_mac(frame))
         if link is None:
             self.stats["unroutable"] += 1
             return
