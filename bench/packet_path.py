@@ -61,8 +61,10 @@ def _synth(which: str, width: int) -> dict:
 
 def _frames(kind: str, rng: random.Random, n: int) -> list[bytes]:
     if kind == "min":   # SEND_ONLY without payload: 58 bytes, padded to 60
-        return [random_frame(rng, opcode=0x04, plen=0, vlan=False).pack() for _ in range(n)]
-    return [random_frame(rng, opcode=0x0A, plen=9018 - 74, vlan=False).pack() for _ in range(n)]
+        return [random_frame(rng, opcode=Opcode.SEND_ONLY, plen=0, vlan=False).pack()
+                for _ in range(n)]
+    return [random_frame(rng, opcode=Opcode.WRITE_ONLY, plen=9018 - 74, vlan=False).pack()
+            for _ in range(n)]
 
 
 def parser_figures(width: int) -> dict:
