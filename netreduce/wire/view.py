@@ -35,9 +35,9 @@ __all__ = [
     "ROCEV2_PORT_BYTES", "OP_ACK", "OP_CNP", "CONTROL_OPCODES", "DATA_OPCODES", "WRITE_OPCODES",
     "l3_offset",
     "is_roce", "opcode", "psn", "dqpn", "parse_fast",
-    "NOT_ROCE", "SHORT_ROCE", "roce_l3", "flow_key", "ecn", "Checked", "check", "udp_dport_to",
-    "udp_payload", "is_ipv4", "is_udp", "udp_dport", "src_ip", "dst_ip", "syndrome", "payload_len",
-    "dst_mac", "src_mac",
+    "DQPN_AT", "TOS_AT", "NOT_ROCE", "SHORT_ROCE", "roce_l3", "flow_key", "ecn", "Checked",
+    "check", "udp_dport_to", "udp_payload", "is_ipv4", "is_udp", "udp_dport", "src_ip", "dst_ip",
+    "syndrome", "payload_len", "dst_mac", "src_mac",
 ]
 
 ETHERTYPE_OFF = ETH.ethertype.offset  # 12
@@ -165,10 +165,10 @@ _FRAG_AT = IPV4.flags_frag.offset  # MF flag and fragment offset: 0x3FFF (DF may
 _FRAG_MASK = 0x3FFF
 _TOTAL_AT = IPV4.total_length.offset
 _CSUM_AT = IPV4.checksum.offset
-_TOS_AT = IPV4.tos.offset
+TOS_AT = _TOS_AT = IPV4.tos.offset
 _VLAN_TAG = 4  # an 802.1Q tag moves every later header by 4 bytes
 _BTH_HDR = BTH.tver.offset  # the byte holding SE, M, PadCnt, TVer
-_DQPN_AT = BTH_AT + BTH.dqpn.offset
+DQPN_AT = _DQPN_AT = BTH_AT + BTH.dqpn.offset
 _BPSN_AT = BTH_AT + BTH.psn.offset
 _EXT_AT = BTH_AT + BTH.size  # the first extension header, from the IPv4 header
 _MIN_TOTAL = IPV4.size + UDP.size + BTH.size + 4  # IPv4 total length of a BTH-only frame + ICRC

@@ -83,12 +83,13 @@ from netreduce.wire.rewrite import duplicate_probe as _probe
 from netreduce.wire.rewrite import nak_seq as _nak_seq
 from netreduce.wire.rewrite import result_frame as _result
 from netreduce.wire.view import BTH_AT as _BTH_AT
+from netreduce.wire.view import DQPN_AT as _DQPN_AT
 from netreduce.wire.view import NOT_ROCE as _NOT_ROCE
 from netreduce.wire.view import OP_ACK, OP_CNP
+from netreduce.wire.view import SRC_IP_AT as _SRC_IP_AT
+from netreduce.wire.view import TOS_AT as _TOS_AT
 from netreduce.wire.view import Checked as _Parsed
 from netreduce.wire.view import check as _parse
-from netreduce.wire.view import ecn as _ecn
-from netreduce.wire.view import flow_key as _flow_key
 from netreduce.wire.view import roce_l3 as _roce_l3
 
 from .linklocal import COUNTERS as _LL_COUNTERS
@@ -413,7 +414,7 @@ class Engine:
         if l3 <= 0:
             return self._bypass(_G_NOT_ROCE if l3 == _NOT_ROCE else _G_UNREG, port, buf, time)
         opcode = buf[l3 + _BTH_AT]
-        key = _flow_key(buf, l3)
+        key = buf[l3 + _SRC_IP_AT:l3 + _SRC_IP_AT + 4] + buf[l3 + _DQPN_AT:l3 + _DQPN_AT + 3]
         if opcode == _OP_ACK or opcode == _OP_CNP:
             fl = self._rev.get(key)
             if fl is None:
@@ -529,7 +530,7 @@ class Engine:
                 _present(fl, k, _nxt(fl, job))
             else:
                 self._accept(job, slot, r, port, buf, l2, p, time, out, first=False)
-        if _ecn(buf, l2) == ECN_CE:
+        if buf[l2 + _TOS_AT] & 3 == ECN_CE:
             self._cnp(job, fl, buf, l2, port, time, out)
         return out
 

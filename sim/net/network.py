@@ -31,15 +31,17 @@ from dataclasses import dataclass, field, replace
 
 from netreduce.sim.net.scheduler import Scheduler, SchedulerMixin, frame_dmac, frame_smac, mac_str
 
-from netreduce.wire import OPCODES, ROCEV2_UDP_PORT, WireError, parse
+from netreduce.wire import IP_PROTO_UDP, OPCODES, WireError, parse
 from netreduce.wire.rewrite import mark_ce
 from netreduce.wire.view import (
     BTH_AT,
     CONTROL_OPCODES,
     DATA_OPCODES,
-    is_udp,
+    DPORT_AT,
+    ETHERTYPE_IPV4_BYTES,
+    PROTO_AT,
+    ROCEV2_PORT_BYTES,
     l3_offset,
-    udp_dport,
 )
 
 __all__ = ["LinkConfig", "NetConfig", "Link", "EndpointLinks", "NetworkFabric", "DropOnce",
@@ -60,7 +62,9 @@ def classify(frame) -> str:
     """"data", "ack" (ACK/NAK/CNP) or "other" (anything that is not RoCEv2 RC data/control)."""
     l3 = _l3(frame)
     b = l3 + BTH_AT
-    if len(frame) <= b or not is_udp(frame, l3) or udp_dport(frame, l3) != ROCEV2_UDP_PORT:
+    if (len(frame) <= b or frame[l3 - 2:l3] != ETHERTYPE_IPV4_BYTES
+            or frame[l3 + PROTO_AT] != IP_PROTO_UDP
+            or frame[l3 + DPORT_AT:l3 + DPORT_AT + 2] != ROCEV2_PORT_BYTES):
         return "other"
     op = frame[b]
     if op in _DATA_OPCODES:

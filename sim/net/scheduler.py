@@ -42,12 +42,8 @@ def mac_str(mac: bytes) -> str:
     return ":".join(f"{b:02x}" for b in mac)
 
 
-def frame_dmac(frame) -> bytes:
-    return dst_mac(frame)
-
-
-def frame_smac(frame) -> bytes:
-    return src_mac(frame)
+frame_dmac = dst_mac  # Ethernet destination / source MAC of a frame (bytes)
+frame_smac = src_mac
 
 
 class Timer:

@@ -46,18 +46,21 @@ from netreduce.sw_driver.control import EngineControl
 
 from netreduce.regmap import CLOCK_HZ
 from netreduce.regmap.clock import cycles_to_ns
-from netreduce.wire.fields import AETH
+from netreduce.wire import IP_PROTO_UDP, OPCODES
+from netreduce.wire.fields import AETH, BTH, UDP
 from netreduce.wire.pcap import PcapWriter
 from netreduce.wire.view import (
+    BTH_OFF,
+    DPORT_AT,
+    ETHERTYPE_IPV4_BYTES,
+    ETHERTYPE_OFF,
     EXT_OFF,
+    IPV4_OFF,
     OP_ACK,
-    dqpn,
-    is_roce,
-    opcode,
-    payload_len,
-    psn,
-    src_ip,
-    syndrome,
+    PROTO_AT,
+    ROCEV2_PORT_BYTES,
+    SRC_IP_AT,
+    UDP_LEN_AT,
 )
 
 from .. import backend as engines
@@ -142,6 +145,15 @@ class SimConfig:
 
 # ---------------------------------------------------------------------------------- capture
 _MIN_RECORD = EXT_OFF + AETH.size  # a RoCEv2 frame with room for an AETH
+_PSN = BTH_OFF + BTH.psn.offset
+_ULEN = IPV4_OFF + UDP_LEN_AT
+_PAD = BTH_OFF + BTH.padcnt.offset
+_BTH_ICRC = UDP.size + BTH.size + 4  # UDP and BTH headers, ICRC
+# extension-header bytes after the BTH per opcode (docs/roce.md), for the payload length
+_EXT = {int(code): o.ext_len for code, o in OPCODES.items()
+        if o.ext_len and o.transport in ("RC", "CNP")}
+_DQPN = BTH_OFF + BTH.dqpn.offset
+_SRC_IP = IPV4_OFF + SRC_IP_AT
 
 
 class Capture:
@@ -166,11 +178,19 @@ class Capture:
 
     @staticmethod
     def _record(cycle: int, port: int, f: bytes):
-        if len(f) < _MIN_RECORD or not is_roce(f):
+        # the view's offsets inline (is_roce, payload_len): this runs for every engine frame
+        if (len(f) < _MIN_RECORD or f[ETHERTYPE_OFF:ETHERTYPE_OFF + 2] != ETHERTYPE_IPV4_BYTES
+                or f[IPV4_OFF + PROTO_AT] != IP_PROTO_UDP
+                or f[IPV4_OFF + DPORT_AT:IPV4_OFF + DPORT_AT + 2] != ROCEV2_PORT_BYTES):
             return None
-        op = opcode(f)
-        aux = syndrome(f) if op == OP_ACK else payload_len(f)
-        return (cycle, port, src_ip(f), dqpn(f), op, psn(f), aux)
+        op = f[BTH_OFF]
+        if op == OP_ACK:
+            aux = f[EXT_OFF]  # the AETH syndrome
+        else:
+            udp_len = (f[_ULEN] << 8) | f[_ULEN + 1]
+            aux = udp_len - _BTH_ICRC - _EXT.get(op, 0) - ((f[_PAD] >> 4) & 3)
+        return (cycle, port, f[_SRC_IP:_SRC_IP + 4], int.from_bytes(f[_DQPN:_DQPN + 3], "big"),
+                op, int.from_bytes(f[_PSN:_PSN + 3], "big"), aux)
 
     def frame_in(self, port: int, frame: bytes, cycle: int) -> None:
         r = self._record(cycle, port, frame)
