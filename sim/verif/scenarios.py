@@ -44,9 +44,9 @@ from typing import Protocol
 
 from netreduce.regmap import build_regmap
 from netreduce.wire import Opcode, WireError, parse
-from netreduce.wire.fields import IPV4, UDP
+from netreduce.wire.fields import ETH, IPV4, UDP
 from netreduce.wire.icrc import icrc_bytes
-from netreduce.wire.view import BTH_AT, CONTROL_OPCODES, ROCEV2_PORT_BYTES, l3_offset
+from netreduce.wire.view import BTH_AT, CONTROL_OPCODES, IPV4_OFF, ROCEV2_PORT_BYTES, l3_offset
 
 from ..backend import open_engine
 from ..model import Emit
@@ -61,6 +61,7 @@ _ICRC_MASKED = (IPV4.tos.offset, IPV4.ttl.offset, IPV4.checksum.offset, IPV4.che
                 IPV4.size + UDP.checksum.offset, IPV4.size + UDP.checksum.offset + 1)
 _UC = int(Opcode.UC_SEND_FIRST)  # the UC opcode block (0x20 + the RC opcode's low bits)
 _RDMA_READ_REQUEST = 0x0C  # an RC opcode the wire format does not know
+_ETHERTYPE_IPV6 = 0x86DD
 
 __all__ = ["ENGINE_PARAMS", "SCENARIOS", "Recording", "record", "random_scenario",
            "FrameBackend", "ModelBackend", "FastSimBackend", "EngineAdapter", "run_log",
@@ -145,7 +146,7 @@ class _Junk:
             f = parse(bytes(b))
         except WireError:
             f = None
-        b[0:6] = _SINK_MAC
+        b[:ETH.src.offset] = _SINK_MAC
         l3 = l3_offset(b)
         if kind == "flip":
             # anywhere from the IPv4 header on, but never TOS/TTL/checksums (fields the ICRC
@@ -717,14 +718,15 @@ def unit_logs(params: dict | None = None) -> dict[str, UnitLog]:
     b0[-1] ^= 1
     bad.append(("drop_icrc", bytes(b0)))
     b0 = bytearray(good)
-    b0[24] ^= 0x40
+    b0[IPV4_OFF + IPV4.checksum.offset] ^= 0x40
     bad.append(("drop_ip_checksum", bytes(b0)))
     bad.append(("drop_length", good[:70]))
     bad.append(("drop_opcode", f.copy(opcode=Opcode.UC_WRITE_ONLY).pack()))
     bad.append(("drop_opcode", f.copy(tver=1).pack()))
     bad.append(("drop_pmtu", f.copy(payload=bytes(260), dmalen=260).pack()))
     bad.append(("drop_align", RoceFrame(**{**_fields(f), "payload": bytes(30)}).pack()))
-    bad.append(("fwd_not_roce", good[:12] + b"\x86\xdd" + good[14:]))
+    et = ETH.ethertype.offset
+    bad.append(("fwd_not_roce", good[:et] + _ETHERTYPE_IPV6.to_bytes(2, "big") + good[et + 2:]))
     bad.append(("fwd_not_roce", good[:20]))
     bad.append(("fwd_unregistered", f.copy(src_ip=0x0A0A0A0A).pack()))
     bad.append(("fwd_unregistered", good[:50]))
