@@ -8,6 +8,13 @@ of :mod:`.fields`) and small peeks, plus :func:`parse_fast`, which returns the s
 :class:`~.frame.RoceFrame` as ``parse`` for the common case (untagged RC frame, every check
 passed) and None for anything else (the caller then asks ``parse`` for the verdict).
 
+The engine's own reading of a frame is here too, tagged or not: :func:`roce_l3` (its
+classification), :func:`flow_key`, :func:`check` (the checks of ``parse``, in its order, giving
+its reason) and :func:`ecn`; the reference model runs on them, and builds its frames with
+:mod:`.rewrite`. Small readers (:func:`src_ip`, :func:`udp_dport`, :func:`udp_dport_to`,
+:func:`dst_mac` ...) serve captures, the network model, the switch service and management. No
+other module outside netreduce.wire reads a frame by a numeric offset.
+
 Offsets named ``*_OFF`` are from the start of an untagged frame; :func:`l3_offset` gives the
 IPv4 header's offset (14, or 18 behind an 802.1Q tag), from which the ``*_AT`` offsets count.
 """
