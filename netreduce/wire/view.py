@@ -12,8 +12,8 @@ The engine's own reading of a frame is here too, tagged or not: :func:`roce_l3` 
 classification), :func:`flow_key`, :func:`check` (the checks of ``parse``, in its order, giving
 its reason) and :func:`ecn`; the reference model runs on them, and builds its frames with
 :mod:`.rewrite`. Small readers (:func:`src_ip`, :func:`udp_dport`, :func:`udp_dport_to`,
-:func:`dst_mac` ...) serve captures, the network model, the switch service and management. No
-other module outside netreduce.wire reads a frame by a numeric offset.
+:func:`dst_mac` ...) serve captures, the network model, the switch service and management: the
+simulation and the host driver read frames only through this module.
 
 Offsets named ``*_OFF`` are from the start of an untagged frame; :func:`l3_offset` gives the
 IPv4 header's offset (14, or 18 behind an 802.1Q tag), from which the ``*_AT`` offsets count.
