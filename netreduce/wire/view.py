@@ -10,7 +10,8 @@ passed) and None for anything else (the caller then asks ``parse`` for the verdi
 
 The engine's own reading of a frame is here too, tagged or not: :func:`roce_l3` (its
 classification), :func:`flow_key`, :func:`check` (the checks of ``parse``, in its order, giving
-its reason) and :func:`ecn`; the reference model runs on them, and builds its frames with
+its reason) and :func:`ecn` (the reference model uses them, the last two as their offsets
+inline on its hot path), and the model builds its frames with
 :mod:`.rewrite`. Small readers (:func:`src_ip`, :func:`udp_dport`, :func:`udp_dport_to`,
 :func:`dst_mac` ...) serve captures, the network model, the switch service and management: the
 simulation and the host driver read frames only through this module.
