@@ -9,12 +9,12 @@ of :mod:`.fields`) and small peeks, plus :func:`parse_fast`, which returns the s
 passed) and None for anything else (the caller then asks ``parse`` for the verdict).
 
 The engine's own reading of a frame is here too, tagged or not: :func:`roce_l3` (its
-classification), :func:`flow_key`, :func:`check` (the checks of ``parse``, in its order, giving
-its reason) and :func:`ecn` (the reference model uses them, the last two as their offsets
-inline on its hot path), and the model builds its frames with
-:mod:`.rewrite`. Small readers (:func:`src_ip`, :func:`udp_dport`, :func:`udp_dport_to`,
-:func:`dst_mac` ...) serve captures, the network model, the switch service and management: the
-simulation and the host driver read frames only through this module.
+classification), :func:`check` (the checks of ``parse``, in its order, giving its reason),
+:func:`flow_key` and :func:`ecn`. The reference model uses them (the last two as their offsets
+inline, on its hot path) and builds its frames with :mod:`.rewrite`. Small readers
+(:func:`src_ip`, :func:`udp_dport`, :func:`udp_dport_to`, :func:`dst_mac` ...) serve captures,
+the network model, the switch service and management: the simulation and the host driver read
+frames only through this module.
 
 Offsets named ``*_OFF`` are from the start of an untagged frame; :func:`l3_offset` gives the
 IPv4 header's offset (14, or 18 behind an 802.1Q tag), from which the ``*_AT`` offsets count.
