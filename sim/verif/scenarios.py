@@ -44,7 +44,7 @@ from typing import Protocol
 
 from netreduce.regmap import build_regmap
 from netreduce.wire import Opcode, WireError, parse
-from netreduce.wire.fields import ETH, IPV4, UDP
+from netreduce.wire.fields import ETH, ETHERTYPE_VLAN, IPV4, UDP
 from netreduce.wire.icrc import icrc_bytes
 from netreduce.wire.view import BTH_AT, CONTROL_OPCODES, IPV4_OFF, ROCEV2_PORT_BYTES, l3_offset
 
@@ -61,7 +61,7 @@ _ICRC_MASKED = (IPV4.tos.offset, IPV4.ttl.offset, IPV4.checksum.offset, IPV4.che
                 IPV4.size + UDP.checksum.offset, IPV4.size + UDP.checksum.offset + 1)
 _UC = int(Opcode.UC_SEND_FIRST)  # the UC opcode block (0x20 + the RC opcode's low bits)
 _RDMA_READ_REQUEST = 0x0C  # an RC opcode the wire format does not know
-_ETHERTYPE_IPV6 = 0x86DD
+_ETHERTYPE_IPV6, _ETHERTYPE_LLDP = 0x86DD, 0x88CC
 
 __all__ = ["ENGINE_PARAMS", "SCENARIOS", "Recording", "record", "random_scenario",
            "FrameBackend", "ModelBackend", "FastSimBackend", "EngineAdapter", "run_log",
@@ -140,7 +140,8 @@ class _Junk:
         if kind == "runt":
             return hdr[:r.randrange(1, 12)]
         if kind == "vlan":
-            return hdr + b"\x81\x00\x00\x05\x88\xcc" + pad
+            return hdr + ETHERTYPE_VLAN.to_bytes(2, "big") + (5).to_bytes(2, "big") \
+                + _ETHERTYPE_LLDP.to_bytes(2, "big") + pad  # VLAN 5, LLDP inside
         b = bytearray(r.choice(self.seen))
         try:
             f = parse(bytes(b))
