@@ -9,12 +9,17 @@ total to the MEMBER ranks). :class:`~.decide.Decide` makes the per-frame role de
 
 from __future__ import annotations
 
-from amaranth.hdl import Const, Mux, Signal
+from amaranth.hdl import Cat, Const, Mux, Signal
+from amaranth.lib import data
 
 from netreduce.regmap import Role
-from netreduce.wire.marks import MARK_PARTIAL, MARK_TOTAL
+from netreduce.wire import ETHERTYPE_VLAN
+from netreduce.wire import fields as wf
+from netreduce.wire.marks import BTH_MARK_BYTE, MARK_PARTIAL, MARK_TOTAL
 
-__all__ = ["MARK_PARTIAL", "MARK_TOTAL", "stage_mark", "JobRoles"]
+from ..packet.layout import HDR_CAP, L2_TAGGED, L2_UNTAGGED
+
+__all__ = ["MARK_PARTIAL", "MARK_TOTAL", "stage_mark", "JobRoles", "remarked"]
 
 
 def stage_mark(role):
@@ -71,3 +76,17 @@ class JobRoles:
     def results(n, leaf):
         """Results per released index: N, or a leaf's N - 2 MEMBER ranks."""
         return Mux(leaf, n - 2, n)
+
+
+def remarked(m, raw, en, mark, name: str = "remarked"):
+    """``raw`` (header bytes, :data:`~netreduce.hw.packet.layout.HDR_CAP` of them) with its
+    stage mark (the low bits of BTH byte 4, after an untagged or 802.1Q-tagged Ethernet header)
+    set to ``mark`` when ``en``: a new signal, driven combinationally in ``m``."""
+    out = Signal(data.ArrayLayout(8, HDR_CAP), name=name)
+    m.d.comb += out.eq(raw)
+    vlan = (raw[12] == ETHERTYPE_VLAN >> 8) & (raw[13] == ETHERTYPE_VLAN & 0xFF)
+    for l2, vl in ((L2_UNTAGGED, 0), (L2_TAGGED, 1)):
+        b = l2 + wf.IPV4.size + wf.UDP.size + BTH_MARK_BYTE
+        with m.If(en & (vlan == vl)):
+            m.d.comb += out[b].eq(Cat(mark[:2], raw[b][2:]))
+    return out
