@@ -127,6 +127,9 @@ def test_leaf_engine_rtl_matches_its_model():
         for r in range(4):
             ack(r, k)
     _compare(model, dut, frames)
+    c = model.counters(0)
+    assert (c["partials_up"], c["totals"], c["drop_role"], c["freed"]) == (9, 9, 4, 9), c
+    assert min(c["reemits"], c["behind_window"], c["cnp_sent"], c["duplicates"]) > 0, c
 
 
 @rtl
@@ -153,6 +156,8 @@ def test_spine_engine_rtl_matches_its_model():
             frames.append((r, job.ack(r, k)))
     part(2, 0)  # behind: the probe carries MARK_TOTAL
     _compare(model, dut, frames, jobs=(1,))
+    c = model.counters(1)
+    assert (c["released"], c["reemits"], c["drop_role"], c["freed"]) == (4, 4, 2, 2), c
 
 
 @rtl
@@ -163,8 +168,9 @@ def test_rack_allreduce_on_rtl_engines(loss, tmp_path):
     inter-switch links included); one pcap pair per engine."""
     if _unavailable():
         pytest.skip(_unavailable())
-    cfg = SimConfig(workers=4, size=4096 if loss else 2048, backend="verilator", loss=loss,
-                    dup=loss, reorder=loss, seed=5, qp_timeout=4)
+    cfg = SimConfig(workers=4, size=16384 if loss else 2048, backend="verilator", loss=loss,
+                    dup=loss, reorder=loss, seed=5, qp_timeout=4,
+                    dtype="int32" if loss else "float32")
     run = run_rack_sim(cfg, 2, pcap=tmp_path / "r")
     assert run.ok, (run.error, run.checks, run.slots_left)
     assert set(run.slots_left) == {"leaf0", "leaf1", "spine"}
@@ -177,3 +183,25 @@ def test_rack_allreduce_on_rtl_engines(loss, tmp_path):
         isl = run.link_stats["isl_up"], run.link_stats["isl_down"]
         assert sum(s.get("lost", 0) + s.get("duplicated", 0) for s in isl) > 0, isl
     assert len(run.pcaps) == 6 and all((tmp_path / p).exists() for p in run.pcaps)
+
+
+@rtl
+def test_cli_racks_on_verilator(tmp_path):
+    if _unavailable():
+        pytest.skip(_unavailable())
+    from click.testing import CliRunner
+
+    from netreduce.cli import main
+
+    r = CliRunner().invoke(main, ["sim", "--racks", "2", "-n", "4", "-s", "8KiB", "--dtype",
+                                  "int32", "--backend", "verilator", "--loss", "0.02",
+                                  "--pcap", str(tmp_path / "c"), "--json",
+                                  str(tmp_path / "c.json")])
+    assert r.exit_code == 0, r.output
+    assert "verilator RTL engines" in " ".join(r.output.split()) and "PASS" in r.output
+    import json
+
+    rep = json.loads((tmp_path / "c.json").read_text())
+    assert rep["ok"] and rep["slots_left"] == {"leaf0": 0, "leaf1": 0, "spine": 0}
+    assert sorted(p.rsplit("/", 1)[1] for p in rep["pcaps"]) == sorted(
+        f"c.{n}.{d}.pcap" for n in ("leaf0", "leaf1", "spine") for d in ("in", "out"))
