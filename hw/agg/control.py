@@ -121,9 +121,13 @@ Known differences from the model, all from the model being untimed: release comm
 frame arriving while its job is being enabled or disabled is classified by the state before the
 change; an enable refused by the model reads back ``JOB.CTRL.enable`` = 0, the bank keeps 1 (a
 retry must write 0 then 1); a flow entry bound to a running job cannot be bound by another job
-(refused as KEY_CONFLICT; the model rebinds it if the keys differ). Not implemented: flow roles
-(model D17, spine-leaf): a job with any flow whose ``FLOW.CFG.role`` is not MEMBER is refused
-(``JobError.ROLES``), where the model runs it.
+(refused as KEY_CONFLICT; the model rebinds it if the keys differ). Flow roles (model D17,
+spine-leaf; :mod:`.roles`) only with ``roles=True``: otherwise a job with any flow whose
+``FLOW.CFG.role`` is not MEMBER is refused (``JobError.ROLES``), where the model runs it. With
+them, ``dec`` also says which stage mark to set on the frame's outputs (``remark``, ``mark``) and
+whether its payload goes to or comes from the slot's total buffer (``total``; Action TOTAL: a
+leaf's DOWN total), and ``rel`` commands carry the ranks to send to (``mask``), the buffer
+(``total``) and a mark (a leaf's partial: MARK_PARTIAL to its UP rank).
 
 Error behaviour: bad frames are counted and never change state (D14); a frame of a job being
 disabled while in flight is classified unregistered. Only the consumers' backpressure (``dec``,

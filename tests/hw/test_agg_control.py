@@ -837,9 +837,9 @@ def test_enable_overlaps_traffic():
 
 
 def test_flow_roles_are_refused():
-    """The gateware does not implement flow roles (model D17, spine-leaf) yet: a leaf job is
-    refused with ROLES instead of being aggregated as if its roles were MEMBER; a plain job
-    next to it runs."""
+    """A build without flow roles (model D17, spine-leaf; the default) refuses a leaf job with
+    ROLES instead of aggregating it as if its roles were MEMBER; a plain job next to it runs
+    (builds with roles: tests/hw/test_agg_roles.py)."""
     from netreduce.regmap import JobError, Role
 
     sc = Scenario()
