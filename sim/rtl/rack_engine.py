@@ -30,10 +30,12 @@ def _pow2(n: int) -> int:
 
 def rack_build_params(workers: int, racks: int, pmtu: int) -> dict:
     """The one engine build of an R-rack run of ``workers`` ranks: a leaf has a port per rank of
-    its rack and an uplink, the spine a port per rack; 64-bit data path (a correctness run)."""
+    its rack and an uplink, the spine a port per rack; 64-bit data path (a correctness run).
+    An engine's job has at most max(M + 1, R) flows, but the collective checks the whole ring's
+    world against the engine it identifies (the spine), so max_world covers ``workers``."""
     m = workers // racks
     p = dict(ports=max(3, m + 1, racks), jobs=2, flows=max(8, _pow2(m + 1)), slots=RACK_SLOTS,
-             max_world=max(4, _pow2(m + 1)), pmtu_max=max(1024, _pow2(pmtu)), data_width=64)
+             max_world=max(4, _pow2(workers)), pmtu_max=max(1024, _pow2(pmtu)), data_width=64)
     build_regmap(**p)
     return p
 
