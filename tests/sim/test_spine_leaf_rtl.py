@@ -45,7 +45,7 @@ def _pair(job: RingJob, roles: list[Role]):
     """The model and the RTL engine, the same job (with ``roles``) programmed into both."""
     if _unavailable():
         pytest.skip(_unavailable())
-    model = Engine(**{k: v for k, v in PARAMS.items()})
+    model = Engine(**PARAMS)
     dut = RtlRackEngine(PARAMS)
     cfg = job.config()
     for f, role in zip(cfg.flows, roles, strict=True):
@@ -130,6 +130,64 @@ def test_leaf_engine_rtl_matches_its_model():
     c = model.counters(0)
     assert (c["partials_up"], c["totals"], c["drop_role"], c["freed"]) == (9, 9, 4, 9), c
     assert min(c["reemits"], c["behind_window"], c["cnp_sent"], c["duplicates"]) > 0, c
+
+
+@rtl
+def test_leaf_engine_rtl_back_to_back_random():
+    """Random leaf traffic (contributions, totals, wrong stages, probes, ACKs/NAKs around the
+    pointers, CE) sent to the RTL in one batch on one port, back to back: the same frames out
+    as the model's (as a multiset: the RTL's paths interleave), every counter, the slots."""
+    import importlib
+
+    gen_mod = importlib.import_module("tests.hw.test_agg_roles")
+    rng = random.Random(21)
+    job = RingJob(job=0, world=4, window=4, slot_base=4, cnp_interval=0)  # CNPs timing-free
+    gen, _ = _pair_model_only(job, LEAF)
+    st = gen._jobs[0]
+    kinds = ["contrib"] * 10 + ["total"] * 4 + ["ack"] * 8 + [
+        "raw_down", "partial_down", "short_total", "probe", "marked_member"]
+    frames = []
+    for i in range(300):
+        kind = rng.choice(kinds)
+        if kind == "ack":
+            r = rng.randrange(4)
+            if rng.random() < 0.5:
+                r = min(range(4), key=lambda f: (st.flows[f].acked - st.free) % (1 << 24))
+            lim = st.leaf.upptr if r == 2 else st.rel
+            ahead = (lim - st.flows[r].acked) % (1 << 24)
+            k = (st.flows[r].acked + rng.randrange(-1, ahead + 1) - 1) % (1 << 24)
+            buf = job.ack(r, k, nak=rng.random() < 0.2)
+        else:
+            base = st.rel if kind in ("total", "short_total", "probe") else st.leaf.upptr
+            k = (base + rng.choice([-2, -1, 0, 0, 0, 1, 2, 3])) % (1 << 24)
+            buf = gen_mod.leaf_frames(job, rng, k, kind, ce=rng.random() < 0.1)
+        gen.receive(0, buf, i)
+        frames.append(buf)
+    model, dut = _pair(job, LEAF)
+    want = Counter()
+    for i, buf in enumerate(frames):
+        want.update((e.port, bytes(e.frame)) for e in model.receive(0, buf, i))
+    for buf in frames:
+        dut.rtl.send(0, buf)
+    got = Counter((f.port, bytes(f.frame)) for f in dut.rtl.run())
+    assert got == want, (sorted(got - want)[:3], sorted(want - got)[:3])
+    c = model.counters(0)
+    assert min(c["partials_up"], c["totals"], c["drop_role"], c["reemits"], c["freed"],
+               c["cnp_sent"]) > 0, c
+    ctl = EngineControl(dut.bus)
+    g = ctl.counters(0)
+    assert {k: g[k] for k in c} == c
+    assert dut.slots_in_use(0) == model.slots_in_use(0)
+    dut.close()
+
+
+def _pair_model_only(job: RingJob, roles: list[Role]):
+    model = Engine(**PARAMS)
+    cfg = job.config()
+    for f, role in zip(cfg.flows, roles, strict=True):
+        f.role = role
+    EngineControl(model.bus).add_job(cfg)
+    return model, None
 
 
 @rtl
