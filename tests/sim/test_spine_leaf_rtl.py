@@ -55,6 +55,40 @@ def _pair(job: RingJob, roles: list[Role]):
     return model, dut
 
 
+def _score(job: RingJob, roles: list[Role], frames, end_state: bool = True) -> Engine:
+    """The existing RTL-vs-model harness (netreduce.sim.verif: the log recorded on the model,
+    played into the roles build under Verilator back to back per port, replayed on a fresh
+    model): every output frame byte for byte per output port and flow in order (forwarded
+    frames and engine-made ones apart), every counter and job / flow register
+    (``JOB.PARTIAL_PTR`` included), and the end-state identities. Returns the recording model."""
+    if _unavailable():
+        pytest.skip(_unavailable())
+    from netreduce.sim.backend import open_engine
+    from netreduce.sim.verif.scenarios import FastSimBackend, run_log
+    from netreduce.sim.verif.scoreboard import RecordingEngine, check, flow_of
+
+    rec = RecordingEngine(Engine(**PARAMS), PARAMS, "spine-leaf-rtl")
+    cfg = job.config()
+    for f, role in zip(cfg.flows, roles, strict=True):
+        f.role = role
+    EngineControl(rec.bus).add_job(cfg)
+    for i, (port, buf) in enumerate(frames):
+        rec.receive(port, buf, i)
+    inputs = {e.b for e in rec.log.frames}
+    with open_engine("verilator", {**PARAMS, "roles": True}) as sim:
+        fed, outs, state = run_log(FastSimBackend(sim, PARAMS, limit=100_000), rec.log,
+                                   reads=False)
+        assert sim.protocol_errors == 0
+
+    def key(port: int, frame: bytes) -> tuple:
+        return (*flow_of(port, frame), frame in inputs)
+
+    rep = check(fed, outs, state, end_state=end_state, key=key)
+    assert rep.ok, rep.summary()
+    assert rep.expected > len(frames) // 2
+    return rec.engine
+
+
 def _compare(model, dut, frames, jobs=(0,)):
     """Every frame through both: per frame, the frames out per port (as multisets: the RTL's
     forward and result paths interleave flows differently); at the end every job counter and
@@ -129,6 +163,7 @@ def test_leaf_engine_rtl_matches_its_model():
     _compare(model, dut, frames)
     c = model.counters(0)
     assert (c["partials_up"], c["totals"], c["drop_role"], c["freed"]) == (9, 9, 4, 9), c
+    _score(job, LEAF, frames)
     assert min(c["reemits"], c["behind_window"], c["cnp_sent"], c["duplicates"]) > 0, c
 
 
@@ -179,6 +214,7 @@ def test_leaf_engine_rtl_back_to_back_random():
     assert {k: g[k] for k in c} == c
     assert dut.slots_in_use(0) == model.slots_in_use(0)
     dut.close()
+    _score(job, LEAF, [(0, b) for b in frames], end_state=False)
 
 
 def _pair_model_only(job: RingJob, roles: list[Role]):
@@ -216,6 +252,7 @@ def test_spine_engine_rtl_matches_its_model():
     _compare(model, dut, frames, jobs=(1,))
     c = model.counters(1)
     assert (c["released"], c["reemits"], c["drop_role"], c["freed"]) == (4, 4, 2, 2), c
+    _score(job, [Role.RACK] * 3, frames, end_state=False)  # slots of indices 2-3 still held
 
 
 @rtl
