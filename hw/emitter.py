@@ -114,9 +114,12 @@ class Emitter(wiring.Component):
 
     * Order: a frame job goes before a release command with a later ``seq``; a release command
       goes only once ``done_seen`` has reached its ``seq`` (every decision before it has its
-      payload in the slot memory). Frames leave in that order.
+      payload in the slot memory). Frames leave in that order. A frame job with ``wait`` (a
+      leaf's total, D17) also waits until ``done_seen`` is past its own ``seq``.
     * Throughput: one header command per cycle into a 4-deep queue (a release command makes
-      ``n`` of them, one per rank); headers take 2 cycles each (store read, deparser hand-over);
+      one per rank of its ``mask``, a cycle per rank outside it; D17: ``total`` reads the slot's
+      total buffer, ``mark`` sets that stage mark on the stored header); headers take 2 cycles
+      each (store read, deparser hand-over);
       payload one beat per cycle (slot reads pipelined through the result port).
     * Latency: release command accepted in cycle t -> first header command t + 1, deparser
       header t + 3 (queue, store read).
