@@ -116,12 +116,15 @@ LEAF_PORT = [0, 1, 1, 2]  # ranks 0, 1 (and 1's cross-rack flow UP) local; DOWN 
 
 
 @rtl
-def test_leaf_engine_rtl_matches_its_model():
+@pytest.mark.parametrize("vlan", [False, True])
+def test_leaf_engine_rtl_matches_its_model(vlan):
     """A leaf: partials up (MARK_PARTIAL) in index order, totals from DOWN forwarded without
     the mark and released to the MEMBER ranks, UP's resends answered with the partial, wrong
-    stage frames dropped, probes on DOWN passed, ACKs freeing, CE answered with CNPs."""
+    stage frames dropped, probes on DOWN passed, ACKs freeing, CE answered with CNPs; untagged
+    and 802.1Q-tagged (the mark 4 bytes further)."""
     rng = random.Random(11)
-    job = RingJob(job=0, world=4, window=4, slot_base=0)
+    job = RingJob(job=0, world=4, window=4, slot_base=0, vlan_tci=0x2005 if vlan else None)
+    l2 = 18 if vlan else L2
     model, dut = _pair(job, LEAF)
     frames = []
 
@@ -129,7 +132,7 @@ def test_leaf_engine_rtl_matches_its_model():
         frames.append((LEAF_PORT[r], job.data_bytes(r, k, _vec(rng), **kw)))
 
     def total(k, mark=MARK_TOTAL, n=16, **kw):
-        frames.append((2, remark(job.data_bytes(3, k, _vec(rng, n), **kw), L2, mark)))
+        frames.append((2, remark(job.data_bytes(3, k, _vec(rng, n), **kw), l2, mark)))
 
     def ack(r, k):
         frames.append((LEAF_PORT[(r + 1) % 4], job.ack(r, k)))
@@ -151,7 +154,7 @@ def test_leaf_engine_rtl_matches_its_model():
     for k in range(3):
         for r in range(4):
             ack(r, k)
-    frames.append((2, remark(job.data_bytes(3, 1, b"", opcode=Opcode.WRITE_MIDDLE), L2,
+    frames.append((2, remark(job.data_bytes(3, 1, b"", opcode=Opcode.WRITE_MIDDLE), l2,
                              MARK_TOTAL)))  # the spine's probe of a freed index
     data(2, 1)  # behind the window: probe
     for k in range(3, 9):  # in order, with an interleaved total
@@ -177,7 +180,7 @@ def test_leaf_engine_rtl_back_to_back_random():
     gen_mod = importlib.import_module("tests.hw.test_agg_roles")
     rng = random.Random(21)
     job = RingJob(job=0, world=4, window=4, slot_base=4, cnp_interval=0)  # CNPs timing-free
-    gen, _ = _pair_model_only(job, LEAF)
+    gen = _model_only(job, LEAF)
     st = gen._jobs[0]
     kinds = ["contrib"] * 10 + ["total"] * 4 + ["ack"] * 8 + [
         "raw_down", "partial_down", "short_total", "probe", "marked_member"]
@@ -217,13 +220,14 @@ def test_leaf_engine_rtl_back_to_back_random():
     _score(job, LEAF, [(0, b) for b in frames], end_state=False)
 
 
-def _pair_model_only(job: RingJob, roles: list[Role]):
+def _model_only(job: RingJob, roles: list[Role]) -> Engine:
+    """A model with the job (the random generator's view of the pointers)."""
     model = Engine(**PARAMS)
     cfg = job.config()
     for f, role in zip(cfg.flows, roles, strict=True):
         f.role = role
     EngineControl(model.bus).add_job(cfg)
-    return model, None
+    return model
 
 
 @rtl
