@@ -151,17 +151,25 @@ def cached_top(name: str, key: str, make: Callable[[], object], sub: str = "gen"
     return top
 
 
+def _split_roles(params: dict) -> tuple[dict, bool]:
+    """``roles`` (flow roles, D17: ``NetReduceEngine(roles=True)``) is a build option, not a
+    register-map parameter; a false one is the plain engine."""
+    return {k: v for k, v in params.items() if k != "roles"}, bool(params.get("roles", False))
+
+
 def engine_top_path(params: dict, ram_style: str = "ultra") -> Path:
     """Where :func:`engine_top` keeps the top of build ``params`` (exists once converted)."""
-    key = cache_key([design_digest(params), ram_style])
+    p, roles = _split_roles(params)
+    key = cache_key([design_digest(p), ram_style] + (["roles"] if roles else []))
     return cache_dir("engine") / f"{ENGINE_TOP_NAME}-{key}.json"
 
 
 def engine_top(params: dict, *, ram_style: str = "ultra", progress=None):
     """The engine's Verilog top (:func:`netreduce.hw.engine.engine_verilog`, module
-    ``netreduce_engine``) for build ``params`` (:func:`netreduce.regmap.build_regmap` keywords),
-    its large RAMs for ``ram_style`` (:mod:`.rams`), converted once and cached by
-    :func:`design_digest`. ``progress(phase, text)`` reports a conversion or a cache hit."""
+    ``netreduce_engine``) for build ``params`` (:func:`netreduce.regmap.build_regmap` keywords;
+    a true ``roles`` entry builds the engine with flow roles), its large RAMs for ``ram_style``
+    (:mod:`.rams`), converted once and cached by :func:`design_digest`. ``progress(phase,
+    text)`` reports a conversion or a cache hit."""
     from netreduce.regmap import build_regmap
 
     from .engine import engine_verilog
@@ -172,8 +180,10 @@ def engine_top(params: dict, *, ram_style: str = "ultra", progress=None):
         if progress is not None:
             progress("engine", f"engine Verilog from the cache ({path})")
         return load_top(path)
+    p, roles = _split_roles(params)
     with large_ram_style(ram_style):
-        top = engine_verilog(build_regmap(**params), name=ENGINE_TOP_NAME, progress=progress)
+        top = engine_verilog(build_regmap(**p), name=ENGINE_TOP_NAME, progress=progress,
+                             **({"roles": True} if roles else {}))
     path.parent.mkdir(parents=True, exist_ok=True)
     save_top(top, path)
     return top

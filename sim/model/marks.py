@@ -5,14 +5,12 @@ clears them before a frame reaches a worker."""
 
 from __future__ import annotations
 
-from netreduce.wire.fields import BTH
+from netreduce.wire.marks import BTH_MARK_BYTE, MARK_PARTIAL, MARK_TOTAL, MARKS
 from netreduce.wire.view import BTH_AT
 
 __all__ = ["MARK_PARTIAL", "MARK_TOTAL", "MARKS", "MARK_AT", "remark"]
 
-MARK_PARTIAL, MARK_TOTAL = 0x01, 0x02
-MARKS = MARK_PARTIAL | MARK_TOTAL
-MARK_AT = BTH_AT + BTH.fecn.offset  # BTH byte 4, from the start of the IPv4 header
+MARK_AT = BTH_AT + BTH_MARK_BYTE  # BTH byte 4, from the start of the IPv4 header
 
 
 def remark(buf: bytes, l2: int, mark: int) -> bytes:

@@ -55,7 +55,8 @@ def engine_top_path(params: dict):
 def engine_top(params: dict):
     """The engine's Verilog top (``netreduce.hw.engine.engine_verilog``) for build ``params``,
     from the one cache of converted engines (:func:`netreduce.hw.cache.engine_top`: outside the
-    work tree, keyed by the engine's design digest; converting a 512-bit engine takes a while)."""
+    work tree, keyed by the engine's design digest; converting a 512-bit engine takes a while).
+    A true ``roles`` entry builds the engine with flow roles (``NetReduceEngine(roles=True)``)."""
     if engine_module() is None:
         raise RuntimeError("netreduce.hw.engine is not available")
     return hw_cache.engine_top(params)
