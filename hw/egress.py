@@ -146,7 +146,7 @@ class RoundEmitter(wiring.Component):
                     m.d.sync += [erel.eq(rel), pi.eq(0), first_round.eq(1)]
                     for k in range(P):
                         m.d.sync += rem[k].eq(Cat(*[(r < rel.n) & (rel.ports[r] == k)
-                                                    for r in range(nw)]))
+                                                    & rel.mask[r] for r in range(nw)]))
                     m.next = "RESULTS"
             with m.State("JOB_FRAME"):
                 vl = is_vlan(ejob.raw)
