@@ -51,10 +51,10 @@ Processing of one frame
 
 Decisions
 ---------
-Where the design leaves room, the model decides; the decisions D1-D18 (window arithmetic, check
+Where the design leaves room, the model decides; the decisions D1-D19 (window arithmetic, check
 priority, release, result and CNP format, configuration latching, the duplicate probe D15, the
-fast retransmit D16, the spine-leaf flow roles D17, the link-local frames D18, ...) are written
-out in docs/design.md section 10.
+fast retransmit D16, the spine-leaf flow roles D17, the link-local frames D18, congestion
+signalling D19, ...) are written out in docs/design.md section 10.
 """
 
 from __future__ import annotations
@@ -89,6 +89,7 @@ from netreduce.wire import (
 from netreduce.wire.icrc import icrc_bytes, ipv4_checksum
 from netreduce.wire.view import OP_ACK, OP_CNP, ROCEV2_PORT_BYTES
 
+from .congestion import Congestion
 from .linklocal import COUNTERS as _LL_COUNTERS
 from .linklocal import PauseTimers
 from .linklocal import classify as _ll_classify
@@ -218,6 +219,9 @@ class Engine:
         self.link = PauseTimers(ports)
         # per-port counters (PORT table; netreduce.sim.model.ports)
         self.port_stats = PortCounters(ports, self.regs, self.regmap, self.link)
+        # per-port "input buffer congested" flags, set by whoever keeps time (D19;
+        # netreduce.sim.model.congestion)
+        self.congested = Congestion(ports)
 
     # ================================================================== register side
     def _wire_regs(self) -> None:
@@ -397,6 +401,8 @@ class Engine:
                 out = []
             else:
                 out = self._classify(port, frame, time)
+                if self.congested.flags[port] and out:  # D19
+                    out = self.congested.mark_forwarded(frame, out)
         g[_G_TX] += len(out)
         self.port_stats.count(port, frame, out)
         return out
@@ -544,6 +550,9 @@ class Engine:
                 self._accept(job, slot, r, port, buf, l2, p, time, out, first=False)
         if buf[l2 + 1] & 3 == ECN_CE:
             self._cnp(job, fl, buf, l2, port, time, out)
+        elif self.congested.flags[port]:  # D19: a congested port answers as if CE-marked
+            if self._cnp(job, fl, buf, l2, port, time, out):
+                self.congested.cnp_congested += 1
         return out
 
     def _accept(self, job: _Job, slot: _Slot, r: int, port: int, buf: bytes, l2: int,
@@ -599,14 +608,15 @@ class Engine:
             self._count(job, "results_sent", n)
 
     def _cnp(self, job: _Job, fl: _Flow, buf: bytes, l2: int, port: int, time: int,
-             out: list[Emit]) -> None:
+             out: list[Emit]) -> bool:
         last = fl.last_cnp
         if last is not None and time - last < job.cnp_interval:
             self._count(job, "cnp_suppressed")
-            return
+            return False
         fl.last_cnp = time
         out.append(Emit(port, _cnp_frame(buf, l2, fl.rev_qpn), time))
         self._count(job, "cnp_sent")
+        return True
 
 
 def _nxt(fl: _Flow, job: _Job) -> int:
