@@ -377,9 +377,12 @@ def _check(cfg: SimConfig, xs: list[np.ndarray], res, group: int) -> dict:
 
 
 def run_sim(cfg: SimConfig, pcap: str | Path | None = None,
-            progress: Callable[[float], None] | None = None) -> SimRun:
+            progress: Callable[[float], None] | None = None, *,
+            make_fabric: Callable | None = None, collective: dict | None = None) -> SimRun:
     """Run one all-reduce per group (``cfg.jobs`` concurrent groups of ``cfg.workers`` ranks,
-    each its own engine job) and check it; see the module docstring."""
+    each its own engine job) and check it; see the module docstring. ``make_fabric(cfg, net,
+    capture)`` replaces the backend's fabric (e.g. :func:`.overload.make_overload_model`);
+    ``collective``: changes to the :class:`CollectiveConfig` (e.g. ``ecn``, ``dcqcn``)."""
     from netreduce.sim.net.collective import run as run_ops
 
     backend = get_backend(cfg.backend)
@@ -389,11 +392,12 @@ def run_sim(cfg: SimConfig, pcap: str | Path | None = None,
     cap = Capture(pcap)
     out.capture = cap
     try:
-        fab = backend.make(cfg, net, cap)
+        fab = (make_fabric or backend.make)(cfg, net, cap)
     except BaseException:
         cap.close()
         raise
-    ccfg = CollectiveConfig(pmtu=cfg.pmtu, sim_timeout_ns=cfg.timeout_ns, timeout=cfg.qp_timeout)
+    ccfg = CollectiveConfig(pmtu=cfg.pmtu, sim_timeout_ns=cfg.timeout_ns, timeout=cfg.qp_timeout,
+                            **(collective or {}))
     comms, ops, inputs = [], [], []
     for g in range(cfg.jobs):
         comm = Communicator(fab, cfg.workers, ccfg, seed=cfg.seed, name=f"g{g}")
