@@ -36,7 +36,8 @@ from netreduce.regmap.clock import ns_to_cycles
 
 from .topology import TorFabric, engine_timing
 
-__all__ = ["BufferConfig", "OverloadFabric", "make_overload_model", "run_overload", "MODES"]
+__all__ = ["BufferConfig", "OverloadFabric", "make_overload_model", "run_overload", "MODES",
+           "pfc_thresholds"]
 
 _WIRE_EXTRA = 24
 
@@ -63,6 +64,21 @@ class BufferConfig:
                              f"{self.xoff_bytes} <= buffer_bytes {self.buffer_bytes}")
         if not 0 <= self.ecn_bytes <= self.buffer_bytes:
             raise ValueError(f"ecn_bytes {self.ecn_bytes} outside 0..{self.buffer_bytes}")
+
+
+def pfc_thresholds(buffer_bytes: int, port_gbps: float, drain_gbps: float, latency_ns: int,
+                   max_frame: int = 9216) -> tuple[int, int]:
+    """(XOFF, XON) in bytes for a lossless port: after XOFF the buffer still takes what the
+    switch sends until the PFC frame arrives plus what is on the wire (a round trip at the port
+    rate, less what the datapath drains meanwhile), one frame the switch is sending and one the
+    engine's own MAC is sending before the PFC frame can leave: headroom = 2 x latency x
+    (C - D) / 8 + 2 x max_frame. XOFF = buffer - headroom, XON = XOFF / 2."""
+    head = 2 * latency_ns * max(0.0, port_gbps - drain_gbps) / 8 + 2 * max_frame
+    xoff = int(buffer_bytes - head)
+    if xoff < 2:
+        raise ValueError(f"buffer {buffer_bytes} B cannot be lossless at {latency_ns} ns per hop: "
+                         f"headroom {head:.0f} B")
+    return xoff, xoff // 2
 
 
 class OverloadFabric(TorFabric):
