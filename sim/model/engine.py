@@ -386,6 +386,8 @@ class Engine:
             if not isinstance(frame, bytearray | memoryview):
                 raise TypeError(f"frame must be bytes, not {type(frame).__name__}")
             frame = bytes(frame)
+        if self.congested.flags[port]:  # D19: ECN-marked on arrival while the port is congested
+            frame = self.congested.mark(port, frame)
         g = self._g
         g[_G_RX] += 1
         mg = self.mgmt
@@ -401,8 +403,6 @@ class Engine:
                 out = []
             else:
                 out = self._classify(port, frame, time)
-                if self.congested.flags[port] and out:  # D19
-                    out = self.congested.mark_forwarded(frame, out)
         g[_G_TX] += len(out)
         self.port_stats.count(port, frame, out)
         return out
@@ -550,9 +550,6 @@ class Engine:
                 self._accept(job, slot, r, port, buf, l2, p, time, out, first=False)
         if buf[l2 + 1] & 3 == ECN_CE:
             self._cnp(job, fl, buf, l2, port, time, out)
-        elif self.congested.flags[port]:  # D19: a congested port answers as if CE-marked
-            if self._cnp(job, fl, buf, l2, port, time, out):
-                self.congested.cnp_congested += 1
         return out
 
     def _accept(self, job: _Job, slot: _Slot, r: int, port: int, buf: bytes, l2: int,
@@ -608,15 +605,14 @@ class Engine:
             self._count(job, "results_sent", n)
 
     def _cnp(self, job: _Job, fl: _Flow, buf: bytes, l2: int, port: int, time: int,
-             out: list[Emit]) -> bool:
+             out: list[Emit]) -> None:
         last = fl.last_cnp
         if last is not None and time - last < job.cnp_interval:
             self._count(job, "cnp_suppressed")
-            return False
+            return
         fl.last_cnp = time
         out.append(Emit(port, _cnp_frame(buf, l2, fl.rev_qpn), time))
         self._count(job, "cnp_sent")
-        return True
 
 
 def _nxt(fl: _Flow, job: _Job) -> int:
