@@ -70,7 +70,7 @@ from .packet.deparser import Deparser
 from .packet.layout import HDR_CAP, Kind
 from .packet.linklocal import attach_linklocal
 from .packet.parser import Parser
-from .ports import SHELL_LAYOUT, attach_ports
+from .ports import SHELL_LAYOUT, attach_ports, fc_layout
 from .skid import SkidBuffer
 from .stream import beat_layout, beat_signature
 from .txarb import TxArbiter
@@ -139,6 +139,8 @@ class NetReduceEngine(wiring.Component):
         members["s_axil"] = In(AXI4LiteSignature(self.bank.addr_width))
         # link status and drop strobes from the board shell (netreduce.hw.ports; 0: no shell)
         members["shell"] = In(data.ArrayLayout(SHELL_LAYOUT, self.ports))
+        # the PORT.FC_* registers (PFC watermarks, ECN threshold) for the board shell
+        members["fc"] = Out(data.ArrayLayout(fc_layout(self.bank), self.ports))
         super().__init__(members)
 
     @property
