@@ -2,8 +2,9 @@
 
 Two ranks all-reduce ``--size`` bytes each (int32, model backend, ToR topology); rank r's flow
 enters engine port r at 100 Gb/s, and each port's datapath takes 50 Gb/s, so every engine port
-is 2:1 overloaded. The port's input buffer is the shell's RX FIFO (32 KiB); PFC XOFF/XON at
-16/8 KiB, ECN (D19) above 8 KiB (``netreduce.sim.net.overload``). Modes (``MODES``):
+is 2:1 overloaded. The port's input buffer is the shell's RX FIFO (32 KiB); PFC XOFF/XON and
+the ECN (D19) threshold are the register map's reset values (7/3.5/3.5 KiB,
+``netreduce.regmap.FC_RESETS``; ``netreduce.sim.net.overload``). Modes (``MODES``):
 
 * ``pfc``: PFC on, ECN/CNP on, the RNICs run DCQCN;
 * ``pfc_only``: PFC on, no ECN/CNP, no DCQCN;

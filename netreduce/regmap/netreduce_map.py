@@ -202,7 +202,7 @@ PORT_COUNTERS: tuple[tuple[str, str, str], ...] = (
 # Reset values of PORT.FC_XOFF / FC_XON / FC_ECN (bytes): lossless with 9216-byte frames,
 # 100 m of cable (500 ns) and the datapath draining at half the port rate in the shell's
 # 32 KiB RX FIFO (headroom rule in docs/fabric.md, netreduce.sim.net.overload.pfc_thresholds).
-FC_RESETS = {"xoff": 8192, "xon": 4096, "ecn": 4096}
+FC_RESETS = {"xoff": 7168, "xon": 3584, "ecn": 3584}
 
 ALL_GLOBAL_COUNTERS: tuple[Counter, ...] = GLOBAL_COUNTERS + JOB_COUNTERS
 DISPOSITIONS: tuple[str, ...] = tuple(c.name for c in ALL_GLOBAL_COUNTERS if c.disposition)

@@ -32,6 +32,7 @@ import math
 from collections import deque
 from dataclasses import asdict, dataclass
 
+from netreduce.regmap import FC_RESETS
 from netreduce.regmap.clock import ns_to_cycles
 
 from .topology import TorFabric, engine_timing
@@ -44,14 +45,15 @@ _WIRE_EXTRA = 24
 
 @dataclass(frozen=True)
 class BufferConfig:
-    """Per engine port input buffer, watermarks in bytes (PORT.FC_* in the register map)."""
+    """Per engine port input buffer; watermarks in bytes, by default the reset values of
+    ``PORT.FC_XOFF`` / ``FC_XON`` / ``FC_ECN`` (:data:`netreduce.regmap.FC_RESETS`)."""
 
-    buffer_bytes: int = 32 * 1024
+    buffer_bytes: int = 32 * 1024  # the shell's RX FIFO: 512 beats of 64 bytes
     drain_gbps: float = 50.0
     pfc: bool = False
-    xoff_bytes: int = 16 * 1024
-    xon_bytes: int = 8 * 1024
-    ecn_bytes: int = 8 * 1024  # 0: no congestion signalling
+    xoff_bytes: int = FC_RESETS["xoff"]
+    xon_bytes: int = FC_RESETS["xon"]
+    ecn_bytes: int = FC_RESETS["ecn"]  # 0: no congestion signalling
 
     def __post_init__(self):
         if not (isinstance(self.buffer_bytes, int) and self.buffer_bytes >= 9216):

@@ -112,3 +112,27 @@ def test_congested_port_forwards_ect_frames_ce_marked():
     assert c["fwd_unregistered"] == 4 and eng.congested.marked == 2
     (e,) = eng.receive(1, frames[ECN_ECT0], 0)  # port 1 is not congested
     assert e.frame == frames[ECN_ECT0]
+
+
+def test_flow_control_registers_through_the_driver():
+    import pytest
+    from netreduce.sw_driver.control import ConfigError
+
+    from netreduce.regmap import FC_RESETS
+
+    j = RingJob(world=2, window=4)
+    eng, ctl = engine_with(j, ports=2)
+    fc = ctl.flow_control(1)
+    assert (fc["pfc_enable"], fc["ecn_enable"], fc["priority"], fc["quanta"]) == (0, 0, 3, 0xFFFF)
+    assert (fc["xoff"], fc["xon"], fc["ecn"]) == (FC_RESETS["xoff"], FC_RESETS["xon"],
+                                                  FC_RESETS["ecn"])
+    fc = ctl.flow_control(1, pfc_enable=1, ecn_enable=1, priority=5, xoff=12000, xon=6000,
+                          ecn=5000)
+    assert ctl.flow_control(1) == fc and ctl.flow_control(0)["pfc_enable"] == 0
+    for bad, msg in (({"xon": 12000}, "xon"), ({"ecn": 12000}, "ecn"),
+                     ({"priority": 8}, "priority"), ({"bogus": 1}, "bogus")):
+        with pytest.raises(ConfigError, match=msg):
+            ctl.flow_control(1, **bad)
+    assert ctl.flow_control(1) == fc  # nothing written by a refused change
+    with pytest.raises(ConfigError, match="port 2"):
+        ctl.flow_control(2)
