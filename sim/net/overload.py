@@ -179,6 +179,17 @@ class OverloadFabric(TorFabric):
             self._paused_at[p] = None
             self._kick(p)
 
+    def link_stats(self):
+        """:class:`~.topology.TorFabric`'s, with the input buffers' drops as ``lost`` of
+        ``engine_in`` (and ``rx_drop_full``, ``pfc_tx``, ``congested_frames``)."""
+        out = super().link_stats()
+        ein = out["engine_in"]
+        ein["lost"] += sum(self.rx_drop_full)
+        ein["rx_drop_full"] = sum(self.rx_drop_full)
+        ein["pfc_tx"] = sum(self.pfc_tx)
+        ein["congested_frames"] = sum(self.ce_frames)
+        return out
+
     def buffer_stats(self) -> dict:
         return {"rx_drop_full": list(self.rx_drop_full), "pfc_tx": list(self.pfc_tx),
                 "congested_frames": list(self.ce_frames), "max_level": list(self.max_level)}
