@@ -20,7 +20,9 @@ between two frames (never inside one: the MAC must get every frame without a gap
 next frame of ``tx_i``, at one beat per cycle (60 bytes: 1 beat at 512 bits, 8 at 64). The
 latest request wins: a request made while another waits replaces it (an XON after an unsent
 XOFF sends just the XON). The frame's fields are taken when it starts. Latency: a request is
-ready the cycle after the level crosses, sent at the next frame boundary plus one cycle.
+made 2 cycles after the level crosses (the comparison is registered), sent from the next frame
+boundary plus one cycle. Logic depth (``hw/estimate.py``, 512 bits): within the MAC clock's
+budget of 6 LUT levels.
 Source address: ``src_mac`` (default :func:`netreduce.wire.linklocal.station_mac`).
 Reset: synchronous, XON state, nothing pending.
 """
@@ -83,8 +85,10 @@ class PfcGenerator(wiring.Component):
         shift = nb.bit_length() - 1
         lvl = Signal(len(self.level) + shift)
         m.d.comb += lvl.eq(self.level << shift)
-        above = lvl >= self.xoff_bytes
-        low = (lvl <= self.xon_bytes) & ~above
+        # the watermark comparisons are registered (one cycle later: logic depth)
+        above, low = Signal(), Signal()
+        m.d.sync += [above.eq(lvl >= self.xoff_bytes),
+                     low.eq((lvl <= self.xon_bytes) & (lvl < self.xoff_bytes))]
 
         # ---- state: XOFF/XON with hysteresis, refresh timer, one pending request
         xoff = Signal()
@@ -107,13 +111,13 @@ class PfcGenerator(wiring.Component):
         ti, to = self.tx_i, self.tx_o
         in_frame = Signal()      # tx_i's current frame has started on tx_o
         sending = Signal()
-        lat_q = Signal(16)
-        lat_pri = Signal(3)
         nbeats = -(-PFC_FRAME_BYTES // nb)
         beat = Signal(range(max(nbeats, 2)))
-        fb = self._frame_bytes(lat_pri, lat_q)
+        # the frame is built into a register when a request is taken (logic depth)
+        frame = Signal(nbeats * nb * 8)
+        fb = self._frame_bytes(self.priority, pend_q)
         fb += [Const(0, 8)] * (nbeats * nb - len(fb))
-        beats = Array(Cat(*fb[k * nb:(k + 1) * nb]) for k in range(nbeats))
+        beats = Array(frame[k * nb * 8:(k + 1) * nb * 8] for k in range(nbeats))
         tail = PFC_FRAME_BYTES - (nbeats - 1) * nb
         is_last = beat == nbeats - 1
         m.d.sync += self.sent.eq(0)
@@ -128,8 +132,7 @@ class PfcGenerator(wiring.Component):
                     m.d.sync += [sending.eq(0), beat.eq(0), self.sent.eq(1)]
         with m.Elif(pending & ~in_frame):
             # take the request: the frame's fields now, its first beat next cycle
-            m.d.sync += [sending.eq(1), pending.eq(0), lat_q.eq(pend_q),
-                         lat_pri.eq(self.priority)]
+            m.d.sync += [sending.eq(1), pending.eq(0), frame.eq(Cat(*fb))]
             m.d.comb += [to.valid.eq(0), ti.ready.eq(0)]
         with m.Else():
             m.d.comb += [to.valid.eq(ti.valid), to.payload.eq(ti.payload), ti.ready.eq(to.ready)]

@@ -64,6 +64,8 @@ def _run(width, levels, *, enable=1, priority=3, quanta=0xFFFF, xoff=4096, xon=2
                     got.append(cur)
                     cur = b""
             await ctx.tick()
+        await ctx.delay(1e-9)
+        sent[0] += ctx.get(dut.sent)  # the pulse of a frame that ended in the last cycle
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
@@ -95,8 +97,9 @@ def test_xoff_xon_frames_match_wire_and_scapy(width):
         assert (c.c5_enabled, c.c5_pause_time) == (1, q)
         assert all(getattr(c, f"c{i}_enabled") == 0 for i in range(8) if i != 5)
         assert classify(f)[1].quanta[5] == q
-    # hysteresis: XOFF from the first cycle at the XOFF mark, kept between the marks
-    assert xs[10] == 0 and xs[11] == 1 and all(xs[11:51]) and xs[52] == 0
+    # hysteresis: XOFF 2 cycles after the level reaches the XOFF mark (registered compare),
+    # kept between the marks, XON 2 cycles after it falls to the XON mark
+    assert xs[11] == 0 and xs[12] == 1 and all(xs[12:52]) and xs[53] == 0
 
 
 def test_hysteresis_no_frames_between_marks_and_no_flap():
@@ -108,7 +111,7 @@ def test_hysteresis_no_frames_between_marks_and_no_flap():
     got, xs, sent = _run(64, levels, quanta=0)  # quanta 0: no refresh
     assert [classify(f)[1].quanta[3] for f in _pfc(got)] == [0, 0]  # XOFF(0 quanta), XON
     # misconfigured XON >= XOFF: one XOFF, XON once the level leaves XOFF, never a flood
-    levels = [up] * 10 + [up - 1] * 10
+    levels = [up] * 10 + [up - 1] * 20
     got, _, _ = _run(64, levels, xon=8192, quanta=100)
     assert [classify(f)[1].quanta[3] for f in _pfc(got)] == [100, 0]
 
