@@ -21,6 +21,8 @@ Contract
 
 Processing of one frame
 -----------------------
+0. *Congestion* (D19). While ``congested[port]``, an IPv4 ECT frame is CE-marked on arrival
+   (checksum updated), then processed as below.
 1. *Classify*. Not IPv4/IHL 5/unfragmented/UDP to 4791, or too short to tell -> forward unchanged,
    ``fwd_not_roce``. RoCE but shorter than the end of the BTH -> forward, ``fwd_unregistered``.
    Opcode ACK (0x11) or CNP (0x81): look up the reverse key (source IPv4, DestQP); no match ->
