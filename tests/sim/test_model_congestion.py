@@ -7,10 +7,12 @@ from __future__ import annotations
 import random
 
 import numpy as np
+import pytest
 from netreduce.sim.model.congestion import csum_update, mark_ce
 from netreduce.sim.model.kit import RingJob, engine_with
+from netreduce.sw_driver.control import ConfigError
 
-from netreduce.regmap import DISPOSITIONS
+from netreduce.regmap import DISPOSITIONS, FC_RESETS
 from netreduce.wire import (
     ECN_CE,
     ECN_ECT0,
@@ -115,11 +117,6 @@ def test_congested_port_forwards_ect_frames_ce_marked():
 
 
 def test_flow_control_registers_through_the_driver():
-    import pytest
-    from netreduce.sw_driver.control import ConfigError
-
-    from netreduce.regmap import FC_RESETS
-
     j = RingJob(world=2, window=4)
     eng, ctl = engine_with(j, ports=2)
     fc = ctl.flow_control(1)
