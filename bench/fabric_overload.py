@@ -4,7 +4,7 @@ Two ranks all-reduce ``--size`` bytes each (int32, model backend, ToR topology);
 enters engine port r at 100 Gb/s, and each port's datapath takes 50 Gb/s, so every engine port
 is 2:1 overloaded. The port's input buffer is the shell's RX FIFO (32 KiB); PFC XOFF/XON and
 the ECN (D19) threshold are the register map's reset values (7/3.5/3.5 KiB,
-``netreduce.regmap.FC_RESETS``; ``netreduce.sim.net.overload``). Modes (``MODES``):
+``netreduce.regmap.FC_RESETS``; ``netreduce.sim.net.overload``). Modes (``overload_run.MODES``):
 
 * ``pfc``: PFC on, ECN/CNP on, the RNICs run DCQCN;
 * ``pfc_only``: PFC on, no ECN/CNP, no DCQCN;
@@ -27,7 +27,8 @@ import sys
 import time
 from pathlib import Path
 
-from netreduce.sim.net.overload import MODES, BufferConfig, pfc_thresholds, run_overload
+from netreduce.sim.net.overload import BufferConfig, pfc_thresholds
+from netreduce.sim.net.overload_run import MODES, run_overload
 
 OUT = Path(__file__).resolve().parent / "results" / "fabric_overload.json"
 COLS = ("latency_ns", "mode", "ok", "sim_us", "bound_us", "drops", "pfc_tx", "cnp_sent",

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 from netreduce.sim.net.dcqcn import Dcqcn, DcqcnConfig
-from netreduce.sim.net.overload import BufferConfig, run_overload
+from netreduce.sim.net.overload import BufferConfig
+from netreduce.sim.net.overload_run import run_overload
 
 SIZE = 1 << 18
 
