@@ -28,12 +28,14 @@ behind that signature; :class:`.bringup.LoopbackCore` is the bring-up alternativ
   link).
 * Per port: RX MAC -> dropping :class:`.framefifo.FrameFifo` (the MAC cannot wait: a frame that
   does not fit is dropped whole, and so is a frame the MAC flagged: bad FCS, longer than the
-  MAC's maximum packet length) -> CDC -> LinkGate -> ``core.rx[i]``; ``core.tx[i]`` ->
-  LinkGate -> CDC -> store-and-forward FrameFifo (the MAC must get every frame without gaps) ->
-  TX MAC. A frame starts towards the MAC only while its transmitter is enabled. Frame limits
-  (``max_frame``, FIFO depths: two largest frames, 512 beats for 9216 bytes; the MAC's maximum
-  packet length) come from :func:`.limits.frame_limits` and are checked to agree
-  (:func:`.limits.check_limits`).
+  MAC's maximum packet length) -> CDC -> LinkGate -> :class:`.cemark.CeMarker` (ECN marks
+  while the RX FIFO is congested) -> ``core.rx[i]``; ``core.tx[i]`` -> LinkGate -> CDC ->
+  store-and-forward FrameFifo (the MAC must get every frame without gaps) ->
+  :class:`.pfcgen.PfcGenerator` (PFC from the RX FIFO's watermarks) -> TX MAC; both configured
+  by the core's ``fc`` output (``PORT.FC_*``, :mod:`.flowctl`). A frame starts towards the
+  MAC only while its transmitter is enabled. Frame limits (``max_frame``, FIFO depths: two
+  largest frames, 512 beats for 9216 bytes; the MAC's maximum packet length) come from
+  :func:`.limits.frame_limits` and are checked to agree (:func:`.limits.check_limits`).
 * QSFP sideband: ``ModSelL`` high (the shell does not use the module's I2C), ``ResetL`` low while
   the ``sync`` domain is in reset, ``LPMode`` low (high power).
 * Management: ``mgmt`` (optional) is a component with an ``m_axil`` AXI4-Lite master member; it
