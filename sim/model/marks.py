@@ -5,10 +5,10 @@ clears them before a frame reaches a worker."""
 
 from __future__ import annotations
 
+from netreduce.wire.marks import MARK_PARTIAL, MARK_TOTAL, MARKS
+
 __all__ = ["MARK_PARTIAL", "MARK_TOTAL", "MARKS", "remark"]
 
-MARK_PARTIAL, MARK_TOTAL = 0x01, 0x02
-MARKS = MARK_PARTIAL | MARK_TOTAL
 _BTH_BYTE4 = 28 + 4  # from the start of the IPv4 header
 
 

@@ -59,12 +59,16 @@ def engine_top_path(params: dict):
 def engine_top(params: dict):
     """The engine's Verilog top (``netreduce.hw.engine.engine_verilog``) for build ``params``,
     cached (:mod:`.cache`: outside the work tree, shared by clones) by the parameters and the
-    source text of netreduce.hw, .wire and .regmap (elaborating a 512-bit engine takes a while)."""
+    source text of netreduce.hw, .wire and .regmap (elaborating a 512-bit engine takes a while).
+    A true ``roles`` entry builds the engine with flow roles (``NetReduceEngine(roles=True)``)."""
     eng = engine_module()
     if eng is None:
         raise RuntimeError("netreduce.hw.engine is not available")
+    # ``roles``: the build with flow roles (spine-leaf, D17), not a register map parameter
+    p = {k: v for k, v in params.items() if k != "roles"}
+    roles = bool(params.get("roles", False))
     return cached_top(ENGINE_TOP_NAME, _top_key(params),
-                      lambda: eng.engine_verilog(build_regmap(**params)))
+                      lambda: eng.engine_verilog(build_regmap(**p), roles=roles))
 
 
 def simulator_missing(sim: str) -> str | None:

@@ -106,7 +106,7 @@ class RtlSwitchEngine:
     ``top`` (an :class:`~netreduce.hw.verilog.AxisTop`) uses that engine top instead of building
     one from the parameters; ``sim`` (a FastSim-like object) uses that model as it is (the build
     parameters must then describe it). ``quiet_cycles`` / ``mgmt_quiet_cycles`` / ``max_run``:
-    see the module doc.
+    see the module doc. ``roles``: the engine build with flow roles (spine-leaf, D17).
     """
 
     batched = True  # SwitchService: send() every frame of a loop turn, then one run()
@@ -117,14 +117,16 @@ class RtlSwitchEngine:
                  pmtu_max: int = DEFAULT_PARAMS["pmtu_max"],
                  data_width: int = DEFAULT_PARAMS["data_width"], *, top=None, sim=None,
                  seed: int = 0, quiet_cycles: int | None = None, mgmt_quiet_cycles: int = 1024,
-                 max_run: int = 1 << 18):
+                 max_run: int = 1 << 18, roles: bool = False):
         self.params = switch_build_params(ports, jobs, flows, slots, max_world, pmtu_max,
                                           data_width)
         self.regmap = build_regmap(**self.params)
         if sim is None:
             from ..backend import open_engine
 
-            sim = open_engine("verilator", self.params, seed=seed, top=top)
+            # roles: the build with flow roles (a leaf or spine engine, docs/spine-leaf.md)
+            sim = open_engine("verilator", {**self.params, "roles": True} if roles
+                              else self.params, seed=seed, top=top)
         self.sim = sim
         self.ports = ports
         if quiet_cycles is None:

@@ -465,11 +465,11 @@ def compare(expected: Iterable, got: Iterable,
 # ================================================================================== registers
 def state_registers(params: dict) -> list[tuple[str, int]]:
     """(name, address) of every register compared after a run: all counters (CNT, JOB_CNT), the
-    job table's STATUS/FREE_PTR/RELEASE_PTR/SLOTS_BUSY, the flow table's ACKED/STATUS and the
-    engine-side port counters (PORT: frames and bytes in and out, PAUSE/PFC acted on)."""
+    job table's STATUS/FREE_PTR/RELEASE_PTR/SLOTS_BUSY/PARTIAL_PTR, the flow table's ACKED/STATUS
+    and the engine-side port counters (PORT: frames and bytes in and out, PAUSE/PFC acted on)."""
     rm = build_regmap(**params)
     keep = {"CNT": None, "JOB_CNT": None,
-            "JOB": {"STATUS", "FREE_PTR", "RELEASE_PTR", "SLOTS_BUSY"},
+            "JOB": {"STATUS", "FREE_PTR", "RELEASE_PTR", "SLOTS_BUSY", "PARTIAL_PTR"},
             "FLOW": {"ACKED", "STATUS"},
             "PORT": {n.upper() for n, src, _ in PORT_COUNTERS if src == "engine"}}
     out = []
@@ -498,7 +498,8 @@ def _counter_name(reg: str) -> str:
 def end_state_problems(state: dict[str, int], params: dict) -> list[str]:
     """The identities that hold after a run in which every job finished or was removed: no busy
     slot, rx = sum of dispositions, tx = forwarded + results + re-emits + CNPs (+ management
-    answers), contributions = results sent, released = freed."""
+    answers, + a leaf's partials and forwarded totals), contributions = results sent (+ a
+    leaf's partials: its UP flow's contribution goes up, not back), released = freed."""
     c = {cn.name: state.get(f"CNT.{cn.name.upper()}", 0) for cn in ALL_GLOBAL_COUNTERS}
     bad = []
     jobs = build_regmap(**params).params["jobs"]
@@ -514,18 +515,20 @@ def end_state_problems(state: dict[str, int], params: dict) -> list[str]:
         if per_port and sum(per_port) & _U32 != c[d]:
             bad.append(f"{d} {c[d]} != sum over PORT {sum(per_port) & _U32}")
     tx = (sum(c[d] for d in FORWARDED) + c["results_sent"] + c["reemits"] + c["cnp_sent"]
-          + sum(c[d] for d in MGMT_ANSWERED)) & _U32
+          + sum(c[d] for d in MGMT_ANSWERED) + c["partials_up"] + c["totals"]) & _U32
     if c["tx_frames"] != tx:
-        bad.append(f"tx_frames {c['tx_frames']} != forwarded + results + re-emits + CNPs = {tx}")
-    if c["contributions"] != c["results_sent"]:
-        bad.append(f"contributions {c['contributions']} != results_sent {c['results_sent']}")
+        bad.append(f"tx_frames {c['tx_frames']} != forwarded + results + re-emits + CNPs "
+                   f"(+ partials, totals) = {tx}")
+    if c["contributions"] != (c["results_sent"] + c["partials_up"]) & _U32:
+        bad.append(f"contributions {c['contributions']} != results_sent {c['results_sent']} "
+                   f"+ partials_up {c['partials_up']}")
     if c["released"] != c["freed"]:
         bad.append(f"released {c['released']} != freed {c['freed']}")
     for j in range(jobs):
         jc = {cn.name: state.get(f"JOB_CNT[{j}].{cn.name.upper()}", 0) for cn in JOB_COUNTERS}
-        if jc["contributions"] != jc["results_sent"]:
+        if jc["contributions"] != jc["results_sent"] + jc["partials_up"]:
             bad.append(f"job {j}: contributions {jc['contributions']} != results_sent "
-                       f"{jc['results_sent']}")
+                       f"{jc['results_sent']} + partials_up {jc['partials_up']}")
     return bad
 
 
