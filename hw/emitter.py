@@ -41,7 +41,8 @@ def seq_before(a, b):
 
 def is_vlan(raw):
     """The stored header bytes carry an 802.1Q tag."""
-    return (raw[12] == ETHERTYPE_VLAN >> 8) & (raw[13] == ETHERTYPE_VLAN & 0xFF)
+    et = wf.ETH.ethertype.offset
+    return (raw[et] == ETHERTYPE_VLAN >> 8) & (raw[et + 1] == ETHERTYPE_VLAN & 0xFF)
 
 
 def frame_job_layout(ports: int, slots: int) -> data.StructLayout:

@@ -84,7 +84,8 @@ def remarked(m, raw, en, mark, name: str = "remarked"):
     set to ``mark`` when ``en``: a new signal, driven combinationally in ``m``."""
     out = Signal(data.ArrayLayout(8, HDR_CAP), name=name)
     m.d.comb += out.eq(raw)
-    vlan = (raw[12] == ETHERTYPE_VLAN >> 8) & (raw[13] == ETHERTYPE_VLAN & 0xFF)
+    et = wf.ETH.ethertype.offset  # an 802.1Q frame has its TPID where the EtherType would be
+    vlan = (raw[et] == ETHERTYPE_VLAN >> 8) & (raw[et + 1] == ETHERTYPE_VLAN & 0xFF)
     for l2, vl in ((L2_UNTAGGED, 0), (L2_TAGGED, 1)):
         b = l2 + wf.IPV4.size + wf.UDP.size + BTH_MARK_BYTE
         with m.If(en & (vlan == vl)):

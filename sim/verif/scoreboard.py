@@ -68,7 +68,6 @@ from netreduce.wire import (
     DOT1Q,
     ETH,
     IMMDT,
-    IP_PROTO_UDP,
     IPV4,
     OPCODES,
     RETH,
@@ -79,15 +78,19 @@ from netreduce.wire import (
 )
 from netreduce.wire.view import (
     BTH_AT,
-    DPORT_AT,
-    ETHERTYPE_IPV4_BYTES,
+    ETHERTYPE_OFF,
+    IPV4_OFF,
     OP_ACK,
     OP_CNP,
-    PROTO_AT,
-    ROCEV2_PORT_BYTES,
+    dqpn,
+    dst_ip,
     l3_offset,
+    opcode,
+    roce_l3,
+    src_ip,
 )
 
+from ..backend import open_engine
 from ..model import Engine
 
 __all__ = ["Event", "EventLog", "Out", "Replay", "FlowMismatch", "ScoreReport",
@@ -234,7 +237,7 @@ def replay(log: EventLog | Iterable, params: dict | None = None) -> Replay:
         events = list(log)
     if params is None:
         raise ValueError("replay needs the engine's build parameters")
-    eng = Engine(**params)
+    eng = open_engine("model", params)
     outs: list[Out] = []
     for i, ev in enumerate(events):
         kind, a, b, cycle = ev
@@ -261,18 +264,13 @@ def flow_of(port: int, frame: bytes) -> tuple:
 
     Classified positionally, as the engine classifies (no checksum/ICRC checks), so a malformed
     frame forwarded unchanged lands in the same flow as its well-formed neighbours."""
-    n = len(frame)
-    l3 = _l3(frame)
-    b = l3 + BTH_AT
-    if (n < b + 12 or frame[l3 - 2:l3] != ETHERTYPE_IPV4_BYTES or frame[l3] != 0x45
-            or frame[l3 + PROTO_AT] != IP_PROTO_UDP
-            or frame[l3 + DPORT_AT:l3 + DPORT_AT + 2] != ROCEV2_PORT_BYTES):
+    l3 = roce_l3(frame)
+    if l3 <= 0:
         return (port, "other")
-    op = frame[b]
+    op = opcode(frame, l3)
     kind = "ack" if op == OP_ACK else "cnp" if op == OP_CNP else "data"
-    return (port, ip_str(int.from_bytes(frame[l3 + 12:l3 + 16], "big")),
-            ip_str(int.from_bytes(frame[l3 + 16:l3 + 20], "big")),
-            int.from_bytes(frame[b + 5:b + 8], "big"), kind)
+    return (port, ip_str(int.from_bytes(src_ip(frame, l3), "big")),
+            ip_str(int.from_bytes(dst_ip(frame, l3), "big")), dqpn(frame, l3), kind)
 
 
 def _flow_str(key: tuple) -> str:
@@ -292,25 +290,27 @@ def _layout(frame: bytes) -> list[tuple[int, int, str]]:
 
     add(ETH, 0)
     l3 = _l3(frame)
-    if l3 == 18:
+    if l3 != IPV4_OFF:
         spans = [s for s in spans if s[2] != "ETH.ethertype"]
-        add(DOT1Q, 12)
-        spans.append((16, 18, "ETH.ethertype"))
+        add(DOT1Q, ETHERTYPE_OFF)
+        spans.append((l3 - 2, l3, "ETH.ethertype"))
     add(IPV4, l3)
-    add(UDP, l3 + 20)
-    b = l3 + 28
+    add(UDP, l3 + IPV4.size)
+    b = l3 + BTH_AT
     add(BTH, b)
-    x = b + 12
+    x = b + BTH.size
     info = OPCODES.get(frame[b]) if len(frame) > b else None
     if info is not None:
         for hdr, on in ((RETH, info.reth), (IMMDT, info.immdt), (AETH, info.aeth)):
             if on:
                 add(hdr, x)
                 x += hdr.size
-    total = int.from_bytes(frame[l3 + 2:l3 + 4], "big") if len(frame) >= l3 + 4 else 0
-    end = l3 + total if l3 + 44 <= l3 + total <= len(frame) else len(frame)
-    spans.append((x, max(x, end - 4), "payload"))
-    spans.append((max(x, end - 4), end, "ICRC"))
+    t = IPV4.total_length
+    total = t.get(frame, l3) if len(frame) >= l3 + t.offset + t.size else 0
+    icrc = 4
+    end = l3 + total if BTH_AT + BTH.size + icrc <= total <= len(frame) - l3 else len(frame)
+    spans.append((x, max(x, end - icrc), "payload"))
+    spans.append((max(x, end - icrc), end, "ICRC"))
     spans.append((end, 1 << 30, "Ethernet pad / trailing bytes"))
     return spans
 

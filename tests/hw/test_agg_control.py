@@ -19,12 +19,13 @@ from amaranth.hdl import Module, Value
 from amaranth.lib.memory import Memory
 from amaranth.sim import Simulator
 from netreduce.hw.agg.control import Action, AggControl, FrameError, HdrClass
-from netreduce.sim.model.engine import Engine, _parse
+from netreduce.sim.model.engine import Engine
 from netreduce.sim.model.kit import RingJob
 from netreduce.sw_driver.control import EngineControl
 
 from netreduce.regmap import DISPOSITIONS, JOB_COUNTERS, Access, Op, build_regmap
 from netreduce.wire import ECN_CE, NAK_PSN_SEQ, Opcode, RoceFrame
+from netreduce.wire.view import check as _parse
 
 PSN_MASK = (1 << 24) - 1
 _ERR = {"icrc": FrameError.ICRC, "ip_checksum": FrameError.IP_CHECKSUM,
