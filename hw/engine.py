@@ -41,7 +41,7 @@ Contract (the reference model :class:`netreduce.sim.model.Engine` is the specifi
   parallel, back to back across frames; with several ports and ``lanes`` = 1 it serves them one
   frame at a time (1 beat per cycle in total) and the emitter sends one result beat per cycle;
   header reads take 2 cycles per frame. With ``lanes`` = ports (:mod:`netreduce.hw.lanes`,
-  model D19) every port has its own dispatcher and slot memory (1 beat per cycle each) and its
+  model D20) every port has its own dispatcher and slot memory (1 beat per cycle each) and its
   own deparser, fed in rounds by :class:`~netreduce.hw.egress.RoundEmitter`.
 * Latency: see bench/engine.py (cycles from the last contribution beat in to the first result
   beat out).
@@ -74,7 +74,7 @@ from .packet.deparser import Deparser
 from .packet.layout import HDR_CAP, Kind
 from .packet.linklocal import attach_linklocal
 from .packet.parser import Parser
-from .ports import SHELL_LAYOUT, attach_ports
+from .ports import SHELL_LAYOUT, attach_ports, fc_layout
 from .skid import SkidBuffer
 from .stream import beat_layout, beat_signature
 from .txarb import TxArbiter
@@ -152,6 +152,8 @@ class NetReduceEngine(wiring.Component):
         members["s_axil"] = In(AXI4LiteSignature(self.bank.addr_width))
         # link status and drop strobes from the board shell (netreduce.hw.ports; 0: no shell)
         members["shell"] = In(data.ArrayLayout(SHELL_LAYOUT, self.ports))
+        # the PORT.FC_* registers (PFC watermarks, ECN threshold) for the board shell
+        members["fc"] = Out(data.ArrayLayout(fc_layout(self.bank), self.ports))
         super().__init__(members)
 
     @property

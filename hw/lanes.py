@@ -1,4 +1,4 @@
-"""Per-port contribution lanes (build parameter ``lanes = ports``; model decision D19).
+"""Per-port contribution lanes (build parameter ``lanes = ports``; model decision D20).
 
 Every port gets its own contribution path: its own :class:`~netreduce.hw.dispatch.Dispatcher`
 and its own :class:`~netreduce.hw.agg.slotmem.SlotMemory` (lane ``k``), so P ports aggregate at
@@ -10,7 +10,7 @@ holds what the lanes share:
   lanes that hold a partial of the slot's current generation (``lmask``, a P-bit word per slot):
   a contribution's ``overwrite`` becomes "first contribution of this generation *in this lane*".
 * :class:`LaneCombine`: the emitter's slot reads, issued to every lane's result port in lock
-  step; the lanes in the read's ``lmask`` are combined in port order 0..P-1 (D19), and SUM_SAT
+  step; the lanes in the read's ``lmask`` are combined in port order 0..P-1 (D20), and SUM_SAT
   clipping in the combination is reported once per released index.
 * :func:`xtag_layout`: what a slot read carries for the combination (lane mask, op, job).
 """
@@ -112,7 +112,7 @@ class LaneSplit(wiring.Component):
 
 
 class LaneCombine(wiring.Component):
-    """The emitter's slot reads over P lanes, combined in port order (model D19).
+    """The emitter's slot reads over P lanes, combined in port order (model D20).
 
     Members: ``req`` (In) / ``res`` (Out): the emitter's side, the slot memory's result-port
     layouts, with tag ``Cat(bytes, last, xtag, count)`` (``bytes``: ``nb_bits`` bits, ``xtag``:

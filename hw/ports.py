@@ -7,10 +7,13 @@
   link-local ones included), ``tx_frames`` / ``tx_bytes`` at its output ``o_p<k>`` (bytes without
   FCS), ``pause_rx`` (PAUSE/PFC frames acted on, from the link-local filter);
 * shell side, from the engine's ``shell`` input (:data:`SHELL_LAYOUT` per port, driven by the
-  board shell around the MAC; 0 when nothing drives it): ``link_up``, ``rsfec_lock`` and
-  ``tx_paused`` levels
-  for ``PORT.STATUS``, and one-cycle strobes ``rx_errors``, ``rx_drop_full``, ``rx_cut``,
-  ``tx_drop_down`` (the shell's RX FIFO and link gate, :mod:`netreduce.hw.boards`).
+  board shell around the MAC; 0 when nothing drives it): ``link_up``, ``rsfec_lock``,
+  ``tx_paused``, ``xoff`` and ``congested`` levels for ``PORT.STATUS``, and one-cycle strobes
+  ``rx_errors``, ``rx_drop_full``, ``rx_cut``, ``tx_drop_down``, ``pfc_tx`` (the shell's RX
+  FIFO, link gate and PFC generator, :mod:`netreduce.hw.boards`).
+
+The other way, the engine's ``fc`` output (:func:`fc_layout` per port) hands the shell the
+``PORT.FC_*`` registers (PFC watermarks, priority, quanta, ECN threshold; docs/fabric.md).
 
 Counters are 32 bits, wrap, and clear with ``GLOBAL.CONTROL.clear_counters`` (an increment in the
 clearing cycle still counts). Values are registered: a register read sees them one cycle late.
@@ -28,11 +31,19 @@ from netreduce.regmap import PORT_COUNTERS
 
 from .stream import keep_count
 
-__all__ = ["SHELL_LAYOUT", "SHELL_STROBES", "PortStats", "attach_ports"]
+__all__ = ["SHELL_LAYOUT", "SHELL_STROBES", "SHELL_LEVELS", "PortStats", "attach_ports",
+           "fc_layout"]
 
 SHELL_STROBES = tuple(n for n, src, _ in PORT_COUNTERS if src == "shell")
-SHELL_LAYOUT = data.StructLayout({"link_up": 1, "rsfec_lock": 1, "tx_paused": 1,
+SHELL_LEVELS = ("link_up", "rsfec_lock", "tx_paused", "xoff", "congested")  # PORT.STATUS
+SHELL_LAYOUT = data.StructLayout({**{n: 1 for n in SHELL_LEVELS},
                                   **{n: 1 for n in SHELL_STROBES}})
+
+
+def fc_layout(bank):
+    """One port's entry of the register bank's ``port_cfg`` (the ``PORT.FC_*`` RW fields)."""
+    shape = bank.signature.members["port_cfg"].shape
+    return shape.elem_shape if isinstance(shape, data.ArrayLayout) else shape
 
 
 class PortStats(wiring.Component):
@@ -65,16 +76,15 @@ class PortStats(wiring.Component):
         count("pause_rx", self.pause)
         for n in SHELL_STROBES:
             count(n, getattr(self.shell, n))
-        m.d.sync += [v.status.link_up.eq(self.shell.link_up),
-                     v.status.rsfec_lock.eq(self.shell.rsfec_lock),
-                     v.status.tx_paused.eq(self.shell.tx_paused)]
+        m.d.sync += [getattr(v.status, n).eq(getattr(self.shell, n)) for n in SHELL_LEVELS]
         return m
 
 
 def attach_ports(m: Module, engine, bank, pause_valid: list) -> list[PortStats]:
     """One :class:`PortStats` per port of ``engine`` observing its ``i_p<k>`` / ``o_p<k>``
-    handshakes, ``pause_valid[k]`` and ``engine.shell[k]``, driving ``bank.port_status[k]``."""
-    status = bank.port_status
+    handshakes, ``pause_valid[k]`` and ``engine.shell[k]``, driving ``bank.port_status[k]``;
+    ``engine.fc[k]`` from ``bank.port_cfg[k]``."""
+    status, cfg = bank.port_status, bank.port_cfg
     arr = isinstance(status.shape(), data.ArrayLayout)   # a one-entry table is not an array
     lay = status.shape().elem_shape if arr else status.shape()
     out = []
@@ -88,6 +98,7 @@ def attach_ports(m: Module, engine, bank, pause_valid: list) -> list[PortStats]:
                          b.last.eq(s.payload.last)]
         m.d.comb += [ps.pause.eq(pause_valid[k]), ps.shell.eq(engine.shell[k]),
                      ps.clear.eq(bank.global_pulse.control.clear_counters),
-                     (status[k] if arr else status).eq(ps.value)]
+                     (status[k] if arr else status).eq(ps.value),
+                     engine.fc[k].eq(cfg[k] if arr else cfg)]
         out.append(ps)
     return out

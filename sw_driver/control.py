@@ -378,6 +378,43 @@ class EngineControl:
             out[name] = self._rd(f"PORT.{name.upper()}", port)
         return out
 
+    def flow_control(self, port: int, **changes) -> dict[str, int]:
+        """Read, and with ``changes`` first update, a port's ``PORT.FC_*`` registers (PFC from the
+        shell's RX FIFO watermarks and ECN marking while it is congested; docs/fabric.md).
+        Keys: ``pfc_enable``, ``ecn_enable``, ``priority`` (0..7), ``quanta`` (0..65535),
+        ``xoff``, ``xon``, ``ecn`` (bytes of RX FIFO level). Refused (:class:`ConfigError`,
+        nothing written): an unknown key, a value out of range, ``xon >= xoff``, or ECN marking
+        from at or above XOFF while both are on."""
+        ports = self.regmap.params["ports"]
+        if not 0 <= port < ports:
+            raise ConfigError(f"port {port} outside 0..{ports - 1}")
+        regs = {"xoff": "FC_XOFF", "xon": "FC_XON", "ecn": "FC_ECN"}
+        ctrl = self.regmap.reg("PORT.FC_CTRL")
+        cur = {f.name: f.get(self._rd("PORT.FC_CTRL", port)) for f in ctrl.fields}
+        cur.update({k: self._rd(f"PORT.{r}", port) for k, r in regs.items()})
+        for k, v in changes.items():
+            if k not in cur:
+                raise ConfigError(f"flow control key {k!r}; known: {', '.join(cur)}")
+            f = (ctrl.field(k) if k not in regs
+                 else self.regmap.field(f"PORT.{regs[k]}.bytes"))
+            if not isinstance(v, int) or not 0 <= v <= f.max:
+                raise ConfigError(f"flow control {k} = {v!r} outside 0..{f.max}")
+        new = {**cur, **changes}
+        if new["xon"] >= new["xoff"]:
+            raise ConfigError(f"flow control xon = {new['xon']} must be below xoff = "
+                              f"{new['xoff']}")
+        if new["pfc_enable"] and new["ecn_enable"] and new["ecn"] >= new["xoff"]:
+            raise ConfigError(f"flow control ecn = {new['ecn']} must be below xoff = "
+                              f"{new['xoff']} (mark before pausing)")
+        if changes:
+            word = 0
+            for f in ctrl.fields:
+                word = f.put(word, new[f.name])
+            for k, r in regs.items():
+                self._wr(f"PORT.{r}", new[k], port)
+            self._wr("PORT.FC_CTRL", word, port)
+        return new
+
     def clear_counters(self) -> None:
         self._wr("GLOBAL.CONTROL", self.regmap.field("GLOBAL.CONTROL.clear_counters").mask)
 

@@ -45,7 +45,7 @@ class FrameFifo(wiring.Component):
     Parameters: ``data_width`` (bits per beat), ``depth`` (beats, a power of two >= 4),
     ``drop_when_full`` (RX behaviour: never back-pressure, drop whole frames instead).
     Ports: ``i`` (In beat stream), ``o`` (Out beat stream), ``drop`` (Out, 1-cycle pulse per
-    dropped frame).
+    dropped frame), ``level`` (Out: beats held, for watermarks such as PFC's).
     """
 
     def __init__(self, data_width: int = 512, depth: int = 128, *, drop_when_full: bool,
@@ -67,6 +67,7 @@ class FrameFifo(wiring.Component):
             "o": Out(beat_signature(data_width)),
             "drop": Out(1),
             "drop_error": Out(1),
+            "level": Out(range(depth + 1)),   # beats held, the partial frame's included
         })
 
     def elaborate(self, platform):
@@ -84,7 +85,7 @@ class FrameFifo(wiring.Component):
         wr = Signal(aw + 1)          # write position inside the frame being received
         dropping = Signal()          # swallowing the rest of a dropped frame
         level = Signal(aw + 1)
-        m.d.comb += level.eq(wr - rd)
+        m.d.comb += [level.eq(wr - rd), self.level.eq(level)]
         full = level == self.depth
         complete = commit != rd
 

@@ -28,12 +28,14 @@ behind that signature; :class:`.bringup.LoopbackCore` is the bring-up alternativ
   link).
 * Per port: RX MAC -> dropping :class:`.framefifo.FrameFifo` (the MAC cannot wait: a frame that
   does not fit is dropped whole, and so is a frame the MAC flagged: bad FCS, longer than the
-  MAC's maximum packet length) -> CDC -> LinkGate -> ``core.rx[i]``; ``core.tx[i]`` ->
-  LinkGate -> CDC -> store-and-forward FrameFifo (the MAC must get every frame without gaps) ->
-  TX MAC. A frame starts towards the MAC only while its transmitter is enabled. Frame limits
-  (``max_frame``, FIFO depths: two largest frames, 512 beats for 9216 bytes; the MAC's maximum
-  packet length) come from :func:`.limits.frame_limits` and are checked to agree
-  (:func:`.limits.check_limits`).
+  MAC's maximum packet length) -> CDC -> LinkGate -> :class:`.cemark.CeMarker` (ECN marks
+  while the RX FIFO is congested) -> ``core.rx[i]``; ``core.tx[i]`` -> LinkGate -> CDC ->
+  store-and-forward FrameFifo (the MAC must get every frame without gaps) ->
+  :class:`.pfcgen.PfcGenerator` (PFC from the RX FIFO's watermarks) -> TX MAC; both configured
+  by the core's ``fc`` output (``PORT.FC_*``, :mod:`.flowctl`). A frame starts towards the
+  MAC only while its transmitter is enabled. Frame limits (``max_frame``, FIFO depths: two
+  largest frames, 512 beats for 9216 bytes; the MAC's maximum packet length) come from
+  :func:`.limits.frame_limits` and are checked to agree (:func:`.limits.check_limits`).
 * QSFP sideband: ``ModSelL`` high (the shell does not use the module's I2C), ``ResetL`` low while
   the ``sync`` domain is in reset, ``LPMode`` low (high power).
 * Management: ``mgmt`` (optional) is a component with an ``m_axil`` AXI4-Lite master member; it
@@ -69,6 +71,7 @@ from ..ports import SHELL_LAYOUT
 from ..stream import beat_signature
 from .cmac import cmac_config, cmac_for, ip_tcl
 from .coreclock import CORE_HZ, CoreClock, PortCrossing
+from .flowctl import attach_flow_control
 from .framefifo import FrameFifo
 from .limits import check_limits, frame_limits
 from .linkgate import LinkGate
@@ -171,6 +174,18 @@ class EngineCore(wiring.Component):
         # the engine's `shell` input (link status, drop strobes: netreduce.hw.ports); driven
         # by BoardShell in the core domain
         self.shell = Signal(data.ArrayLayout(SHELL_LAYOUT, ports), name="shell_status")
+        # the engine's PORT.FC_* registers (netreduce.hw.ports.fc_layout), for .flowctl
+        self.fc = Signal(data.ArrayLayout(self._fc_layout(), ports), name="fc_cfg")
+
+    def _fc_layout(self):
+        from ..csr.bank import RegisterBank
+        from ..ports import fc_layout
+
+        if self.engine is not None:
+            return fc_layout(self.engine.bank)
+        bank = RegisterBank(self.regmap)   # for its layouts only
+        bank._MustUse__silence = True
+        return fc_layout(bank)
 
     def instance_ports(self) -> list[str]:
         """Port names of the ``netreduce_engine`` instance (``"instance"`` netlist)."""
@@ -180,7 +195,7 @@ class EngineCore(wiring.Component):
                 names += [f"{pre}_p{k}_t{x}" for x in ("data", "keep", "last", "user", "valid",
                                                        "ready")]
         names += [f"s_axil_{n}" for n in AXI4LiteSignature(1).members]
-        return names + ["shell"]
+        return names + ["shell", "fc"]
 
     def elaborate(self, platform):
         m = Module()
@@ -191,10 +206,11 @@ class EngineCore(wiring.Component):
                 wiring.connect(m, wiring.flipped(self.rx[k]), getattr(eng, f"i_p{k}"))
                 wiring.connect(m, getattr(eng, f"o_p{k}"), wiring.flipped(self.tx[k]))
             wiring.connect(m, wiring.flipped(self.s_axil), eng.s_axil)
-            m.d.comb += eng.shell.eq(self.shell)
+            m.d.comb += [eng.shell.eq(self.shell), self.fc.eq(eng.fc)]
             return m
 
-        args = {"i_clk": ClockSignal(), "i_rst": ResetSignal(), "i_shell": self.shell}
+        args = {"i_clk": ClockSignal(), "i_rst": ResetSignal(), "i_shell": self.shell,
+                "o_fc": self.fc}
         for k in range(self.ports):
             rx, tx = self.rx[k], self.tx[k]
             pre = f"s_axis_p{k}_t"
@@ -440,13 +456,21 @@ class BoardShell(Elaboratable):
                 rx_fifo.i.valid.eq(mac.rx.valid),
                 rx_fifo.i.payload.eq(mac.rx.payload),
             ]
+            # PFC from the RX FIFO's watermarks, ECN marks while it is congested (.flowctl)
+            st = getattr(self.core, "shell", None)
+            fc = getattr(self.core, "fc", None)
+            gate = DomainRenamer(core_dom)(LinkGate(DATA_WIDTH))
+            mac_tx, core_rx = attach_flow_control(
+                m, k=i, width=DATA_WIDTH, dom=dom, core_dom=core_dom, rx_fifo=rx_fifo,
+                tx_out=tx_fifo.o, rx_in=gate.rx_o, fc=None if fc is None else fc[i],
+                st=None if st is None else st[i])
             # a frame starts towards the MAC only while its transmitter is enabled
             tx_in_frame = Signal(name=f"tx_in_frame{c}")
             go = aligned | tx_in_frame
             m.d.comb += [
-                mac.tx.valid.eq(tx_fifo.o.valid & go),
-                mac.tx.payload.eq(tx_fifo.o.payload),
-                tx_fifo.o.ready.eq(mac.tx.ready & go),
+                mac.tx.valid.eq(mac_tx.valid & go),
+                mac.tx.payload.eq(mac_tx.payload),
+                mac_tx.ready.eq(mac.tx.ready & go),
             ]
             with m.If(mac.tx.valid & mac.tx.ready):
                 m.d[dom] += tx_in_frame.eq(~mac.tx.payload.last)
@@ -457,16 +481,14 @@ class BoardShell(Elaboratable):
             wiring.connect(m, rx_fifo.o, xing.mac_rx)
             wiring.connect(m, xing.mac_tx, tx_fifo.i)
             # the core survives a flap: the gate keeps frames whole and drains a dead port
-            gate = DomainRenamer(core_dom)(LinkGate(DATA_WIDTH))
             m.submodules[f"link_gate{c}"] = gate
             m.submodules[f"link_up{c}"] = FFSynchronizer(aligned, gate.up, o_domain=core_dom)
             wiring.connect(m, xing.core_rx, gate.rx_i)
-            wiring.connect(m, gate.rx_o, self.core.rx[i])
+            wiring.connect(m, core_rx, self.core.rx[i])
             wiring.connect(m, self.core.tx[i], gate.tx_i)
             wiring.connect(m, gate.tx_o, xing.core_tx)
 
             # link status and drop strobes for the engine's PORT registers (netreduce.hw.ports)
-            st = getattr(self.core, "shell", None)
             if st is not None:
                 self._port_status(m, st[i], dom, core_dom, gate, rx_fifo, mac, c)
 

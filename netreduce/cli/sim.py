@@ -84,9 +84,21 @@ class _Fail(click.ClickException):
 @click.option("--racks", type=click.IntRange(0, 4), default=0, show_default=True,
               help="Spine-leaf: the N workers in R racks (2..4), a leaf engine each and a spine "
                    "engine; pcaps PREFIX.<engine>.in/out.pcap per engine (0: one engine).")
+@click.option("--datapath-gbps", type=click.FloatRange(0.0, 1000.0), default=0.0,
+              show_default=True,
+              help="Each engine port's datapath takes D Gb/s behind a 32 KiB input buffer that "
+                   "drops (counted) when full (0: not limited; ToR, model backend; "
+                   "docs/fabric.md).")
+@click.option("--pfc/--no-pfc", default=False, show_default=True,
+              help="Engine ports send PFC from their input buffer's watermarks (PORT.FC_*).")
+@click.option("--ecn/--no-ecn", default=False, show_default=True,
+              help="Ranks send ECT; congested engine ports CE-mark on arrival (D19), so "
+                   "contributions get CNPs.")
+@click.option("--dcqcn/--no-dcqcn", default=False, show_default=True,
+              help="The ranks' RNICs cut their rate on CNPs (DCQCN-like; rxe has none).")
 def sim(workers, size, dtype, pmtu, jobs, loss, dup, reorder, seed, backend, ports, gbps,
         port_gbps, stripes, engines, ack_priority, pcap, json_path, plot_path, timeout_ms,
-        qp_timeout, racks):
+        qp_timeout, racks, datapath_gbps, pfc, ecn, dcqcn):
     """All-reduce SIZE bytes from each of N RC endpoint models through the NetReduce engine.
 
     The ranks behave like Linux soft-RoCE on 100 Gb/s links that can lose, duplicate and reorder
@@ -108,7 +120,8 @@ def sim(workers, size, dtype, pmtu, jobs, loss, dup, reorder, seed, backend, por
                         loss=loss, dup=dup, reorder=reorder, seed=seed, backend=backend,
                         ports=ports, link_gbps=float(gbps), port_gbps=port_gbps,
                         stripes=stripes, engines=engines, timeout_ns=timeout_ms * 1_000_000,
-                        ack_priority=ack_priority, qp_timeout=qp_timeout)
+                        ack_priority=ack_priority, qp_timeout=qp_timeout,
+                        datapath_gbps=datapath_gbps, pfc=pfc, ecn=ecn, dcqcn=dcqcn)
         get_backend(backend).probe()
     except (ValueError, BackendUnavailable) as e:
         raise _Fail(str(e)) from None
@@ -143,7 +156,8 @@ def sim(workers, size, dtype, pmtu, jobs, loss, dup, reorder, seed, backend, por
         if v is not None:
             name = k.replace("_path", "").replace("_", "-")
             if isinstance(v, bool):
-                argv.append(f"--{name}" if v else "--ack-fifo")
+                off = "--ack-fifo" if k == "ack_priority" else f"--no-{name}"
+                argv.append(f"--{name}" if v else off)
             else:
                 argv += [f"--{name}", str(v)]
     rep = report.build_report(run, command=shlex.join(argv))

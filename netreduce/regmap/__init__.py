@@ -13,6 +13,7 @@ from .netreduce_map import (
     DEFAULT_CNP_INTERVAL,
     DEFAULT_PARAMS,
     DISPOSITIONS,
+    FC_RESETS,
     GLOBAL_COUNTERS,
     JOB_COUNTERS,
     MAGIC,
@@ -49,5 +50,6 @@ __all__ = [
     "JOB_COUNTERS",
     "GLOBAL_COUNTERS", "ALL_GLOBAL_COUNTERS", "DISPOSITIONS", "DEFAULT_PARAMS",
     "DEFAULT_CNP_INTERVAL", "PMTU_VALUES", "MAX_JOBS", "MGMT_SOURCES", "MGMT_PORT_RESET",
+    "FC_RESETS",
     "constants", "python_module", "c_header", "to_markdown", "to_dict",
 ]

@@ -35,16 +35,18 @@ __all__ = [
     "MAGIC", "VERSION", "Op", "JobError", "Role", "Counter", "JOB_COUNTERS", "GLOBAL_COUNTERS",
     "ALL_GLOBAL_COUNTERS", "DISPOSITIONS", "DEFAULT_PARAMS", "DEFAULT_CNP_INTERVAL",
     "PMTU_VALUES", "CLOCK_HZ", "build_regmap", "PORT_COUNTERS", "MAX_JOBS", "MGMT_SOURCES",
-    "MGMT_PORT_RESET",
+    "MGMT_PORT_RESET", "FC_RESETS",
 ]
 
 MAGIC = int.from_bytes(b"NRDC", "big")  # 0x4E524443
-VERSION = (1, 4)  # 1.1: JOB.CTRL.fast_retx, counters fast_retx and fast_retx_probes;
+VERSION = (1, 5)  # 1.1: JOB.CTRL.fast_retx, counters fast_retx and fast_retx_probes;
 #                  1.2: FLOW.CFG.role (spine-leaf, docs/spine-leaf.md), JOB.PARTIAL_PTR,
 #                  counters partials_up,
 #                  totals, drop_role, JobError.ROLES;
 #                  1.3: link-local counters ll_*, PORT (docs/fabric.md);
-#                  1.4: GLOBAL.LANES (per-port contribution lanes, D19)
+#                  1.4: PORT.FC_* (PFC watermarks, ECN threshold), PORT.PFC_TX,
+#                  PORT.STATUS.xoff / congested;
+#                  1.5: GLOBAL.LANES (per-port contribution lanes, D20)
 CLOCK_HZ = 322_265_625  # datapath clock (CMAC 100G user clock)
 PMTU_VALUES = (256, 512, 1024, 2048, 4096)
 # 4 us at 322.265625 MHz: the usual RNIC minimum time between CNPs per QP (mlx5 default).
@@ -194,7 +196,14 @@ PORT_COUNTERS: tuple[tuple[str, str, str], ...] = (
     ("rx_cut", "shell", "frames the link gate ended (error flag) because the link went down "
      "under them"),
     ("tx_drop_down", "shell", "frames from the engine discarded because the port was down"),
+    ("pfc_tx", "shell", "PFC frames the shell sent from its RX FIFO watermarks (XOFF, refreshes "
+     "and XON)"),
 )
+
+# Reset values of PORT.FC_XOFF / FC_XON / FC_ECN (bytes): lossless with 9216-byte frames,
+# 100 m of cable (500 ns) and the datapath draining at half the port rate in the shell's
+# 32 KiB RX FIFO (headroom rule in docs/fabric.md, netreduce.sim.net.overload.pfc_thresholds).
+FC_RESETS = {"xoff": 7168, "xon": 3584, "ecn": 3584}
 
 ALL_GLOBAL_COUNTERS: tuple[Counter, ...] = GLOBAL_COUNTERS + JOB_COUNTERS
 DISPOSITIONS: tuple[str, ...] = tuple(c.name for c in ALL_GLOBAL_COUNTERS if c.disposition)
@@ -237,7 +246,7 @@ def build_regmap(**params) -> RegMap:
         raise ValueError(f"pmtu_max = {p['pmtu_max']} not in {PMTU_VALUES}")
     if p["lanes"] not in (1, p["ports"]):
         raise ValueError(f"lanes = {p['lanes']} must be 1 or ports = {p['ports']} "
-                         "(per-port contribution lanes, model D19)")
+                         "(per-port contribution lanes, model D20)")
     if p["max_world"] > 0xFFFF or p["flows"] > 0xFFFF:
         raise ValueError(f"max_world = {p['max_world']} / flows = {p['flows']} exceed 65535")
 
@@ -255,7 +264,7 @@ def build_regmap(**params) -> RegMap:
         _param("MAX_WORLD", 0x20, p["max_world"], "largest world size N (contribution bitmap)"),
         _param("CLOCK_HZ", 0x24, p["clock_hz"], "datapath clock; CNP intervals count its cycles"),
         _param("LANES", 0x28, p["lanes"], "contribution lanes: 1 (one shared accumulator, "
-               "model D6) or ports (one per port, D19)"),
+               "model D6) or ports (one per port, D20)"),
         _r("SCRATCH", 0x30, "Free read-write register for bus tests",
            _f("value", 0, 32, "RW")),
         _r("CONTROL", 0x34, "Engine-wide actions",
@@ -318,11 +327,29 @@ def build_regmap(**params) -> RegMap:
            _f("link_up", 0, 1, "RO", 0, "the MAC is out of reset and its RX aligned"),
            _f("rsfec_lock", 1, 1, "RO", 0, "RS-FEC lane alignment (0 without RS-FEC)"),
            _f("tx_paused", 2, 1, "RO", 0, "the MAC holds its transmitter for a received "
-              "PAUSE/PFC request")),
+              "PAUSE/PFC request"),
+           _f("xoff", 3, 1, "RO", 0, "the shell has paused the switch (PFC XOFF sent, no XON yet)"),
+           _f("congested", 4, 1, "RO", 0, "the RX FIFO is at or above FC_ECN (ecn_enable): "
+              "ECT frames are CE-marked on arrival (model D19)")),
         *(_r(name.upper(), 0x04 + 4 * i, f"{desc} ({src}; 32-bit, wrapping)",
              _f("count", 0, 32, "RO", 0, desc))
           for i, (name, src, desc) in enumerate(PORT_COUNTERS)),
-    ), "Per-port link status and counters (docs/fabric.md)")
+        # flow control from the shell's RX FIFO (docs/fabric.md): thresholds in bytes of FIFO
+        # level (compared in whole beats), off by default
+        _r("FC_CTRL", 0x30, "Flow control and congestion marking from the RX FIFO",
+           _f("pfc_enable", 0, 1, "RW", 0, "send PFC XOFF at FC_XOFF, XON at FC_XON"),
+           _f("ecn_enable", 1, 1, "RW", 0, "CE-mark ECT frames arriving while the RX FIFO holds "
+              "FC_ECN bytes or more (model D19)"),
+           _f("priority", 4, 3, "RW", 3, "PFC priority (class enable vector bit) of RoCE"),
+           _f("quanta", 16, 16, "RW", 0xFFFF, "pause time of an XOFF (512 bit times); "
+              "refreshed every quanta cycles while XOFF")),
+        _r("FC_XOFF", 0x34, "RX FIFO level (bytes) at which XOFF is sent",
+           _f("bytes", 0, 24, "RW", FC_RESETS["xoff"])),
+        _r("FC_XON", 0x38, "RX FIFO level (bytes) at or below which XON is sent",
+           _f("bytes", 0, 24, "RW", FC_RESETS["xon"])),
+        _r("FC_ECN", 0x3C, "RX FIFO level (bytes) from which arriving ECT frames are CE-marked",
+           _f("bytes", 0, 24, "RW", FC_RESETS["ecn"])),
+    ), "Per-port link status, counters and flow control (docs/fabric.md)")
 
     mgmt = Table("MGMT", 0x7000, 0x40, 1, (
         _r("CTRL", 0x00, "In-band management (docs/management.md)",

@@ -36,7 +36,7 @@ __all__ = [
     "ETHERTYPE_MAC_CONTROL", "ETHERTYPE_LLDP", "MAC_CONTROL_PAUSE", "MAC_CONTROL_PFC",
     "LINK_LOCAL_PREFIX", "PAUSE_DA", "LLDP_DA", "STP_DA", "PFC_PRIORITIES",
     "PAUSE_QUANTUM_BITS", "MATCH_BYTES", "LinkLocal", "COUNTERS", "Pause", "classify",
-    "pause_frame", "pfc_frame", "lldp_frame", "stp_bpdu",
+    "pause_frame", "pfc_frame", "lldp_frame", "stp_bpdu", "PFC_FRAME_BYTES", "station_mac",
 ]
 
 ETHERTYPE_MAC_CONTROL = 0x8808
@@ -120,6 +120,17 @@ def pfc_frame(quanta: dict[int, int], src: bytes = bytes(6)) -> bytes:
     return _pad(PAUSE_DA + bytes(src) + ETHERTYPE_MAC_CONTROL.to_bytes(2, "big")
                 + MAC_CONTROL_PFC.to_bytes(2, "big") + en.to_bytes(2, "big")
                 + b"".join(q.to_bytes(2, "big") for q in qs))
+
+
+PFC_FRAME_BYTES = 60  # a PFC frame padded to the Ethernet minimum (no FCS)
+
+
+def station_mac(port: int) -> bytes:
+    """The locally administered source address of the frames engine port ``port`` originates
+    itself (the PFC frames of its board shell): 02-4E-52-46-43-<port>."""
+    if not 0 <= port < 256:
+        raise ValueError(f"port {port} outside 0..255")
+    return bytes.fromhex("024e524643") + bytes([port])
 
 
 def lldp_frame(src: bytes = bytes.fromhex("020000000001"), port: bytes = b"eth0") -> bytes:

@@ -21,6 +21,8 @@ Contract
 
 Processing of one frame
 -----------------------
+0. *Congestion* (D19). While ``congested[port]``, an IPv4 ECT frame is CE-marked on arrival
+   (checksum updated), then processed as below.
 1. *Classify*. Not IPv4/IHL 5/unfragmented/UDP to 4791, or too short to tell -> forward unchanged,
    ``fwd_not_roce``. RoCE but shorter than the end of the BTH -> forward, ``fwd_unregistered``.
    Opcode ACK (0x11) or CNP (0x81): look up the reverse key (source IPv4, DestQP); no match ->
@@ -52,10 +54,10 @@ Processing of one frame
 
 Decisions
 ---------
-Where the design leaves room, the model decides; the decisions D1-D18 (window arithmetic, check
+Where the design leaves room, the model decides; the decisions D1-D20 (window arithmetic, check
 priority, release, result and CNP format, configuration latching, the duplicate probe D15, the
-fast retransmit D16, the spine-leaf flow roles D17, the link-local frames D18, ...) are written
-out in docs/design.md section 10.
+fast retransmit D16, the spine-leaf flow roles D17, the link-local frames D18, congestion
+signalling D19, the per-port lanes D20, ...) are written out in docs/design.md section 10.
 """
 
 from __future__ import annotations
@@ -93,6 +95,7 @@ from netreduce.wire.view import check as _parse
 from netreduce.wire.view import roce_l3 as _roce_l3
 
 from . import lanes as _lanes
+from .congestion import Congestion
 from .linklocal import COUNTERS as _LL_COUNTERS
 from .linklocal import PauseTimers
 from .linklocal import classify as _ll_classify
@@ -171,7 +174,7 @@ class _Slot:
         self.ports: list[int] = [0] * n
         self.sent_up = False  # leaf (D17): the partial went up
         self.total = None  # leaf (D17): the total from the DOWN flow
-        self.parts: dict[int, np.ndarray] = {}  # D19: port -> that port's partial (lanes > 1)
+        self.parts: dict[int, np.ndarray] = {}  # D20: port -> that port's partial (lanes > 1)
 
 
 class _Job:
@@ -203,7 +206,7 @@ class Engine:
         self.regmap = build_regmap(ports=ports, jobs=jobs, flows=flows, slots=slots,
                                    pmtu_max=pmtu_max, data_width=data_width, max_world=max_world,
                                    lanes=lanes)
-        self.lanes = lanes  # contribution lanes (D19; 1: one shared accumulator, D6)
+        self.lanes = lanes  # contribution lanes (D20; 1: one shared accumulator, D6)
         self.ports, self.njobs, self.nflows, self.nslots = ports, jobs, flows, slots
         self.pmtu_max, self.max_world = pmtu_max, max_world
         self.regs = RegisterFile(self.regmap)
@@ -227,6 +230,9 @@ class Engine:
         self.link = PauseTimers(ports)
         # per-port counters (PORT table; netreduce.sim.model.ports)
         self.port_stats = PortCounters(ports, self.regs, self.regmap, self.link)
+        # per-port "input buffer congested" flags, set by whoever keeps time (D19;
+        # netreduce.sim.model.congestion)
+        self.congested = Congestion(ports)
 
     # ================================================================== register side
     def _wire_regs(self) -> None:
@@ -391,6 +397,8 @@ class Engine:
             if not isinstance(frame, bytearray | memoryview):
                 raise TypeError(f"frame must be bytes, not {type(frame).__name__}")
             frame = bytes(frame)
+        if self.congested.flags[port]:  # D19: ECN-marked on arrival while the port is congested
+            frame = self.congested.mark(port, frame)
         g = self._g
         g[_G_RX] += 1
         mg = self.mgmt
@@ -520,7 +528,7 @@ class Engine:
                 acc = np.frombuffer(buf, dtype="<i4", count=plen >> 2, offset=p.x).copy()
                 slot = _Slot(k, job.n, p.opcode, plen, acc)
                 if self.lanes > 1:
-                    slot.parts = {port: acc}  # D19: per-port partials
+                    slot.parts = {port: acc}  # D20: per-port partials
                 job.slots[s] = slot
                 self._accept(job, slot, r, port, buf, l2, p, time, out, first=True)
             elif p.opcode != slot.opcode or plen != slot.length:
@@ -555,7 +563,7 @@ class Engine:
         _present(fl, k, nxt)
         if not first:
             x = np.frombuffer(buf, dtype="<i4", count=slot.length >> 2, offset=p.x)
-            if self.lanes > 1 and port not in slot.parts:  # D19: the port's first: copied
+            if self.lanes > 1 and port not in slot.parts:  # D20: the port's first: copied
                 slot.parts[port] = x.copy()
             elif _lanes.add(job.op, slot.parts[port] if self.lanes > 1 else slot.acc, x):
                 self._count(job, "saturations")
@@ -563,7 +571,7 @@ class Engine:
         slot.bitmap |= 1 << r
         slot.count += 1
         if self.lanes > 1 and slot.count == (job.n if job.leaf is None else job.leaf.nloc):
-            slot.acc, clipped = _lanes.combine(job.op, slot.parts)  # D19: lanes in port order
+            slot.acc, clipped = _lanes.combine(job.op, slot.parts)  # D20: lanes in port order
             if clipped:
                 self._count(job, "saturations", clipped)
                 self.regs.set_bits(self._status_addr[job.id], self._saturated_mask)

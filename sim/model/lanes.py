@@ -1,4 +1,4 @@
-"""Per-port contribution lanes (model decision D19, docs/design.md section 10).
+"""Per-port contribution lanes (model decision D20, docs/design.md section 10).
 
 An engine built with ``lanes = ports`` (> 1) aggregates each port's contributions in that port's
 own lane, in that port's arrival order, and combines the lane partials when the slot completes:

@@ -45,6 +45,7 @@ from collections.abc import Callable
 from netreduce.regmap import BusError, RegisterBus, RegMap
 from netreduce.wire import DOT1Q, WireError
 from netreduce.wire.mgmt import (
+    MGMT_TTL,
     NO_ERROR_INDEX,
     MgmtFrame,
     MgmtMessage,
@@ -222,7 +223,7 @@ class MgmtAgent:
         msg = MgmtMessage(MgmtType.RESPONSE, fr.msg.seq, ops, int(status), err,
                           self.last_seq[ent])
         resp = MgmtFrame(msg, self.mac(), fr.src_mac, fr.dst_ip, fr.src_ip, fr.dport, fr.sport,
-                         fr.vlan_tci, 64, fr.dscp)
+                         fr.vlan_tci, MGMT_TTL, fr.dscp)
         return pack_mgmt(resp, key)
 
 

@@ -54,6 +54,7 @@ from netreduce.sw_driver.credits import Credits, RingKnobs, check_ring_knobs
 
 from netreduce.wire import PSN_MOD
 
+from .dcqcn import DcqcnConfig
 from .rnic import RNIC, QPConfig, QueuePair, RCError
 from .scheduler import Fabric, SimulationHang
 
@@ -63,7 +64,7 @@ __all__ = ["CollectiveConfig", "Communicator", "AllReduce", "AllReduceResult", "
 # QP statistics summed into AllReduceResult.stats, in display order.
 STAT_KEYS = ("sent", "retransmitted", "acks_sent", "naks_sent", "acks_received",
              "naks_received", "naks_ignored", "stale_acks", "timeouts", "retries", "received",
-             "duplicates", "out_of_seq_dropped", "cnps", "ce_received")
+             "duplicates", "out_of_seq_dropped", "cnps", "ce_received", "rate_cuts")
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,7 @@ class CollectiveConfig(RingKnobs):
     sim_timeout_ns: int = 60_000_000_000  # watchdog on simulated time per run
     start_psns: tuple[int, ...] | None = None  # send-QP start PSNs per rank (tests: PSN wrap)
     fast_retx: bool = False  # JOB.CTRL.fast_retx on the collective's jobs (engine D16)
+    dcqcn: DcqcnConfig | None = None  # the RNICs' rate reaction to CNPs (.dcqcn); off: rxe
 
     def __post_init__(self):
         check_ring_knobs(self)
@@ -183,7 +185,7 @@ class _Pass:
         self.pkt_end = np.cumsum(npk).tolist()
         self.total_pkts = self.pkt_end[-1]
         self.qcfg = QPConfig(pmtu=cfg.pmtu, timeout=cfg.timeout, retry_cnt=cfg.retry_cnt,
-                             ecn=cfg.ecn)
+                             ecn=cfg.ecn, dcqcn=cfg.dcqcn)
         self.posted = [0] * n
         self.credits = [Credits(window, margin, cfg.pmtu) for _ in range(n)]
         self.sent = [0] * n

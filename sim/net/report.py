@@ -291,6 +291,10 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
         rows.append((f"links {d}: frames lost/dup/reord",
                      f"{c.get('frames', 0)}: {c.get('lost', 0)} / {c.get('duplicated', 0)} / "
                      f"{c.get('reordered', 0)}"))
+    ein = rep["links"].get("engine_in", {})
+    if "rx_drop_full" in ein:  # limited engine datapaths (--datapath-gbps, .overload)
+        rows.append(("engine input buffers: dropped / PFC sent / frames marked",
+                     f"{ein['rx_drop_full']} / {ein['pfc_tx']} / {ein['congested_frames']}"))
     for k, v in sorted(rep["engine_counters"].items()):
         if v and k not in ("rx_frames", "tx_frames"):
             rows.append((f"engine {k}", str(v)))

@@ -20,8 +20,9 @@ Requester (``rxe_req.c``/``rxe_comp.c``)
     * NAK invalid request / remote access / remote operational error: QP to ERROR. Errors are
       reported through ``on_error`` and :attr:`RNIC.errors`; outstanding work requests are not
       flushed with error completions.
-    * CNPs are counted per QP (``cnps``). No rate cut is modelled: rxe has no DCQCN either; the
-      count lets callers check that the engine answered CE marks.
+    * CNPs are counted per QP (``cnps``). rxe has no DCQCN; with ``QPConfig.dcqcn`` set, the QP
+      runs a DCQCN-like reaction point (:mod:`.dcqcn`: rate cut on CNP, recovery timer, a pacer
+      between packets), off by default.
 
 Responder (``rxe_resp.c``)
     * expected PSN (signed 24-bit compare). PSN ahead: one NAK-PSN-sequence carrying the expected
@@ -81,6 +82,7 @@ from netreduce.wire.fields import BTH
 from netreduce.wire.icrc import icrc_bytes
 from netreduce.wire.view import BTH_OFF, EXT_OFF, IPV4_OFF, parse_fast
 
+from .dcqcn import Dcqcn, DcqcnConfig
 from .scheduler import Fabric, Timer, mac_str
 
 __all__ = ["RNIC", "QueuePair", "QPConfig", "QPState", "MemoryRegion", "Completion", "RCError",
@@ -127,6 +129,7 @@ class QPConfig:
     ecn: bool = False  # mark data packets ECT(0)
     cnp_on_ce: bool = False  # responder answers CE-marked packets with a CNP (not rxe)
     pkey: int = 0xFFFF
+    dcqcn: DcqcnConfig | None = None  # rate reaction to CNPs (.dcqcn; not rxe)
 
     def __post_init__(self):
         if self.pmtu not in PMTUS:
@@ -205,6 +208,7 @@ class QPStats:
     out_of_seq_dropped: int = 0
     cnps: int = 0
     cnps_sent: int = 0
+    rate_cuts: int = 0  # DCQCN rate cuts (QPConfig.dcqcn)
     ce_received: int = 0
     messages_sent: int = 0
     messages_received: int = 0
@@ -264,6 +268,10 @@ class QueuePair:
         self._nak_sent = False
         self._ack_psn: int | None = None  # pending coalesced ACK
         self._last_cnp = -(1 << 62)
+        # DCQCN reaction point and pacer (QPConfig.dcqcn)
+        self.cc = Dcqcn(cfg.dcqcn) if cfg.dcqcn is not None else None
+        self._next_tx = 0
+        self._pace_timer: Timer | None = None
 
     # ------------------------------------------------------------------ setup
     def connect(self, remote_mac: bytes, remote_ip: int, remote_qpn: int, rq_psn: int) -> None:
@@ -333,12 +341,31 @@ class QueuePair:
             if i >= w.npkts:
                 self._cur += 1
                 continue
+            if self.cc is not None and not self._pace():
+                break
             self._transmit(w, i, self.next_psn)
             self.next_psn = psn_add(self.next_psn, 1)
             if psn_diff(self.next_psn, self.sent_psn) > 0:
                 self.sent_psn = self.next_psn
         if self._timer is None and self.outstanding > 0:
             self._arm()
+
+    def _pace(self) -> bool:
+        """DCQCN pacer: may a packet go now? If not, a pump is scheduled for when it may."""
+        fab = self.rnic.fabric
+        now = fab.now()
+        if now < self._next_tx:
+            if self._pace_timer is None:
+                self._pace_timer = fab.call_at(self._next_tx, self._paced_pump)
+            return False
+        # a NIC's rate limiter releases packets one by one (a cut applies to every packet not
+        # yet on the wire), so the pacer runs at the line rate too
+        self._next_tx = max(now, self._next_tx) + self.cc.gap_ns(self.pmtu + 58, now)
+        return True
+
+    def _paced_pump(self) -> None:
+        self._pace_timer = None
+        self._pump()
 
     def _transmit(self, w: _WR, i: int, psn: int) -> None:
         pmtu = self.pmtu
@@ -714,6 +741,8 @@ class RNIC:
             return self._drop("unknown_qp")
         if f.opcode == Opcode.CNP:
             qp.stats.cnps += 1
+            if qp.cc is not None and qp.cc.on_cnp(self.fabric.now()):
+                qp.stats.rate_cuts += 1
             return
         if qp.state is not QPState.RTS:
             return self._drop("qp_not_rts")

@@ -108,6 +108,12 @@ class SimConfig:
     timeout_ns: int = 10_000_000_000  # watchdog on simulated time
     ack_priority: bool = True  # ACK/NAK/CNP overtake queued data on a link (see net_config)
     qp_timeout: int = 8  # RC local ACK timeout exponent: 4.096 us * 2^t (8: 1.05 ms)
+    # > 0: each engine port's datapath takes this many Gb/s behind a 32 KiB input buffer
+    # (.overload: PFC with `pfc`, ECN marking D19 with `ecn`, counted drops); ToR, model only
+    datapath_gbps: float = 0.0
+    pfc: bool = False  # the engine ports send PFC from their buffer's watermarks
+    ecn: bool = False  # ranks send ECT; engine ports CE-mark while congested (D19)
+    dcqcn: bool = False  # the ranks' RNICs cut their rate on CNPs (.dcqcn)
 
     def __post_init__(self):
         if not isinstance(self.workers, int) or not 2 <= self.workers <= 64:
@@ -133,6 +139,15 @@ class SimConfig:
         if not (isinstance(self.port_gbps, int | float) and 0 <= self.port_gbps <= 1000):
             raise ValueError(f"port_gbps must be 0 (star) or an engine port rate in Gb/s up to "
                              f"1000, got {self.port_gbps!r}")
+        if not (isinstance(self.datapath_gbps, int | float) and self.datapath_gbps >= 0):
+            raise ValueError(f"datapath_gbps must be >= 0 (0: not limited), got "
+                             f"{self.datapath_gbps!r}")
+        if self.datapath_gbps and not (self.port_gbps and self.backend == "model"):
+            raise ValueError(f"datapath_gbps {self.datapath_gbps:g}: a limited engine datapath "
+                             "needs the ToR topology (port_gbps > 0) and the model backend")
+        if self.pfc and not self.datapath_gbps:
+            raise ValueError("pfc: the engine ports send PFC from their input buffer, which "
+                             "needs datapath_gbps > 0")
         LinkConfig(latency_ns=self.latency_ns, gbps=self.link_gbps, loss=self.loss, dup=self.dup,
                    reorder=self.reorder)  # validates the link parameters
         CollectiveConfig(pmtu=self.pmtu, timeout=self.qp_timeout)  # validates PMTU, timeout
@@ -384,9 +399,12 @@ def _check(cfg: SimConfig, xs: list[np.ndarray], res, group: int) -> dict:
 
 
 def run_sim(cfg: SimConfig, pcap: str | Path | None = None,
-            progress: Callable[[float], None] | None = None) -> SimRun:
+            progress: Callable[[float], None] | None = None, *,
+            make_fabric: Callable | None = None, collective: dict | None = None) -> SimRun:
     """Run one all-reduce per group (``cfg.jobs`` concurrent groups of ``cfg.workers`` ranks,
-    each its own engine job) and check it; see the module docstring."""
+    each its own engine job) and check it; see the module docstring. ``make_fabric(cfg, net,
+    capture)`` replaces the backend's fabric (e.g. :func:`.overload.make_overload_model`);
+    ``collective``: changes to the :class:`CollectiveConfig` (e.g. ``ecn``, ``dcqcn``)."""
     from netreduce.sim.net.collective import run as run_ops
 
     backend = get_backend(cfg.backend)
@@ -396,11 +414,18 @@ def run_sim(cfg: SimConfig, pcap: str | Path | None = None,
     cap = Capture(pcap)
     out.capture = cap
     try:
-        fab = backend.make(cfg, net, cap)
+        if make_fabric is None and cfg.datapath_gbps:
+            make_fabric = _overload_fabric(cfg)
+        fab = (make_fabric or backend.make)(cfg, net, cap)
     except BaseException:
         cap.close()
         raise
-    ccfg = CollectiveConfig(pmtu=cfg.pmtu, sim_timeout_ns=cfg.timeout_ns, timeout=cfg.qp_timeout)
+    coll = {"ecn": cfg.ecn}
+    if cfg.dcqcn:
+        from .dcqcn import DcqcnConfig
+        coll["dcqcn"] = DcqcnConfig(line_gbps=cfg.link_gbps)
+    ccfg = CollectiveConfig(pmtu=cfg.pmtu, sim_timeout_ns=cfg.timeout_ns, timeout=cfg.qp_timeout,
+                            **{**coll, **(collective or {})})
     comms, ops, inputs = [], [], []
     for g in range(cfg.jobs):
         comm = Communicator(fab, cfg.workers, ccfg, seed=cfg.seed, name=f"g{g}")
@@ -473,6 +498,17 @@ def run_sim(cfg: SimConfig, pcap: str | Path | None = None,
     out.ok = (out.error is None and out.slots_left == 0 and bool(out.checks)
               and all(c["ok"] for c in out.checks))
     return out
+
+
+def _overload_fabric(cfg: SimConfig):
+    """The ToR model fabric with limited engine datapaths (.overload), from ``cfg``."""
+    from netreduce.regmap import FC_RESETS
+
+    from .overload import BufferConfig, make_overload_model
+
+    buf = BufferConfig(drain_gbps=cfg.datapath_gbps, pfc=cfg.pfc,
+                       ecn_bytes=FC_RESETS["ecn"] if cfg.ecn else 0)
+    return lambda c, net, cap: make_overload_model(c, net, cap, buf)
 
 
 def _ip(v: int) -> str:

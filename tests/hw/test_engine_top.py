@@ -271,7 +271,7 @@ def test_two_ports_psn_wrap_max_and_free():
 
 @pytest.mark.parametrize("op,ports", [(Op.SUM_SAT, 2), (Op.SUM_WRAP, 2), (Op.SUM_SAT, 4)])
 def test_two_ports_lanes_loaded_at_once(op, ports):
-    """Per-port lanes (lanes = ports, model D19): two jobs whose ranks are split across the
+    """Per-port lanes (lanes = ports, model D20): two jobs whose ranks are split across the
     ports, frames of all ports interleaved, duplicates and a lost-then-resent contribution on
     two ports, re-emits after release, SUM_SAT values that clip in a lane and in the
     combination (4 ports: the pipelined combination)."""
@@ -316,7 +316,7 @@ def test_two_ports_lanes_loaded_at_once(op, ports):
     check(sc, gap=0.0, stall=0.2, seed=5)
     c = sc.eng.counters()
     assert c["duplicates"] == 2 and c["reemits"] == 1 and c["results_sent"] == 6 * 7
-    # the scenario tells D19 from D6 for SUM_SAT (a one-lane RTL would fail the check above)
+    # the scenario tells D20 from D6 for SUM_SAT (a one-lane RTL would fail the check above)
     one = Scenario(ports=P)
     for k in (0, 1):
         one.add((a, b)[k])

@@ -24,11 +24,12 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from netreduce.sim.model.congestion import mark_ce
 from netreduce.sim.model.kit import RingJob, engine_with
 from netreduce.sim.verif.mutate import FIELDS, fixup, impersonates, mutate
 
 from netreduce.regmap import DISPOSITIONS, Op
-from netreduce.wire import Opcode, parse
+from netreduce.wire import ECN_ECT0, Opcode, parse
 from netreduce.wire.linklocal import COUNTERS as LL_COUNTERS
 from netreduce.wire.linklocal import classify as ll_classify
 
@@ -56,7 +57,8 @@ def _schedule() -> list[bytes]:
         for r in range(3):
             for j in JOBS:
                 if r < j.world:
-                    out.append(j.data_bytes(r, k, X[j.job][k][r], opcode=ops, ackreq=1))
+                    out.append(j.data_bytes(r, k, X[j.job][k][r], opcode=ops, ackreq=1,
+                                            ecn=ECN_ECT0))  # ECN-capable (D19 marks them)
         for j in JOBS:
             out += j.ack_all(k)
     return out
@@ -94,7 +96,9 @@ REGRESSIONS: list = [
 ]
 
 
-def run(attacks) -> None:
+def run(attacks, congested=frozenset()) -> None:
+    """``congested``: schedule positions at which port 0 is congested (D19: ECT frames are
+    CE-marked on arrival, so a forwarded frame may come back marked)."""
     eng, ctl = engine_with(*JOBS, jobs=2, flows=8, slots=64)
     inserts: dict[int, list[bytes]] = {}
     for pos, srci, muts, fix in attacks:
@@ -105,6 +109,7 @@ def run(attacks) -> None:
     t = 0
     for i in range(len(SCHEDULE) + 1):
         batch = inserts.get(i, []) + ([SCHEDULE[i]] if i < len(SCHEDULE) else [])
+        eng.congested[0] = i in congested
         for frame in batch:
             t += 1
             before = eng.counters()
@@ -116,8 +121,9 @@ def run(attacks) -> None:
             ll = ll_classify(frame)[0]
             if ll:  # D18: consumed, counted under its reason, never forwarded
                 assert out == [] and moved == [LL_COUNTERS[ll]], (ll, moved)
+            seen = (mark_ce(frame) or frame) if i in congested else frame
             for e in out:
-                if e.frame == frame:
+                if e.frame == seen:
                     continue
                 g = parse(e.frame)  # anything the engine makes itself is well-formed
                 if g.opcode == Opcode.CNP:
@@ -145,6 +151,14 @@ def run(attacks) -> None:
 @example(REGRESSIONS[3])
 def test_fuzz_mutated_traffic_never_crashes_or_changes_results(attacks):
     run(attacks)
+
+
+@settings(derandomize=True, database=None, max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(ATTACK, max_size=15), st.frozensets(st.integers(0, len(SCHEDULE))))
+def test_fuzz_under_congestion_never_crashes_or_changes_results(attacks, congested):
+    assert mark_ce(SCHEDULE[0]) is not None  # the schedule's data frames are ECT: marked
+    run(attacks, congested)
 
 
 def test_regressions_list_is_replayed():

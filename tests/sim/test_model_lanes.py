@@ -1,4 +1,4 @@
-"""Model decision D19: per-port contribution lanes (``Engine(lanes=ports)``).
+"""Model decision D20: per-port contribution lanes (``Engine(lanes=ports)``).
 
 Each port's contributions are combined in that port's arrival order, the port partials in port
 order 0..P-1 when the slot completes. Only SUM_SAT with clipping can tell it from D6.
@@ -26,7 +26,7 @@ def sat_add(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, bool]:
 
 
 def lanes_ref(op: Op, arrivals: list[tuple[int, np.ndarray]]) -> tuple[np.ndarray, int]:
-    """D19 written out independently: per port in arrival order, then ports in order."""
+    """D20 written out independently: per port in arrival order, then ports in order."""
     part: dict[int, np.ndarray] = {}
     sat = 0
     for port, x in arrivals:
@@ -82,7 +82,7 @@ def test_lanes_match_reference_and_d6_where_order_free(op):
     d6, eng1, _ = run(op, 1, arr)
     same = all(np.array_equal(vals(a.frame), vals(b.frame)) for a, b in zip(out, d6, strict=True))
     if op == Op.SUM_SAT:
-        assert sat > 0 and not same  # clipping in another order: D19 differs from D6
+        assert sat > 0 and not same  # clipping in another order: D20 differs from D6
     else:
         assert same and eng1.counters(0)["saturations"] == 0
 

@@ -1,5 +1,5 @@
 """Per-port lanes on Verilator (FastSim, 64-bit, 2 ports, ``lanes = 2``): both ports loaded at
-once, against the model (decision D19).
+once, against the model (decision D20).
 
 Two jobs whose ranks are split across the two ports (A: N=4, SUM_SAT with values that clip;
 B: N=3, MAX, PMTU 1024). All frames of the first phase are queued on both ports at once, so the
