@@ -37,7 +37,7 @@ from netreduce.wire import fields as wf
 from netreduce.wire.frame import MIN_FRAME
 from netreduce.wire.icrc import ICRC_MASKED_BYTES
 
-from ..stream import beat_layout, bytes_of, check_data_width, keep_count, tree_sum
+from ..stream import beat_layout, bytes_of, check_data_width, keep_count
 from .layout import L2_TAGGED, L2_UNTAGGED, LEN_BITS, MIN_L3_LEN
 
 __all__ = [
@@ -256,16 +256,16 @@ class _ByteTap:
 
     ``get(g)`` is byte ``g`` of the frame: the current beat's lane when the current beat holds it,
     else the value captured when it passed (stale bytes of an earlier frame if it has not arrived;
-    callers only use bytes that have).
+    callers only use bytes that have). ``here(b)``: the current beat is beat ``b`` of its frame.
     """
 
-    def __init__(self, m: Module, beat_data: Value, idx: Value, accept: Value, nbytes: int):
-        self._m, self._data, self._idx, self._acc, self._b = m, beat_data, idx, accept, nbytes
+    def __init__(self, m: Module, beat_data: Value, here, accept: Value, nbytes: int):
+        self._m, self._data, self._here, self._acc, self._b = m, beat_data, here, accept, nbytes
         self._regs: dict[int, Signal] = {}
 
     def get(self, g: int) -> Value:
         b, lane = divmod(g, self._b)
-        here = self._idx == b
+        here = self._here(b)
         cur = self._data[8 * lane: 8 * lane + 8]
         if g not in self._regs:
             r = Signal(8, name=f"tap{g}")
@@ -285,6 +285,45 @@ def ones_complement_fold(x: Value, width: int = 16) -> Value:
     return (lo[:width] + lo[width:])[:width]
 
 
+def carry_save(terms, width: int, until: int = 2) -> list[Value]:
+    """Reduce ``terms`` to at most ``until`` (>= 2) with 3:2 carry-save compressors (bitwise, one LUT level
+    each), sum modulo 2**width unchanged. Written as gates so that Yosys does not merge the adds
+    into one multi-operand ``$macc`` (which ABC maps to a deep chain of wide LUTs)."""
+    terms = [Value.cast(t) for t in terms]
+    mask = Const((1 << width) - 1, width)
+    while len(terms) > until:
+        nxt = []
+        for i in range(0, len(terms) - 2, 3):
+            a, b, c = (t.as_unsigned() for t in terms[i: i + 3])
+            nxt.append((a ^ b ^ c) & mask)
+            nxt.append((((a & b) | (a & c) | (b & c)) << 1) & mask)
+        nxt += terms[len(terms) - len(terms) % 3:] if len(terms) % 3 else []
+        terms = [t[:width] for t in nxt]
+    return terms
+
+
+class _BeatIndex:
+    """One-hot position of the input beat in its frame, for the first beats only: ``at(b)`` is a
+    register, high while the beat on the input (if any) is beat ``b`` of its frame. A register
+    instead of a comparison of the byte offset keeps the header taps one LUT from a flip-flop.
+    Call :meth:`build` after the last ``at``."""
+
+    def __init__(self, m: Module, accept: Value, last: Value):
+        self._m, self._acc, self._last = m, accept, last
+        self._at: dict[int, Signal] = {}
+
+    def at(self, b: int) -> Signal:
+        for k in range(b + 1):
+            if k not in self._at:
+                self._at[k] = Signal(init=int(k == 0), name=f"at{k}")
+        return self._at[b]
+
+    def build(self):
+        with self._m.If(self._acc):
+            for k, r in self._at.items():
+                self._m.d.sync += r.eq(self._last if k == 0 else ~self._last & self._at[k - 1])
+
+
 class IcrcChecker(wiring.Component):
     """Receive-side checks of RoCEv2 frames at full beat width, no byte enables.
 
@@ -292,15 +331,23 @@ class IcrcChecker(wiring.Component):
 
     * ``i``: ``In(stream)`` of :func:`~netreduce.hw.stream.beat_layout` beats, always ready: the
       checker never applies backpressure; it sees a beat whenever ``i.valid`` is high.
-    * ``o``: ``Out(stream)`` of :func:`check_layout`, always ready: ``o.valid`` is high for one
-      cycle per frame, **2 cycles after** the frame's last beat (``i.valid & i.payload.last``).
+    * ``o``: ``Out(stream)`` of :func:`check_layout`, always ready, registered: ``o.valid`` is
+      high for one cycle per frame, :attr:`LATENCY` (4) cycles after the frame's last beat
+      (``i.valid & i.payload.last``).
 
     Throughput: one beat per cycle, back-to-back frames of any length, any ``keep`` on the last
     beat. The ICRC covers the IPv4 datagram as given by its total length (not the frame length),
     with the masks of ``netreduce.wire.icrc`` and the 8-byte 0xFF prefix applied on the copy fed
     to the CRC; the CRC runs over whole beats (see the module doc) and is compared against the
     CRC-32 residue shifted by the zero bytes after the datagram's end in its last beat.
+
+    Pipeline (each stage at most 8 LUT levels at 250 MHz, docs/engine.md "Clock plan"): 0 header
+    taps (total length, tag) from the input beat; 1 CRC input masking and the IPv4 checksum's
+    partial sum; 2 the CRC step and the checksum accumulator; 3 the comparisons, registered on
+    ``o``.
     """
+
+    LATENCY = 4
 
     def __init__(self, data_width: int = 512):
         self._w = check_data_width(data_width)
@@ -315,11 +362,10 @@ class IcrcChecker(wiring.Component):
         beat = self.i.payload
         acc = self.i.valid
 
-        # ---- stage 0: frame position, byte taps, CRC input masking
+        # ---- stage 0 (from the input beat): frame position, header taps
         sof = Signal(init=1)              # next beat is a frame's first
         base = Signal(LEN_BITS + 1)       # byte offset of this beat in its frame (saturating)
         base_c = Mux(sof, 0, base)
-        idx_c = base_c // nb
         with m.If(acc):
             m.d.sync += sof.eq(beat.last)
             with m.If(beat.last):
@@ -328,8 +374,9 @@ class IcrcChecker(wiring.Component):
                 m.d.sync += base.eq(base_c + nb)
             with m.Else():
                 m.d.sync += base.eq(base_c)
+        pos = _BeatIndex(m, acc, beat.last)
 
-        tap = _ByteTap(m, beat.data, idx_c, acc, nb)
+        tap = _ByteTap(m, beat.data, pos.at, acc, nb)
         tpid = wf.ETH.ethertype
         vlan = tap.word(tpid.offset, tpid.size) == wf.ETHERTYPE_VLAN
         l2 = Mux(vlan, L2_TAGGED, L2_UNTAGGED)
@@ -344,70 +391,103 @@ class IcrcChecker(wiring.Component):
         dgram_end = Signal(LEN_BITS + 1)   # l2 + total length = end of the ICRC
         m.d.comb += dgram_end.eq(l2 + total)
 
-        # bytes of the datagram left from this beat's start (>= nb: the whole beat is covered)
-        # (a beat before the one holding the total length is taken as fully covered: the
+        # a beat before the one holding the total length is taken as fully covered (the
         # datagram is at least 44 bytes long, and a shorter one fails ip_len_min anyway)
         tl_end = wf.IPV4.total_length.offset + wf.IPV4.total_length.size - 1
-        total_known = idx_c >= Mux(vlan, (L2_TAGGED + tl_end) // nb, (L2_UNTAGGED + tl_end) // nb)
+
+        def before(b):   # the input beat is one of beats 0 .. b - 1
+            return Cat(*[pos.at(k) for k in range(b)]).any() if b else Const(0)
+
+        total_known = ~Mux(vlan, before((L2_TAGGED + tl_end) // nb),
+                           before((L2_UNTAGGED + tl_end) // nb))
+
+        # where the CRC masks and the IPv4 header words sit: (beat, vlan) -> select bit
+        masks = crc_input_masks(nb)
+        sel_mask = {bv: pos.at(bv[0]) & (vlan == bv[1]) for bv in masks}
+        words = []   # (select, lane offset) of the IPv4 header's 16-bit words
+        for v, hl2 in ((0, L2_UNTAGGED), (1, L2_TAGGED)):
+            for wo in range(0, wf.IPV4.size, 2):
+                b, lane = divmod(hl2 + wo, nb)
+                words.append((pos.at(b) & (vlan == v), 8 * lane))
+        pos.build()
+
+        p_v = Signal()
+        p_first = Signal()
+        p_last = Signal()
+        p_err = Signal()
+        p_data = Signal(w)
+        p_base = Signal(LEN_BITS + 1)
+        p_end = Signal(LEN_BITS + 1)
+        p_known = Signal()
+        p_n = Signal(LEN_BITS + 1)
+        p_total = Signal(LEN_BITS)
+        p_udp = Signal(LEN_BITS)
+        p_mask = Signal(len(masks))
+        p_word = Signal(len(words))
+        m.d.sync += [p_v.eq(acc), p_first.eq(sof), p_last.eq(beat.last), p_err.eq(beat.error),
+                     p_data.eq(beat.data), p_base.eq(base_c), p_end.eq(dgram_end),
+                     p_known.eq(total_known), p_n.eq(base_c + keep_count(beat.keep)),
+                     p_total.eq(total), p_udp.eq(udp_len),
+                     p_mask.eq(Cat(*sel_mask.values())), p_word.eq(Cat(*[s for s, _ in words]))]
+
+        # ---- stage 1: CRC input masking, IPv4 checksum words of this beat
+        # bytes of the datagram left from this beat's start (>= nb: the whole beat is covered)
         left = Signal(LEN_BITS + 2)
-        m.d.comb += left.eq(Mux(~total_known, nb,
-                                Mux(dgram_end > base_c, dgram_end - base_c, 0)))
+        m.d.comb += left.eq(Mux(~p_known, nb, Mux(p_end > p_base, p_end - p_base, 0)))
         feed = left != 0
         covered = Cat(*[left > i for i in range(nb)])
 
         ff_mask = Signal(nb)
         zero_mask = Signal(nb)
-        for (b, v), (f, z) in crc_input_masks(nb).items():
-            with m.If((idx_c == b) & (vlan == v)):
+        for j, (f, z) in enumerate(masks.values()):
+            with m.If(p_mask[j]):
                 m.d.comb += [ff_mask.eq(f), zero_mask.eq(z)]
         masked = Cat(*[
             Mux(ff_mask[i], 0xFF, Mux(zero_mask[i] | ~covered[i], 0, byte))
-            for i, byte in enumerate(bytes_of(beat.data))
+            for i, byte in enumerate(bytes_of(p_data))
         ])
 
-        # IPv4 header checksum: the words of this beat that lie in the IPv4 header
-        psum_terms = []
-        for v, hl2 in ((0, L2_UNTAGGED), (1, L2_TAGGED)):
-            for wo in range(0, wf.IPV4.size, 2):
-                g = hl2 + wo
-                b, lane = divmod(g, nb)
-                lo = 8 * lane
-                word = Cat(beat.data[lo + 8: lo + 16], beat.data[lo: lo + 8])  # big-endian
-                psum_terms.append(Mux((idx_c == b) & (vlan == v), word, 0))
-        psum = Signal(LEN_BITS + 5)
-        m.d.comb += psum.eq(tree_sum(psum_terms))
+        # the checksum words of this beat (big-endian; at most one of the two tag variants'
+        # word i is selected), reduced to 4 carry-save terms, added in stage 2
+        csum_w = LEN_BITS + 6
+        half = len(words) // 2
 
-        nbytes = Signal(LEN_BITS + 1)
-        m.d.comb += nbytes.eq(base_c + keep_count(beat.keep))
+        def hword(j):
+            lo = words[j][1]
+            return Mux(p_word[j], Cat(p_data[lo + 8: lo + 16], p_data[lo: lo + 8]), 0)
 
-        # ---- stage 1 registers
+        psum_terms = carry_save([hword(j) | hword(half + j) for j in range(half)], csum_w,
+                                until=4)
+
         s1_v = Signal()
         s1_first = Signal()
         s1_last = Signal()
         s1_feed = Signal()
         s1_data = Signal(w)
         s1_k = Signal(range(nb))
-        s1_psum = Signal(len(psum))
+        s1_psum = [Signal(csum_w, name=f"s1_psum{j}") for j in range(len(psum_terms))]
         s1_n = Signal(LEN_BITS + 1)
         s1_total = Signal(LEN_BITS)
         s1_udp = Signal(LEN_BITS)
         s1_end = Signal(LEN_BITS + 1)
         s1_err = Signal()
-        m.d.sync += [s1_v.eq(acc), s1_first.eq(sof), s1_last.eq(beat.last), s1_feed.eq(feed),
+        m.d.sync += [s1_v.eq(p_v), s1_first.eq(p_first), s1_last.eq(p_last), s1_feed.eq(feed),
                      s1_data.eq(masked), s1_k.eq(Mux(left < nb, nb - left, 0)),
-                     s1_psum.eq(psum), s1_n.eq(nbytes), s1_total.eq(total), s1_udp.eq(udp_len),
-                     s1_end.eq(dgram_end), s1_err.eq(beat.error)]
+                     *[r.eq(t) for r, t in zip(s1_psum, psum_terms, strict=True)], s1_n.eq(p_n), s1_total.eq(p_total), s1_udp.eq(p_udp),
+                     s1_end.eq(p_end), s1_err.eq(p_err)]
 
-        # ---- stage 1 -> 2: CRC register, checksum accumulator, per-frame capture
+        # ---- stage 2: CRC register, checksum accumulator, per-frame capture
         crc_reg = Signal(32)
         rows = crc_rows(m, w)
-        k_last = Signal(range(nb))
-        csum = Signal(LEN_BITS + 6)
+        table = Array(Const(v, 32) for v in residue_table(nb))
+        expect = Signal(32)   # the residue the register must show: that of the last fed beat
+        csum = Signal(csum_w)
         with m.If(s1_v):
             with m.If(s1_feed):
                 m.d.sync += [crc_reg.eq(crc_next(Mux(s1_first, 0, crc_reg), s1_data, rows)),
-                             k_last.eq(s1_k)]
-            m.d.sync += csum.eq(Mux(s1_first, 0, csum) + s1_psum)
+                             expect.eq(table[s1_k])]
+            acc2 = carry_save([Mux(s1_first, 0, csum), *s1_psum], csum_w)
+            m.d.sync += csum.eq(acc2[0] + acc2[1])
 
         s2_v = Signal()
         s2_n = Signal(LEN_BITS + 1)
@@ -420,12 +500,11 @@ class IcrcChecker(wiring.Component):
             m.d.sync += [s2_n.eq(s1_n), s2_total.eq(s1_total), s2_udp.eq(s1_udp),
                          s2_end.eq(s1_end), s2_err.eq(s1_err)]
 
-        # ---- stage 2 (combinational from registers): the result
-        table = Array(Const(v, 32) for v in residue_table(nb))
+        # ---- stage 3: the result, registered on the output
         res = self.o.payload
-        m.d.comb += [
+        m.d.sync += [
             self.o.valid.eq(s2_v),
-            res.icrc_ok.eq(crc_output(crc_reg) == table[k_last]),
+            res.icrc_ok.eq(crc_output(crc_reg) == expect),
             res.ip_csum_ok.eq(ones_complement_fold(csum) == 0xFFFF),
             res.ip_len_min_ok.eq(s2_total >= MIN_L3_LEN),
             res.ip_len_ok.eq((s2_end <= s2_n) & ~((s2_end < s2_n) & (s2_n > MIN_FRAME))),

@@ -3,12 +3,15 @@
 Data flow (one beat per cycle sustained, all outputs buffered by small FIFOs)::
 
     i ─► S0: frame position, header byte capture, payload realign (window of 2 beats)
-         │   IcrcChecker (ICRC, IPv4 checksum, lengths; result 2 cycles after the last beat)
+         │   IcrcChecker (ICRC, IPv4 checksum, lengths; result 4 cycles after the last beat)
          ▼
          S1: header fields + header checks (from the captured header bytes)
          ▼
          S2: push ─► hdr FIFO ─► hdr        (one record per frame)
-                 ─► payload FIFO ─► payload (DATA frames only, payload byte 0 in lane 0)
+         ▼
+         S3, S4: wait for the checker's result
+         ▼
+         S4: push ─► payload FIFO ─► payload (DATA frames only, payload byte 0 in lane 0)
                  ─► frame FIFO ─► frame     (every frame, unchanged: the bypass copy)
                  ─► verdict FIFO ─► verdict (one per frame, final classification)
 
@@ -31,8 +34,8 @@ Ordering contract (what a consumer may rely on):
 
 Backpressure: every output may stall at any time; ``i.ready`` drops when an output FIFO could not
 take what the beats in flight may push (it depends on registered state only). Latency: a beat
-accepted in cycle t is visible on ``frame``/``payload`` in cycle t+3 at the earliest; a frame's
-``hdr`` 3 cycles after its header-completing beat; ``verdict`` 3 cycles after its last beat.
+accepted in cycle t is visible on ``frame``/``payload`` in cycle t+5 at the earliest; a frame's
+``hdr`` 3 cycles after its header-completing beat; ``verdict`` 5 cycles after its last beat.
 """
 
 from __future__ import annotations
@@ -124,33 +127,38 @@ class Parser(wiring.Component):
 
         m.submodules.checker = checker = IcrcChecker(w)
         m.d.comb += [checker.i.valid.eq(acc), checker.i.payload.eq(beat)]
+        # S2 + extra: the stage where the checker's result for a frame's last beat is ready
+        extra = IcrcChecker.LATENCY - 2
 
         # ------------------------------------------------------------ output FIFOs and room
         beat_w = len(Cat(beat.as_value()))
         hdr_w = header_record_layout().size
         ver_w = verdict_layout().size
         hdr_beats = -(-HDR_CAP // nb)
-        frame_depth = hdr_beats + 4
+        frame_depth = hdr_beats + 4 + extra
         m.submodules.frame_fifo = frame_fifo = fifo.SyncFIFO(width=beat_w, depth=frame_depth)
         # the payload FIFOs also absorb the header-length lag of a downstream consumer that waits
         # for `hdr` (e.g. the deparser in a loopback) before it takes payload beats
-        pay_depth = max(4, (hdr_beats + 8) // 2)
+        pay_depth = max(4, (hdr_beats + 8) // 2) + extra
         m.submodules.pay_fifo0 = pay0 = fifo.SyncFIFO(width=beat_w, depth=pay_depth)
         m.submodules.pay_fifo1 = pay1 = fifo.SyncFIFO(width=beat_w, depth=pay_depth)
         m.submodules.hdr_fifo = hdr_fifo = fifo.SyncFIFO(width=hdr_w, depth=4)
-        m.submodules.ver_fifo = ver_fifo = fifo.SyncFIFO(width=ver_w, depth=4)
+        m.submodules.ver_fifo = ver_fifo = fifo.SyncFIFO(width=ver_w, depth=4 + extra)
 
         # pipeline valid bits (declared here for the room computation)
         s1_v, s2_v = Signal(), Signal()
         s1_hv, s2_hv = Signal(), Signal()      # header event
         s1_ev, s2_ev = Signal(), Signal()      # end-of-frame event
         s1_pn, s2_pn = Signal(range(3)), Signal(range(3))   # payload beats (0..2)
+        x_v = [Signal(name=f"s{3 + k}_v") for k in range(extra)]
+        x_ev = [Signal(name=f"s{3 + k}_ev") for k in range(extra)]
+        x_pn = [Signal(range(3), name=f"s{3 + k}_pn") for k in range(extra)]
         room = Signal()
         m.d.comb += room.eq(
-            (frame_fifo.level + s1_v + s2_v + 1 <= frame_depth)
-            & (pay0.level + pay1.level + s1_pn + s2_pn + 2 <= 2 * pay_depth - 1)
+            (frame_fifo.level + s1_v + s2_v + sum(x_v) + 1 <= frame_depth)
+            & (pay0.level + pay1.level + s1_pn + s2_pn + sum(x_pn) + 2 <= 2 * pay_depth - 1)
             & (hdr_fifo.level + s1_hv + s2_hv + 1 <= 4)
-            & (ver_fifo.level + s1_ev + s2_ev + 1 <= 4))
+            & (ver_fifo.level + s1_ev + s2_ev + sum(x_ev) + 1 <= 4 + extra))
         m.d.comb += self.i.ready.eq(room)
 
         # ------------------------------------------------------------ S0: position and capture
@@ -468,6 +476,21 @@ class Parser(wiring.Component):
         with m.If(s2_hv):
             m.d.sync += [cur_kind.eq(s2_kind), cur_ra.eq(s2_ra), cur_rb.eq(s2_rb)]
 
+        # ------------------------------------------------------------ S3..: wait for the checker
+        # frame beats, payload beats and the header-time classification travel `extra` more
+        # stages, to where the checker's result of a last beat is (IcrcChecker.LATENCY)
+        is_data = kind2 == Kind.DATA
+        push0 = is_data & (s2_pn != 0)
+        push1 = is_data & (s2_pn == 2)
+        st = dict(v=s2_v, ev=s2_ev, pn=s2_pn, beat=s2_beat, p0=s2_p0, p1=s2_p1, push0=push0,
+                  push1=push1, ra=ra2, rb=rb2, kind=kind2)
+        for k in range(extra):
+            nxt = {n: Signal.like(v, name=f"s{3 + k}_{n}") for n, v in st.items()}
+            nxt["v"], nxt["ev"], nxt["pn"] = x_v[k], x_ev[k], x_pn[k]
+            m.d.sync += [nxt[n].eq(v) for n, v in st.items()]
+            st = nxt
+        ra2, rb2, kind2 = st["ra"], st["rb"], st["kind"]
+
         res = checker.o.payload
         final_reason = Signal(Reason)
         with m.If(res.mac_error):
@@ -532,18 +555,16 @@ class Parser(wiring.Component):
         ver = Signal(verdict_layout())
         m.d.comb += [ver.kind.eq(final_kind), ver.reason.eq(final_reason),
                      ver.frame_len.eq(res.frame_len),
-                     ver_fifo.w_en.eq(s2_ev), ver_fifo.w_data.eq(ver)]
+                     ver_fifo.w_en.eq(st["ev"]), ver_fifo.w_data.eq(ver)]
 
-        m.d.comb += [frame_fifo.w_en.eq(s2_v), frame_fifo.w_data.eq(s2_beat)]
+        m.d.comb += [frame_fifo.w_en.eq(st["v"]), frame_fifo.w_data.eq(st["beat"])]
 
         # payload: two interleaved FIFOs so that two beats can be pushed in one cycle
-        is_data = kind2 == Kind.DATA
         p0 = Signal(beat_layout(w))
         p1 = Signal(beat_layout(w))
-        m.d.comb += [p0.eq(s2_p0), p1.eq(s2_p1),
-                     p0.error.eq(s2_p0.last & bad), p1.error.eq(bad)]
-        push0 = is_data & (s2_pn != 0)
-        push1 = is_data & (s2_pn == 2)
+        m.d.comb += [p0.eq(st["p0"]), p1.eq(st["p1"]),
+                     p0.error.eq(st["p0"].last & bad), p1.error.eq(bad)]
+        push0, push1 = st["push0"], st["push1"]
         wsel = Signal()
         with m.If(wsel):
             m.d.comb += [pay1.w_en.eq(push0), pay1.w_data.eq(p0),
