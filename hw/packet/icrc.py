@@ -37,7 +37,7 @@ from netreduce.wire import fields as wf
 from netreduce.wire.frame import MIN_FRAME
 from netreduce.wire.icrc import ICRC_MASKED_BYTES
 
-from ..stream import beat_layout, bytes_of, check_data_width, keep_count
+from ..stream import beat_layout, bytes_of, check_data_width, first_match, keep_count
 from .layout import L2_TAGGED, L2_UNTAGGED, LEN_BITS, MIN_L3_LEN
 
 __all__ = [
@@ -286,9 +286,9 @@ def ones_complement_fold(x: Value, width: int = 16) -> Value:
 
 
 def carry_save(terms, width: int, until: int = 2) -> list[Value]:
-    """Reduce ``terms`` to at most ``until`` (>= 2) with 3:2 carry-save compressors (bitwise, one LUT level
-    each), sum modulo 2**width unchanged. Written as gates so that Yosys does not merge the adds
-    into one multi-operand ``$macc`` (which ABC maps to a deep chain of wide LUTs)."""
+    """Reduce ``terms`` to at most ``until`` (>= 2) with 3:2 carry-save compressors (bitwise, one
+    LUT level each), sum modulo 2**width unchanged. Written as gates so that Yosys does not merge
+    the adds into one multi-operand ``$macc`` (which ABC maps to a deep chain of wide LUTs)."""
     terms = [Value.cast(t) for t in terms]
     mask = Const((1 << width) - 1, width)
     while len(terms) > until:
@@ -324,6 +324,9 @@ class _BeatIndex:
                 self._m.d.sync += r.eq(self._last if k == 0 else ~self._last & self._at[k - 1])
 
 
+_CRC_CHUNK = 64   # bits of a beat per partial CRC parity (3 LUT levels of XOR)
+
+
 class IcrcChecker(wiring.Component):
     """Receive-side checks of RoCEv2 frames at full beat width, no byte enables.
 
@@ -332,7 +335,7 @@ class IcrcChecker(wiring.Component):
     * ``i``: ``In(stream)`` of :func:`~netreduce.hw.stream.beat_layout` beats, always ready: the
       checker never applies backpressure; it sees a beat whenever ``i.valid`` is high.
     * ``o``: ``Out(stream)`` of :func:`check_layout`, always ready, registered: ``o.valid`` is
-      high for one cycle per frame, :attr:`LATENCY` (4) cycles after the frame's last beat
+      high for one cycle per frame, :attr:`LATENCY` (5) cycles after the frame's last beat
       (``i.valid & i.payload.last``).
 
     Throughput: one beat per cycle, back-to-back frames of any length, any ``keep`` on the last
@@ -343,11 +346,12 @@ class IcrcChecker(wiring.Component):
 
     Pipeline (each stage at most 8 LUT levels at 250 MHz, docs/engine.md "Clock plan"): 0 header
     taps (total length, tag) from the input beat; 1 CRC input masking and the IPv4 checksum's
-    partial sum; 2 the CRC step and the checksum accumulator; 3 the comparisons, registered on
-    ``o``.
+    carry-save terms; 2 the CRC step's data part as one parity per 64-bit chunk, the checksum
+    accumulator; 3 the CRC register, the length and checksum checks; 4 the ICRC comparison,
+    registered on ``o``.
     """
 
-    LATENCY = 4
+    LATENCY = 5
 
     def __init__(self, data_width: int = 512):
         self._w = check_data_width(data_width)
@@ -379,7 +383,6 @@ class IcrcChecker(wiring.Component):
         tap = _ByteTap(m, beat.data, pos.at, acc, nb)
         tpid = wf.ETH.ethertype
         vlan = tap.word(tpid.offset, tpid.size) == wf.ETHERTYPE_VLAN
-        l2 = Mux(vlan, L2_TAGGED, L2_UNTAGGED)
 
         def ip_word(f):   # IPv4 field value, for both tag variants
             return Mux(vlan, tap.word(L2_TAGGED + f.offset, f.size),
@@ -388,8 +391,11 @@ class IcrcChecker(wiring.Component):
         total = ip_word(wf.IPV4.total_length)
         udp_len = Mux(vlan, tap.word(L2_TAGGED + wf.IPV4.size + wf.UDP.length.offset, 2),
                       tap.word(L2_UNTAGGED + wf.IPV4.size + wf.UDP.length.offset, 2))
-        dgram_end = Signal(LEN_BITS + 1)   # l2 + total length = end of the ICRC
-        m.d.comb += dgram_end.eq(l2 + total)
+        # l2 + total length = end of the ICRC, for both tag variants (selected in stage 1: the
+        # adder does not wait for the tag comparison)
+        ends = [Signal(LEN_BITS + 1, name=f"dgram_end{v}") for v in (0, 1)]
+        m.d.comb += [ends[v].eq(l2v + tap.word(l2v + wf.IPV4.total_length.offset, 2))
+                     for v, l2v in ((0, L2_UNTAGGED), (1, L2_TAGGED))]
 
         # a beat before the one holding the total length is taken as fully covered (the
         # datagram is at least 44 bytes long, and a shorter one fails ip_len_min anyway)
@@ -398,8 +404,7 @@ class IcrcChecker(wiring.Component):
         def before(b):   # the input beat is one of beats 0 .. b - 1
             return Cat(*[pos.at(k) for k in range(b)]).any() if b else Const(0)
 
-        total_known = ~Mux(vlan, before((L2_TAGGED + tl_end) // nb),
-                           before((L2_UNTAGGED + tl_end) // nb))
+        knowns = [~before((l2v + tl_end) // nb) for l2v in (L2_UNTAGGED, L2_TAGGED)]
 
         # where the CRC masks and the IPv4 header words sit: (beat, vlan) -> select bit
         masks = crc_input_masks(nb)
@@ -417,21 +422,31 @@ class IcrcChecker(wiring.Component):
         p_err = Signal()
         p_data = Signal(w)
         p_base = Signal(LEN_BITS + 1)
-        p_end = Signal(LEN_BITS + 1)
-        p_known = Signal()
-        p_n = Signal(LEN_BITS + 1)
+        p_vlan = Signal()
+        p_ends = [Signal(LEN_BITS + 1, name=f"p_end{v}") for v in (0, 1)]
+        p_knowns = Signal(2)
+        # bytes in the beat (keep_count) in two steps: per group of 8 lanes here, which group
+        # in stage 1 (a 64-lane priority encoder in one stage is 9 levels)
+        groups = [beat.keep[g: g + 8] for g in range(0, nb, 8)]
+        p_grp = Signal(5 * len(groups))
         p_total = Signal(LEN_BITS)
         p_udp = Signal(LEN_BITS)
         p_mask = Signal(len(masks))
         p_word = Signal(len(words))
         m.d.sync += [p_v.eq(acc), p_first.eq(sof), p_last.eq(beat.last), p_err.eq(beat.error),
-                     p_data.eq(beat.data), p_base.eq(base_c), p_end.eq(dgram_end),
-                     p_known.eq(total_known), p_n.eq(base_c + keep_count(beat.keep)),
+                     p_data.eq(beat.data), p_base.eq(base_c), p_vlan.eq(vlan),
+                     p_ends[0].eq(ends[0]), p_ends[1].eq(ends[1]), p_knowns.eq(Cat(*knowns)),
+                     p_grp.eq(Cat(*[Cat(g.any(), keep_count(g)) for g in groups])),
                      p_total.eq(total), p_udp.eq(udp_len),
                      p_mask.eq(Cat(*sel_mask.values())), p_word.eq(Cat(*[s for s, _ in words]))]
 
         # ---- stage 1: CRC input masking, IPv4 checksum words of this beat
+        grp = [p_grp[5 * j: 5 * j + 5] for j in range(len(groups))]
+        p_cnt = first_match([(g[0], 8 * j + g[1:]) for j, g in reversed(list(enumerate(grp)))],
+                            0)
         # bytes of the datagram left from this beat's start (>= nb: the whole beat is covered)
+        p_end = Mux(p_vlan, p_ends[1], p_ends[0])
+        p_known = Mux(p_vlan, p_knowns[1], p_knowns[0])
         left = Signal(LEN_BITS + 2)
         m.d.comb += left.eq(Mux(~p_known, nb, Mux(p_end > p_base, p_end - p_base, 0)))
         feed = left != 0
@@ -473,19 +488,26 @@ class IcrcChecker(wiring.Component):
         s1_err = Signal()
         m.d.sync += [s1_v.eq(p_v), s1_first.eq(p_first), s1_last.eq(p_last), s1_feed.eq(feed),
                      s1_data.eq(masked), s1_k.eq(Mux(left < nb, nb - left, 0)),
-                     *[r.eq(t) for r, t in zip(s1_psum, psum_terms, strict=True)], s1_n.eq(p_n), s1_total.eq(p_total), s1_udp.eq(p_udp),
+                     *[r.eq(t) for r, t in zip(s1_psum, psum_terms, strict=True)],
+                     s1_n.eq(p_base + p_cnt), s1_total.eq(p_total), s1_udp.eq(p_udp),
                      s1_end.eq(p_end), s1_err.eq(p_err)]
 
-        # ---- stage 2: CRC register, checksum accumulator, per-frame capture
-        crc_reg = Signal(32)
+        # ---- stage 2: the CRC step's data part in chunks (it is linear: per output bit, the
+        # parity of the chunks' parities), checksum accumulator, per-frame capture
         rows = crc_rows(m, w)
-        table = Array(Const(v, 32) for v in residue_table(nb))
-        expect = Signal(32)   # the residue the register must show: that of the last fed beat
+        f_reg, _ = crc_matrices(w)
+        chunks = range(0, w, _CRC_CHUNK)
+        s2_part = [Signal(32, name=f"s2_part{c // _CRC_CHUNK}") for c in chunks]
+        for c, r in zip(chunks, s2_part, strict=True):
+            word = s1_data[c: c + _CRC_CHUNK]
+            m.d.sync += r.eq(Cat(*[(word & rows[i][c: c + _CRC_CHUNK]).xor()
+                                   for i in range(32)]))
+        s2_step = Signal()   # s2_part is a fed beat's
+        s2_first = Signal()
+        s2_k = Signal(range(nb))
+        m.d.sync += [s2_step.eq(s1_v & s1_feed), s2_first.eq(s1_first), s2_k.eq(s1_k)]
         csum = Signal(csum_w)
         with m.If(s1_v):
-            with m.If(s1_feed):
-                m.d.sync += [crc_reg.eq(crc_next(Mux(s1_first, 0, crc_reg), s1_data, rows)),
-                             expect.eq(table[s1_k])]
             acc2 = carry_save([Mux(s1_first, 0, csum), *s1_psum], csum_w)
             m.d.sync += csum.eq(acc2[0] + acc2[1])
 
@@ -500,16 +522,29 @@ class IcrcChecker(wiring.Component):
             m.d.sync += [s2_n.eq(s1_n), s2_total.eq(s1_total), s2_udp.eq(s1_udp),
                          s2_end.eq(s1_end), s2_err.eq(s1_err)]
 
-        # ---- stage 3: the result, registered on the output
-        res = self.o.payload
+        # ---- stage 3: CRC register; the checks other than the ICRC
+        crc_reg = Signal(32)
+        table = Array(Const(v, 32) for v in residue_table(nb))
+        expect = Signal(32)   # the residue the register must show: that of the last fed beat
+        with m.If(s2_step):
+            reg = Mux(s2_first, 0, crc_reg)
+            m.d.sync += [
+                crc_reg.eq(Cat(*[(reg & f_reg[i]).xor()
+                                 ^ Cat(*[p[i] for p in s2_part]).xor() for i in range(32)])),
+                expect.eq(table[s2_k])]
+        s3_v = Signal()
+        s3 = Signal(check_layout())   # all but icrc_ok
         m.d.sync += [
-            self.o.valid.eq(s2_v),
-            res.icrc_ok.eq(crc_output(crc_reg) == expect),
-            res.ip_csum_ok.eq(ones_complement_fold(csum) == 0xFFFF),
-            res.ip_len_min_ok.eq(s2_total >= MIN_L3_LEN),
-            res.ip_len_ok.eq((s2_end <= s2_n) & ~((s2_end < s2_n) & (s2_n > MIN_FRAME))),
-            res.udp_len_ok.eq(s2_udp == s2_total - wf.IPV4.size),
-            res.mac_error.eq(s2_err),
-            res.frame_len.eq(Mux(s2_n >> LEN_BITS, (1 << LEN_BITS) - 1, s2_n)),
+            s3_v.eq(s2_v),
+            s3.ip_csum_ok.eq(ones_complement_fold(csum) == 0xFFFF),
+            s3.ip_len_min_ok.eq(s2_total >= MIN_L3_LEN),
+            s3.ip_len_ok.eq((s2_end <= s2_n) & ~((s2_end < s2_n) & (s2_n > MIN_FRAME))),
+            s3.udp_len_ok.eq(s2_udp == s2_total - wf.IPV4.size),
+            s3.mac_error.eq(s2_err),
+            s3.frame_len.eq(Mux(s2_n >> LEN_BITS, (1 << LEN_BITS) - 1, s2_n)),
         ]
+
+        # ---- stage 4: the ICRC comparison; the result registered on the output
+        m.d.sync += [self.o.valid.eq(s3_v), self.o.payload.eq(s3),
+                     self.o.payload.icrc_ok.eq(crc_output(crc_reg) == expect)]
         return m

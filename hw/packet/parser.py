@@ -3,15 +3,15 @@
 Data flow (one beat per cycle sustained, all outputs buffered by small FIFOs)::
 
     i ─► S0: frame position, header byte capture, payload realign (window of 2 beats)
-         │   IcrcChecker (ICRC, IPv4 checksum, lengths; result 4 cycles after the last beat)
+         │   IcrcChecker (ICRC, IPv4 checksum, lengths; result 5 cycles after the last beat)
          ▼
          S1: header fields + header checks (from the captured header bytes)
          ▼
          S2: push ─► hdr FIFO ─► hdr        (one record per frame)
          ▼
-         S3, S4: wait for the checker's result
+         S3..S5: wait for the checker's result
          ▼
-         S4: push ─► payload FIFO ─► payload (DATA frames only, payload byte 0 in lane 0)
+         S5: push ─► payload FIFO ─► payload (DATA frames only, payload byte 0 in lane 0)
                  ─► frame FIFO ─► frame     (every frame, unchanged: the bypass copy)
                  ─► verdict FIFO ─► verdict (one per frame, final classification)
 
@@ -34,8 +34,8 @@ Ordering contract (what a consumer may rely on):
 
 Backpressure: every output may stall at any time; ``i.ready`` drops when an output FIFO could not
 take what the beats in flight may push (it depends on registered state only). Latency: a beat
-accepted in cycle t is visible on ``frame``/``payload`` in cycle t+5 at the earliest; a frame's
-``hdr`` 3 cycles after its header-completing beat; ``verdict`` 5 cycles after its last beat.
+accepted in cycle t is visible on ``frame``/``payload`` in cycle t+6 at the earliest; a frame's
+``hdr`` 3 cycles after its header-completing beat; ``verdict`` 6 cycles after its last beat.
 """
 
 from __future__ import annotations
