@@ -43,7 +43,8 @@ from .layout import L2_TAGGED, L2_UNTAGGED, LEN_BITS, MIN_L3_LEN
 __all__ = [
     "ALGO_INIT0", "crc_matrices", "crc_next", "crc_rows", "crc_output", "residue_table",
     "unshift_matrix",
-    "CrcUnshift", "IcrcChecker", "check_layout", "crc_input_masks", "reflect32",
+    "BeatIndex", "CrcUnshift", "IcrcChecker", "carry_save", "check_layout", "crc_input_masks",
+    "reflect32",
 ]
 
 _E = catalog.CRC32_ETHERNET
@@ -302,7 +303,7 @@ def carry_save(terms, width: int, until: int = 2) -> list[Value]:
     return terms
 
 
-class _BeatIndex:
+class BeatIndex:
     """One-hot position of the input beat in its frame, for the first beats only: ``at(b)`` is a
     register, high while the beat on the input (if any) is beat ``b`` of its frame. A register
     instead of a comparison of the byte offset keeps the header taps one LUT from a flip-flop.
@@ -378,7 +379,7 @@ class IcrcChecker(wiring.Component):
                 m.d.sync += base.eq(base_c + nb)
             with m.Else():
                 m.d.sync += base.eq(base_c)
-        pos = _BeatIndex(m, acc, beat.last)
+        pos = BeatIndex(m, acc, beat.last)
 
         tap = _ByteTap(m, beat.data, pos.at, acc, nb)
         tpid = wf.ETH.ethertype

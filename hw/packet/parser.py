@@ -56,7 +56,7 @@ from ..stream import (
     keep_count,
     tree_sum,
 )
-from .icrc import IcrcChecker, ones_complement_fold
+from .icrc import BeatIndex, IcrcChecker, ones_complement_fold
 from .layout import (
     BTH_END,
     HDR_CAP,
@@ -135,15 +135,17 @@ class Parser(wiring.Component):
         hdr_w = header_record_layout().size
         ver_w = verdict_layout().size
         hdr_beats = -(-HDR_CAP // nb)
-        frame_depth = hdr_beats + 4 + extra
+        # (+1 each: `room` is registered, so it counts the beat accepted in the cycle before)
+        frame_depth = hdr_beats + 5 + extra
         m.submodules.frame_fifo = frame_fifo = fifo.SyncFIFO(width=beat_w, depth=frame_depth)
         # the payload FIFOs also absorb the header-length lag of a downstream consumer that waits
         # for `hdr` (e.g. the deparser in a loopback) before it takes payload beats
-        pay_depth = max(4, (hdr_beats + 8) // 2) + extra
+        pay_depth = max(4, (hdr_beats + 8) // 2) + 1 + extra
         m.submodules.pay_fifo0 = pay0 = fifo.SyncFIFO(width=beat_w, depth=pay_depth)
         m.submodules.pay_fifo1 = pay1 = fifo.SyncFIFO(width=beat_w, depth=pay_depth)
-        m.submodules.hdr_fifo = hdr_fifo = fifo.SyncFIFO(width=hdr_w, depth=4)
-        m.submodules.ver_fifo = ver_fifo = fifo.SyncFIFO(width=ver_w, depth=4 + extra)
+        hdr_depth, ver_depth = 5, 5 + extra
+        m.submodules.hdr_fifo = hdr_fifo = fifo.SyncFIFO(width=hdr_w, depth=hdr_depth)
+        m.submodules.ver_fifo = ver_fifo = fifo.SyncFIFO(width=ver_w, depth=ver_depth)
 
         # pipeline valid bits (declared here for the room computation)
         s1_v, s2_v = Signal(), Signal()
@@ -153,12 +155,15 @@ class Parser(wiring.Component):
         x_v = [Signal(name=f"s{3 + k}_v") for k in range(extra)]
         x_ev = [Signal(name=f"s{3 + k}_ev") for k in range(extra)]
         x_pn = [Signal(range(3), name=f"s{3 + k}_pn") for k in range(extra)]
+        # registered: room for one more beat in the next cycle, counting what is in the FIFOs
+        # and in flight now and the most the beat accepted now may push (reads ignored)
         room = Signal()
-        m.d.comb += room.eq(
-            (frame_fifo.level + s1_v + s2_v + sum(x_v) + 1 <= frame_depth)
-            & (pay0.level + pay1.level + s1_pn + s2_pn + sum(x_pn) + 2 <= 2 * pay_depth - 1)
-            & (hdr_fifo.level + s1_hv + s2_hv + 1 <= 4)
-            & (ver_fifo.level + s1_ev + s2_ev + sum(x_ev) + 1 <= 4 + extra))
+        m.d.sync += room.eq(
+            (frame_fifo.level + s1_v + s2_v + sum(x_v) + acc + 1 <= frame_depth)
+            & (pay0.level + pay1.level + s1_pn + s2_pn + sum(x_pn) + 2 * acc + 2
+               <= 2 * pay_depth - 1)
+            & (hdr_fifo.level + s1_hv + s2_hv + acc + 1 <= hdr_depth)
+            & (ver_fifo.level + s1_ev + s2_ev + sum(x_ev) + acc + 1 <= ver_depth))
         m.d.comb += self.i.ready.eq(room)
 
         # ------------------------------------------------------------ S0: position and capture
@@ -180,14 +185,16 @@ class Parser(wiring.Component):
 
         hbuf = [Signal(8, name=f"hbuf{g}") for g in range(HDR_CAP)]
         hcur = []
+        pos = BeatIndex(m, acc, beat.last)   # one-hot beat position: header bytes 1 LUT from FFs
         for g in range(HDR_CAP):
             b, lane = divmod(g, nb)
-            here = idx_c == b
+            here = pos.at(b)
             with m.If(acc & here):
                 m.d.sync += hbuf[g].eq(in_bytes[lane])
             cur = Signal(8, name=f"hcur{g}")
             m.d.comb += cur.eq(Mux(here, in_bytes[lane], hbuf[g]))
             hcur.append(cur)
+        pos.build()
 
         def cur_word(g, size):
             return Cat(*[hcur[g + i] for i in reversed(range(size))])
