@@ -5,13 +5,15 @@ Data flow (one beat per cycle sustained, all outputs buffered by small FIFOs)::
     i ─► S0: frame position, header byte capture, payload realign (window of 2 beats)
          │   IcrcChecker (ICRC, IPv4 checksum, lengths; result 5 cycles after the last beat)
          ▼
-         S1: header fields + header checks (from the captured header bytes)
+         S1: header fields + header check conditions (from the captured header bytes)
+         ▼
+         T:  header check reasons (first failing check, in wire.parse order)
          ▼
          S2: push ─► hdr FIFO ─► hdr        (one record per frame)
          ▼
-         S3..S5: wait for the checker's result
+         S3, S4: wait for the checker's result
          ▼
-         S5: push ─► payload FIFO ─► payload (DATA frames only, payload byte 0 in lane 0)
+         S4: push ─► payload FIFO ─► payload (DATA frames only, payload byte 0 in lane 0)
                  ─► frame FIFO ─► frame     (every frame, unchanged: the bypass copy)
                  ─► verdict FIFO ─► verdict (one per frame, final classification)
 
@@ -35,7 +37,7 @@ Ordering contract (what a consumer may rely on):
 Backpressure: every output may stall at any time; ``i.ready`` drops when an output FIFO could not
 take what the beats in flight may push (it depends on registered state only). Latency: a beat
 accepted in cycle t is visible on ``frame``/``payload`` in cycle t+6 at the earliest; a frame's
-``hdr`` 3 cycles after its header-completing beat; ``verdict`` 6 cycles after its last beat.
+``hdr`` 4 cycles after its header-completing beat; ``verdict`` 6 cycles after its last beat.
 """
 
 from __future__ import annotations
@@ -54,9 +56,8 @@ from ..stream import (
     check_data_width,
     first_match,
     keep_count,
-    tree_sum,
 )
-from .icrc import BeatIndex, IcrcChecker, ones_complement_fold
+from .icrc import BeatIndex, IcrcChecker, carry_save, ones_complement_fold
 from .layout import (
     BTH_END,
     HDR_CAP,
@@ -128,7 +129,7 @@ class Parser(wiring.Component):
         m.submodules.checker = checker = IcrcChecker(w)
         m.d.comb += [checker.i.valid.eq(acc), checker.i.payload.eq(beat)]
         # S2 + extra: the stage where the checker's result for a frame's last beat is ready
-        extra = IcrcChecker.LATENCY - 2
+        extra = IcrcChecker.LATENCY - 3
 
         # ------------------------------------------------------------ output FIFOs and room
         beat_w = len(Cat(beat.as_value()))
@@ -136,14 +137,14 @@ class Parser(wiring.Component):
         ver_w = verdict_layout().size
         hdr_beats = -(-HDR_CAP // nb)
         # (+1 each: `room` is registered, so it counts the beat accepted in the cycle before)
-        frame_depth = hdr_beats + 5 + extra
+        frame_depth = hdr_beats + 6 + extra
         m.submodules.frame_fifo = frame_fifo = fifo.SyncFIFO(width=beat_w, depth=frame_depth)
         # the payload FIFOs also absorb the header-length lag of a downstream consumer that waits
         # for `hdr` (e.g. the deparser in a loopback) before it takes payload beats
-        pay_depth = max(4, (hdr_beats + 8) // 2) + 1 + extra
+        pay_depth = max(4, (hdr_beats + 8) // 2) + 2 + extra
         m.submodules.pay_fifo0 = pay0 = fifo.SyncFIFO(width=beat_w, depth=pay_depth)
         m.submodules.pay_fifo1 = pay1 = fifo.SyncFIFO(width=beat_w, depth=pay_depth)
-        hdr_depth, ver_depth = 5, 5 + extra
+        hdr_depth, ver_depth = 6, 6 + extra
         m.submodules.hdr_fifo = hdr_fifo = fifo.SyncFIFO(width=hdr_w, depth=hdr_depth)
         m.submodules.ver_fifo = ver_fifo = fifo.SyncFIFO(width=ver_w, depth=ver_depth)
 
@@ -152,6 +153,9 @@ class Parser(wiring.Component):
         s1_hv, s2_hv = Signal(), Signal()      # header event
         s1_ev, s2_ev = Signal(), Signal()      # end-of-frame event
         s1_pn, s2_pn = Signal(range(3)), Signal(range(3))   # payload beats (0..2)
+        # stage T (between S1 and S2, see there)
+        x_t = [Signal(name="t_v"), Signal(name="t_hv"), Signal(name="t_ev"),
+               Signal(range(3), name="t_pn")]
         x_v = [Signal(name=f"s{3 + k}_v") for k in range(extra)]
         x_ev = [Signal(name=f"s{3 + k}_ev") for k in range(extra)]
         x_pn = [Signal(range(3), name=f"s{3 + k}_pn") for k in range(extra)]
@@ -159,11 +163,11 @@ class Parser(wiring.Component):
         # and in flight now and the most the beat accepted now may push (reads ignored)
         room = Signal()
         m.d.sync += room.eq(
-            (frame_fifo.level + s1_v + s2_v + sum(x_v) + acc + 1 <= frame_depth)
-            & (pay0.level + pay1.level + s1_pn + s2_pn + sum(x_pn) + 2 * acc + 2
+            (frame_fifo.level + s1_v + x_t[0] + s2_v + sum(x_v) + acc + 1 <= frame_depth)
+            & (pay0.level + pay1.level + s1_pn + x_t[3] + s2_pn + sum(x_pn) + 2 * acc + 2
                <= 2 * pay_depth - 1)
-            & (hdr_fifo.level + s1_hv + s2_hv + acc + 1 <= hdr_depth)
-            & (ver_fifo.level + s1_ev + s2_ev + sum(x_ev) + acc + 1 <= ver_depth))
+            & (hdr_fifo.level + s1_hv + x_t[1] + s2_hv + acc + 1 <= hdr_depth)
+            & (ver_fifo.level + s1_ev + x_t[2] + s2_ev + sum(x_ev) + acc + 1 <= ver_depth))
         m.d.comb += self.i.ready.eq(room)
 
         # ------------------------------------------------------------ S0: position and capture
@@ -382,7 +386,7 @@ class Parser(wiring.Component):
         words = [Mux(vlan1, Cat(hb[L2_TAGGED + o + 1], hb[L2_TAGGED + o]),
                      Cat(hb[L2_UNTAGGED + o + 1], hb[L2_UNTAGGED + o]))
                  for o in range(0, wf.IPV4.size, 2)]
-        csum_sum = tree_sum(words)   # folded and compared in S2 (keeps S1 shallow)
+        csum_terms = carry_save(words, LEN_BITS + 5, until=3)   # added in T, folded in S2
 
         ext_len = Signal(range(HDR_CAP))
         has_pay = Signal()
@@ -414,17 +418,50 @@ class Parser(wiring.Component):
             (udp["dport"] != wf.ROCEV2_UDP_PORT, Reason.UDP_PORT),
             (total < MIN_L3_LEN, Reason.IP_LENGTH),
         ]
-        padded = Signal(signed(LEN_BITS + 2))
-        m.d.comb += padded.eq(total - BTH_END - _ICRC - ext_len)
-        # group B: after the frame-length checks, up to PadCnt
-        # (UDP length, then the IPv4 checksum come first: resolved in S2, see below)
+        # (UDP length, then the IPv4 checksum come first in group B: resolved in S2, see below)
         udp_bad = udp["length"] != total - wf.IPV4.size
+        hl1 = Signal(range(HDR_CAP + 1))
+        m.d.comb += hl1.eq(L2_UNTAGGED + BTH_END + ext_len + Mux(vlan1, wf.DOT1Q.size, 0))
+
+        # ------------------------------------------------------------ S1 -> T registers
+        # T: the check conditions are registered before the priority selection (keeps S1 and
+        # T within the depth budget); the beats follow in step
+        t_v, t_hv, t_ev, t_pn = x_t
+        t_beat = Signal(beat_layout(w))
+        t_p0 = Signal(beat_layout(w))
+        t_p1 = Signal(beat_layout(w))
+        t_hbuf = Signal(8 * HDR_CAP)
+        t_ca = Signal(len(chain_a))
+        t_tver_bad = Signal()
+        t_known = Signal()
+        t_has_pay = Signal()
+        t_okind = Signal(Kind)
+        t_total = Signal(LEN_BITS)
+        t_ext_len = Signal(range(HDR_CAP))
+        t_padcnt = Signal(len(bth["padcnt"]))
+        t_udp_bad = Signal()
+        t_hl = Signal(range(HDR_CAP + 1))
+        t_cs = [Signal(LEN_BITS + 5, name=f"t_cs{j}") for j in range(len(csum_terms))]
+        m.d.sync += [t_v.eq(s1_v), t_hv.eq(s1_hv), t_ev.eq(s1_ev), t_pn.eq(s1_pn),
+                     t_beat.eq(s1_beat), t_p0.eq(s1_p0_full), t_p1.eq(s1_extra)]
+        with m.If(s1_hv):
+            m.d.sync += [t_hbuf.eq(s1_hbuf), t_ca.eq(Cat(*[c for c, _ in chain_a])),
+                         t_tver_bad.eq(bth["tver"] != 0), t_known.eq(known),
+                         t_has_pay.eq(has_pay), t_okind.eq(okind), t_total.eq(total),
+                         t_ext_len.eq(ext_len), t_padcnt.eq(bth["padcnt"]),
+                         t_udp_bad.eq(udp_bad), t_hl.eq(hl1),
+                         *[r.eq(v) for r, v in zip(t_cs, csum_terms, strict=True)]]
+
+        # ------------------------------------------------------------ T: reasons
+        padded = Signal(signed(LEN_BITS + 2))
+        m.d.comb += padded.eq(t_total - BTH_END - _ICRC - t_ext_len)
+        # group B: after the frame-length checks, up to PadCnt
         chain_b = [
-            (bth["tver"] != 0, Reason.TVER),
-            (~known, Reason.OPCODE),
+            (t_tver_bad, Reason.TVER),
+            (~t_known, Reason.OPCODE),
             (padded < 0, Reason.TRUNCATED),
-            (~has_pay & ((padded != 0) | (bth["padcnt"] != 0)), Reason.IP_LENGTH),
-            (has_pay & (bth["padcnt"] > padded), Reason.PADCNT),
+            (~t_has_pay & ((padded != 0) | (t_padcnt != 0)), Reason.IP_LENGTH),
+            (t_has_pay & (t_padcnt > padded), Reason.PADCNT),
         ]
 
         def first_of(chain):
@@ -432,10 +469,11 @@ class Parser(wiring.Component):
 
         reason_a = Signal(Reason)
         reason_b_rest = Signal(Reason)
-        m.d.comb += [reason_a.eq(first_of(chain_a)), reason_b_rest.eq(first_of(chain_b))]
+        m.d.comb += [reason_a.eq(first_of([(t_ca[j], r) for j, (_, r) in enumerate(chain_a)])),
+                     reason_b_rest.eq(first_of(chain_b))]
         not_roce = Cat(*[reason_a == r for r in sorted(NOT_ROCE, key=lambda r: r.value)]).any()
-        hl1 = Signal(range(HDR_CAP + 1))
-        m.d.comb += hl1.eq(L2_UNTAGGED + BTH_END + ext_len + Mux(vlan1, wf.DOT1Q.size, 0))
+        cs2 = carry_save(t_cs, LEN_BITS + 5)
+        csum_sum = cs2[0] + cs2[1] if len(cs2) > 1 else cs2[0]
 
         # ------------------------------------------------------------ S1 -> S2 registers
         s2_beat = Signal(beat_layout(w))
@@ -447,16 +485,16 @@ class Parser(wiring.Component):
         s2_udp_bad = Signal()
         s2_not_roce = Signal()
         s2_okind = Signal(Kind)
-        s2_csum = Signal(len(csum_sum))
+        s2_csum = Signal(LEN_BITS + 5)
         s2_hl = Signal(range(HDR_CAP + 1))
         s2_plen_raw = Signal(LEN_BITS)
-        m.d.sync += [s2_v.eq(s1_v), s2_hv.eq(s1_hv), s2_ev.eq(s1_ev), s2_pn.eq(s1_pn),
-                     s2_beat.eq(s1_beat), s2_p0.eq(s1_p0_full), s2_p1.eq(s1_extra)]
-        with m.If(s1_hv):
-            m.d.sync += [s2_hbuf.eq(s1_hbuf), s2_ra.eq(reason_a), s2_rb_rest.eq(reason_b_rest),
-                         s2_udp_bad.eq(udp_bad), s2_not_roce.eq(not_roce), s2_okind.eq(okind),
-                         s2_csum.eq(csum_sum), s2_hl.eq(hl1),
-                         s2_plen_raw.eq(padded - bth["padcnt"])]
+        m.d.sync += [s2_v.eq(t_v), s2_hv.eq(t_hv), s2_ev.eq(t_ev), s2_pn.eq(t_pn),
+                     s2_beat.eq(t_beat), s2_p0.eq(t_p0), s2_p1.eq(t_p1)]
+        with m.If(t_hv):
+            m.d.sync += [s2_hbuf.eq(t_hbuf), s2_ra.eq(reason_a), s2_rb_rest.eq(reason_b_rest),
+                         s2_udp_bad.eq(t_udp_bad), s2_not_roce.eq(not_roce),
+                         s2_okind.eq(t_okind), s2_csum.eq(csum_sum), s2_hl.eq(t_hl),
+                         s2_plen_raw.eq(padded - t_padcnt)]
 
         # ------------------------------------------------------------ S2: header classification
         s2_rb = Signal(Reason)
