@@ -312,14 +312,18 @@ class BeatIndex:
     def __init__(self, m: Module, accept: Value, last: Value):
         self._m, self._acc, self._last = m, accept, last
         self._at: dict[int, Signal] = {}
+        self._built = False
 
     def at(self, b: int) -> Signal:
+        if self._built and b not in self._at:
+            raise ValueError(f"beat {b}: BeatIndex.at after build()")
         for k in range(b + 1):
             if k not in self._at:
                 self._at[k] = Signal(init=int(k == 0), name=f"at{k}")
         return self._at[b]
 
     def build(self):
+        self._built = True
         with self._m.If(self._acc):
             for k, r in self._at.items():
                 self._m.d.sync += r.eq(self._last if k == 0 else ~self._last & self._at[k - 1])

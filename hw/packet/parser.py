@@ -206,34 +206,45 @@ class Parser(wiring.Component):
         tpid = wf.ETH.ethertype
         vlan_c = cur_word(tpid.offset, tpid.size) == wf.ETHERTYPE_VLAN
 
-        def cur_field(f, rel):   # field at l2 + rel + f.offset, both tag variants
-            return Mux(vlan_c, cur_word(L2_TAGGED + rel + f.offset, f.size),
-                       cur_word(L2_UNTAGGED + rel + f.offset, f.size))
-
-        def cur_value(f, rel):
-            raw = cur_field(f, rel)
-            return raw[f.shift: f.shift + f.bits] if f.bits else raw
-
-        opcode_c = cur_value(wf.BTH.opcode, _BTH_AT)
-        padcnt_c = cur_value(wf.BTH.padcnt, _BTH_AT)
-        total_c = cur_field(wf.IPV4.total_length, 0)
-
-        # header length by opcode (untagged); an unknown opcode captures the maximum
-        hl_u = Signal(range(HDR_CAP + 1))
-        kk_c = Signal(range(HDR_CAP + 1))   # header bytes after the IPv4 header start + ICRC
-        m.d.comb += [hl_u.eq(HDR_CAP - wf.DOT1Q.size), kk_c.eq(BTH_END + _ICRC)]
-        with m.Switch(opcode_c):
-            for code, info in OPCODES.items():
-                with m.Case(code):
-                    m.d.comb += [hl_u.eq(L2_UNTAGGED + BTH_END + info.ext_len),
-                                 kk_c.eq(BTH_END + info.ext_len + _ICRC)]
+        # The header geometry is decoded from the opcode for both tag variants at once and
+        # selected by the tag last, so the decode does not wait for the tag comparison.
+        # Header length by opcode; an unknown opcode captures the maximum.
+        fit_beats = -(-HDR_CAP // nb) - 1   # beats that may end before the longest header
+        geo = {}
+        for v, l2v in ((0, L2_UNTAGGED), (1, L2_TAGGED)):
+            op = cur_word(l2v + _BTH_AT + wf.BTH.opcode.offset, wf.BTH.opcode.size)
+            pc = cur_word(l2v + _BTH_AT + wf.BTH.padcnt.offset, wf.BTH.padcnt.size)
+            pc = pc[wf.BTH.padcnt.shift: wf.BTH.padcnt.shift + wf.BTH.padcnt.bits]
+            total_v = cur_word(l2v + wf.IPV4.total_length.offset, wf.IPV4.total_length.size)
+            hl_v = Signal(range(HDR_CAP + 1), name=f"hl_v{v}")
+            kk_v = Signal(range(HDR_CAP + 1), name=f"kk_v{v}")   # hdr after IPv4 start + ICRC
+            fit_v = Signal(max(1, fit_beats), name=f"fit_v{v}")  # header complete by beat b
+            hl_max = HDR_CAP - wf.DOT1Q.size + l2v - L2_UNTAGGED
+            m.d.comb += [hl_v.eq(hl_max), kk_v.eq(BTH_END + _ICRC),
+                         fit_v.eq(Cat(*[Const(hl_max <= (b + 1) * nb)
+                                        for b in range(max(1, fit_beats))]))]
+            with m.Switch(op):
+                for code, info in OPCODES.items():
+                    hl = l2v + BTH_END + info.ext_len
+                    with m.Case(code):
+                        m.d.comb += [hl_v.eq(hl), kk_v.eq(BTH_END + info.ext_len + _ICRC),
+                                     fit_v.eq(Cat(*[Const(hl <= (b + 1) * nb)
+                                                    for b in range(max(1, fit_beats))]))]
+            plen_v = Signal(signed(LEN_BITS + 3), name=f"plen_v{v}")
+            m.d.comb += plen_v.eq(total_v - (pc + kk_v))
+            geo[v] = (hl_v, fit_v, plen_v)
         hl_c = Signal(range(HDR_CAP + 1))
-        m.d.comb += hl_c.eq(hl_u + Mux(vlan_c, wf.DOT1Q.size, 0))
+        fit_c = Signal(max(1, fit_beats))
+        m.d.comb += [hl_c.eq(Mux(vlan_c, geo[1][0], geo[0][0])),
+                     fit_c.eq(Mux(vlan_c, geo[1][1], geo[0][1]))]
 
         # header event: the beat that completes hdr_len bytes, or the frame's last beat
         hdr_sent = Signal()
         hdr_ev = Signal()
-        m.d.comb += hdr_ev.eq(acc & ~(hdr_sent & ~sof) & ((base_c + nb >= hl_c) | beat.last))
+        early = Cat(*[pos.at(b) for b in range(fit_beats)]).any() if fit_beats else Const(0)
+        complete = Cat(*[pos.at(b) & fit_c[b] for b in range(fit_beats)]).any() | ~early \
+            if fit_beats else Const(1)
+        m.d.comb += hdr_ev.eq(acc & ~(hdr_sent & ~sof) & (complete | beat.last))
         with m.If(acc):
             m.d.sync += hdr_sent.eq(Mux(beat.last, 0, hdr_ev | (hdr_sent & ~sof)))
 
@@ -244,7 +255,7 @@ class Parser(wiring.Component):
         # frame-end path (the last payload beat taken from the last input beat alone) is
         # finished in S1 from registered values. Both keep the header decode out of S0's paths.
         plen_c = Signal(signed(LEN_BITS + 3))
-        m.d.comb += plen_c.eq(total_c - (padcnt_c + kk_c))
+        m.d.comb += plen_c.eq(Mux(vlan_c, geo[1][2], geo[0][2]))
         hl_r = Signal(range(HDR_CAP + 1))
         plen_r = Signal(signed(LEN_BITS + 3))
         with m.If(acc):
