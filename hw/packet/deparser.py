@@ -8,7 +8,8 @@ Data flow (one output beat per cycle sustained)::
     A: assemble output beat j: header bytes, payload bytes moved back to their wire offset
     │  (a window over the previous and the current payload beat), pad, zeros for the ICRC
     ▼       ◄── payload
-    R1: ICRC masks applied to a copy, CRC-32 step (full width, init-0 trick, see .icrc)
+    R1: ICRC masks applied to a copy (init-0 trick, see .icrc)
+    C1, C2: CRC-32 step (full width): per 64-bit chunk parities, then the register
     R2: CRC register = CRC through this beat; un-shift by the zero bytes after the covered end
     R3: (un-shift, second half)
     R4: ICRC inserted (it may straddle into the next beat) ─► o
@@ -27,7 +28,7 @@ from netreduce.wire import fields as wf
 from netreduce.wire.frame import MIN_FRAME
 
 from ..stream import beat_layout, beat_signature, bytes_of, check_data_width, tree_sum
-from .icrc import CrcUnshift, crc_input_masks, crc_next, crc_output, crc_rows
+from .icrc import CRC_CHUNK, CrcUnshift, crc_input_masks, crc_matrices, crc_output, crc_rows
 from .layout import (
     HDR_CAP,
     L2_TAGGED,
@@ -69,7 +70,7 @@ class Deparser(wiring.Component):
 
     Throughput: one output beat per cycle with back-to-back frames, as long as the inputs keep up
     (the output has more beats than the payload: header, pad and ICRC). Latency: the first beat
-    of a frame leaves 6 cycles after its header is accepted (2 header stages, 4 pipeline stages).
+    of a frame leaves 8 cycles after its header is accepted (2 header stages, 6 pipeline stages).
     Backpressure: ``o.ready`` low freezes the whole pipeline; ``hdr``/``payload`` are taken only
     when their data can move on.
     """
@@ -314,19 +315,41 @@ class Deparser(wiring.Component):
         masked = Signal(w)
         m.d.comb += masked.eq(Cat(*[Mux(ff_mask[i], 0xFF, Mux(zero_mask[i] | ~covered[i], 0, byte))
                        for i, byte in enumerate(bytes_of(r1.data))]))
-        crc_reg = Signal(32)
+        # ------------------------------------------------------------ C1, C2: the CRC step
+        # C1: the masked beat, registered; C2: the step's data part as one parity per 64-bit
+        # chunk (the step is linear); end of C2: the CRC register. The beat and its metadata
+        # wait alongside (ca, cb), so the register is ready for R2 as before.
         rows = crc_rows(m, w)  # outside the If: the ROM's addresses are constants
-        with m.If(adv & r1_v & r1_feed):
-            m.d.sync += crc_reg.eq(crc_next(Mux(r1.first, 0, crc_reg), masked, rows))
+        f_reg, _ = crc_matrices(w)
+        r1_meta = Cat(r1_lastfed, r1_ins, r1_feed, r1_rel_e, r1_k)
+        ca_v, cb_v = Signal(), Signal()
+        ca, cb = Signal(beat_layout(w)), Signal(beat_layout(w))
+        ca_meta, cb_meta = Signal(len(r1_meta)), Signal(len(r1_meta))
+        ca_masked = Signal(w)
+        chunks = range(0, w, CRC_CHUNK)
+        cb_part = [Signal(32, name=f"cb_part{c // CRC_CHUNK}") for c in chunks]
+        with m.If(adv):
+            m.d.sync += [ca_v.eq(r1_v), ca.eq(r1), ca_meta.eq(r1_meta), ca_masked.eq(masked),
+                         cb_v.eq(ca_v), cb.eq(ca), cb_meta.eq(ca_meta)]
+            for c, r in zip(chunks, cb_part, strict=True):
+                word = ca_masked[c: c + CRC_CHUNK]
+                m.d.sync += r.eq(Cat(*[(word & rows[i][c: c + CRC_CHUNK]).xor()
+                                       for i in range(32)]))
+        crc_reg = Signal(32)
+        cb_feed = cb_meta[2]
+        with m.If(adv & cb_v & cb_feed):
+            reg = Mux(cb.first, 0, crc_reg)
+            m.d.sync += crc_reg.eq(Cat(*[(reg & f_reg[i]).xor()
+                                         ^ Cat(*[p[i] for p in cb_part]).xor()
+                                         for i in range(32)]))
 
         # ------------------------------------------------------------ R2, R3: un-shift
         r2_v, r3_v = Signal(), Signal()
         r2, r3 = Signal(beat_layout(w)), Signal(beat_layout(w))
         r2_meta = Signal(3 + LEN_BITS + 3 + lb)
         r3_meta = Signal(len(r2_meta))
-        r1_meta = Cat(r1_lastfed, r1_ins, r1_feed, r1_rel_e, r1_k)
         with m.If(adv):
-            m.d.sync += [r2_v.eq(r1_v), r2.eq(r1), r2_meta.eq(r1_meta),
+            m.d.sync += [r2_v.eq(cb_v), r2.eq(cb), r2_meta.eq(cb_meta),
                          r3_v.eq(r2_v), r3.eq(r2), r3_meta.eq(r2_meta)]
         m.submodules.unshift = unshift = CrcUnshift(lb, pipeline=(max(lb // 2 - 1, 0),))
         r2_k = r2_meta[-lb:]

@@ -43,7 +43,8 @@ from .layout import L2_TAGGED, L2_UNTAGGED, LEN_BITS, MIN_L3_LEN
 __all__ = [
     "ALGO_INIT0", "crc_matrices", "crc_next", "crc_rows", "crc_output", "residue_table",
     "unshift_matrix",
-    "BeatIndex", "CrcUnshift", "IcrcChecker", "carry_save", "check_layout", "crc_input_masks",
+    "BeatIndex", "CRC_CHUNK", "CrcUnshift", "IcrcChecker", "carry_save", "check_layout",
+    "crc_input_masks",
     "reflect32",
 ]
 
@@ -329,7 +330,7 @@ class BeatIndex:
                 self._m.d.sync += r.eq(self._last if k == 0 else ~self._last & self._at[k - 1])
 
 
-_CRC_CHUNK = 64   # bits of a beat per partial CRC parity (3 LUT levels of XOR)
+CRC_CHUNK = 64   # bits of a beat per partial CRC parity (3 LUT levels of XOR)
 
 
 class IcrcChecker(wiring.Component):
@@ -501,11 +502,11 @@ class IcrcChecker(wiring.Component):
         # parity of the chunks' parities), checksum accumulator, per-frame capture
         rows = crc_rows(m, w)
         f_reg, _ = crc_matrices(w)
-        chunks = range(0, w, _CRC_CHUNK)
-        s2_part = [Signal(32, name=f"s2_part{c // _CRC_CHUNK}") for c in chunks]
+        chunks = range(0, w, CRC_CHUNK)
+        s2_part = [Signal(32, name=f"s2_part{c // CRC_CHUNK}") for c in chunks]
         for c, r in zip(chunks, s2_part, strict=True):
-            word = s1_data[c: c + _CRC_CHUNK]
-            m.d.sync += r.eq(Cat(*[(word & rows[i][c: c + _CRC_CHUNK]).xor()
+            word = s1_data[c: c + CRC_CHUNK]
+            m.d.sync += r.eq(Cat(*[(word & rows[i][c: c + CRC_CHUNK]).xor()
                                    for i in range(32)]))
         s2_step = Signal()   # s2_part is a fed beat's
         s2_first = Signal()
