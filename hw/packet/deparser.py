@@ -11,7 +11,7 @@ Data flow (one output beat per cycle sustained)::
     R1: ICRC masks applied to a copy (init-0 trick, see .icrc)
     C1, C2: CRC-32 step (full width): per 64-bit chunk parities, then the register
     R2: CRC register = CRC through this beat; un-shift by the zero bytes after the covered end
-    R3: (un-shift, second half)
+    R3: (un-shift, further stages: a register after every second matrix)
     R4: ICRC inserted (it may straddle into the next beat) ─► o
 
 All registers advance together when the output can move (``~o.valid | o.ready``); the header
@@ -70,7 +70,8 @@ class Deparser(wiring.Component):
 
     Throughput: one output beat per cycle with back-to-back frames, as long as the inputs keep up
     (the output has more beats than the payload: header, pad and ICRC). Latency: the first beat
-    of a frame leaves 8 cycles after its header is accepted (2 header stages, 6 pipeline stages).
+    of a frame leaves 7 + U cycles after its header is accepted (2 header stages, A, R1, C1, C2, R2,
+    then U un-shift registers: U = 1 below 256 bits, 2 at 256 and 512 bits).
     Backpressure: ``o.ready`` low freezes the whole pipeline; ``hdr``/``payload`` are taken only
     when their data can move on.
     """
@@ -344,14 +345,22 @@ class Deparser(wiring.Component):
                                          for i in range(32)]))
 
         # ------------------------------------------------------------ R2, R3: un-shift
-        r2_v, r3_v = Signal(), Signal()
-        r2, r3 = Signal(beat_layout(w)), Signal(beat_layout(w))
+        # a register after every second matrix stage (the last group may have one or two)
+        unshift_regs = tuple(range(1, lb - 1, 2)) or (0,)
+        r2_v = Signal()
+        r2 = Signal(beat_layout(w))
         r2_meta = Signal(3 + LEN_BITS + 3 + lb)
-        r3_meta = Signal(len(r2_meta))
         with m.If(adv):
-            m.d.sync += [r2_v.eq(cb_v), r2.eq(cb), r2_meta.eq(cb_meta),
-                         r3_v.eq(r2_v), r3.eq(r2), r3_meta.eq(r2_meta)]
-        m.submodules.unshift = unshift = CrcUnshift(lb, pipeline=(max(lb // 2 - 1, 0),))
+            m.d.sync += [r2_v.eq(cb_v), r2.eq(cb), r2_meta.eq(cb_meta)]
+        r3_v, r3, r3_meta = r2_v, r2, r2_meta   # R3..: wait for the un-shift's registers
+        for k in range(len(unshift_regs)):
+            nv = Signal(name=f"r3_{k}_v")
+            nb_ = Signal(beat_layout(w), name=f"r3_{k}")
+            nm = Signal(len(r2_meta), name=f"r3_{k}_meta")
+            with m.If(adv):
+                m.d.sync += [nv.eq(r3_v), nb_.eq(r3), nm.eq(r3_meta)]
+            r3_v, r3, r3_meta = nv, nb_, nm
+        m.submodules.unshift = unshift = CrcUnshift(lb, pipeline=unshift_regs)
         r2_k = r2_meta[-lb:]
         m.d.comb += [unshift.reg_i.eq(crc_reg), unshift.k.eq(r2_k), unshift.en.eq(adv)]
 
