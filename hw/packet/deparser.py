@@ -11,7 +11,6 @@ Data flow (one output beat per cycle sustained)::
     R1: ICRC masks applied to a copy (init-0 trick, see .icrc)
     C1, C2: CRC-32 step (full width): per 64-bit chunk parities, then the register
     R2: CRC register = CRC through this beat; un-shift by the zero bytes after the covered end
-    R3: (un-shift, further stages: a register after every second matrix)
     R4: ICRC inserted (it may straddle into the next beat) ─► o
 
 All registers advance together when the output can move (``~o.valid | o.ready``); the header
@@ -20,7 +19,7 @@ stage prefetches the next header so that back-to-back frames leave without a gap
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -28,7 +27,14 @@ from netreduce.wire import fields as wf
 from netreduce.wire.frame import MIN_FRAME
 
 from ..stream import beat_layout, beat_signature, bytes_of, check_data_width, tree_sum
-from .icrc import CRC_CHUNK, CrcUnshift, crc_input_masks, crc_matrices, crc_output, crc_rows
+from .icrc import (
+    CRC_CHUNK,
+    crc_input_masks,
+    crc_matrices,
+    crc_output,
+    crc_rows,
+    unshift_matrix,
+)
 from .layout import (
     HDR_CAP,
     L2_TAGGED,
@@ -70,8 +76,7 @@ class Deparser(wiring.Component):
 
     Throughput: one output beat per cycle with back-to-back frames, as long as the inputs keep up
     (the output has more beats than the payload: header, pad and ICRC). Latency: the first beat
-    of a frame leaves 7 + U cycles after its header is accepted (2 header stages, A, R1, C1, C2, R2,
-    then U un-shift registers: U = 1 below 256 bits, 2 at 256 and 512 bits).
+    of a frame leaves 7 cycles after its header is accepted (2 header stages, A, R1, C1, C2, R2).
     Backpressure: ``o.ready`` low freezes the whole pipeline; ``hdr``/``payload`` are taken only
     when their data can move on.
     """
@@ -344,25 +349,18 @@ class Deparser(wiring.Component):
                                          ^ Cat(*[p[i] for p in cb_part]).xor()
                                          for i in range(32)]))
 
-        # ------------------------------------------------------------ R2, R3: un-shift
-        # a register after every second matrix stage (the last group may have one or two)
-        unshift_regs = tuple(range(1, lb - 1, 2)) or (0,)
+        # ------------------------------------------------------------ R2: un-shift
         r2_v = Signal()
         r2 = Signal(beat_layout(w))
         r2_meta = Signal(3 + LEN_BITS + 3 + lb)
         with m.If(adv):
             m.d.sync += [r2_v.eq(cb_v), r2.eq(cb), r2_meta.eq(cb_meta)]
-        r3_v, r3, r3_meta = r2_v, r2, r2_meta   # R3..: wait for the un-shift's registers
-        for k in range(len(unshift_regs)):
-            nv = Signal(name=f"r3_{k}_v")
-            nb_ = Signal(beat_layout(w), name=f"r3_{k}")
-            nm = Signal(len(r2_meta), name=f"r3_{k}_meta")
-            with m.If(adv):
-                m.d.sync += [nv.eq(r3_v), nb_.eq(r3), nm.eq(r3_meta)]
-            r3_v, r3, r3_meta = nv, nb_, nm
-        m.submodules.unshift = unshift = CrcUnshift(lb, pipeline=unshift_regs)
         r2_k = r2_meta[-lb:]
-        m.d.comb += [unshift.reg_i.eq(crc_reg), unshift.k.eq(r2_k), unshift.en.eq(adv)]
+        # the un-shift x^(-8k) as one matrix chosen by k: per output bit, the row is a constant
+        # selected by k (one LUT level per bit), then a 32-input parity (two or three levels)
+        unshifted = Cat(*[
+            (crc_reg & Array(Const(unshift_matrix(k)[i], 32) for k in range(nb))[r2_k]).xor()
+            for i in range(32)])
 
         # ------------------------------------------------------------ R4: ICRC insertion
         r4_v = Signal()
@@ -371,8 +369,8 @@ class Deparser(wiring.Component):
         r4_icrc = Signal(32)
         icrc_hold = Signal(32)
         with m.If(adv):
-            m.d.sync += [r4_v.eq(r3_v), r4.eq(r3), r4_meta.eq(r3_meta),
-                         r4_icrc.eq(crc_output(unshift.reg_o))]
+            m.d.sync += [r4_v.eq(r2_v), r4.eq(r2), r4_meta.eq(r2_meta),
+                         r4_icrc.eq(crc_output(unshifted))]
         r4_lastfed, r4_ins = r4_meta[0], r4_meta[1]
         r4_rel_e = r4_meta[3:3 + LEN_BITS + 3].as_signed()
         icrc = Signal(32)
