@@ -187,6 +187,12 @@ class Deparser(wiring.Component):
             for i in range(ck.size):
                 g = l2 + ck.offset + i
                 hb1[g] = Mux(h1_vlan == v, csum.word_select(ck.size - 1 - i, 8), hb1[g])
+        # output beat index of the payload's last beat: ceil(plen / nb) - 1 after the header's
+        # q = hl // nb beats (computed per header, so stage A only compares)
+        hp_lastj = Signal(LEN_BITS + 2 - lb)
+        with m.If(h1_move):
+            m.d.sync += hp_lastj.eq((h1_hl >> lb)
+                                    + Mux(h1_plen == 0, 0, (h1_plen - 1) >> lb))
         with m.If(h1_move):
             m.d.sync += [hp_v.eq(1), hp_bytes.eq(Cat(*hb1)), hp_hl.eq(h1_hl),
                          hp_plen.eq(h1_plen), hp_e.eq(h1_e), hp_len.eq(h1_len),
@@ -266,11 +272,11 @@ class Deparser(wiring.Component):
         a_last = rel_len <= nb
 
         # payload accounting: the payload's last beat must come at index ceil(plen/nb) - 1
-        exp_last = Signal(LEN_BITS + 1 - lb)
-        m.d.comb += exp_last.eq(Mux(plen == 0, 0, (plen - 1) >> lb))
-        pj = jj - q
+        # (output beat q + that: hp_lastj)
+        ah_lastj = Signal(len(hp_lastj))
+        lastj = Mux(start, hp_lastj, ah_lastj)
         pin = self.payload.payload
-        bad_end = pay_take & (pin.last != (pj == exp_last))
+        bad_end = pay_take & (pin.last != (jj == lastj))
         pay_done_n = pdone | (pay_take & pin.last)
         a_err = pay_err & ~start | bad_end | (a_last & ~pay_done_n)
 
@@ -278,6 +284,7 @@ class Deparser(wiring.Component):
             m.d.sync += [busy.eq(~a_last), j.eq(jj + 1)]
             with m.If(start):
                 m.d.sync += [ah_bytes.eq(hp_bytes), ah_hl.eq(hp_hl), ah_plen.eq(hp_plen),
+                             ah_lastj.eq(hp_lastj),
                              ah_e.eq(hp_e), ah_len.eq(hp_len), ah_vlan.eq(hp_vlan)]
             with m.If(pay_take):
                 m.d.sync += prevpay.eq(pin.data)
