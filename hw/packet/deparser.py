@@ -190,10 +190,9 @@ class Deparser(wiring.Component):
         # output beat index of the payload's last beat: ceil(plen / nb) - 1 after the header's
         # q = hl // nb beats (computed per header, so stage A only compares)
         hp_lastj = Signal(LEN_BITS + 2 - lb)
-        hp_pend = Signal(LEN_BITS + 1)   # end of the payload bytes in the frame: hl + plen
         with m.If(h1_move):
-            m.d.sync += [hp_lastj.eq((h1_hl >> lb) + Mux(h1_plen == 0, 0, (h1_plen - 1) >> lb)),
-                         hp_pend.eq(h1_hl + h1_plen)]
+            m.d.sync += hp_lastj.eq((h1_hl >> lb)
+                                    + Mux(h1_plen == 0, 0, (h1_plen - 1) >> lb))
         with m.If(h1_move):
             m.d.sync += [hp_v.eq(1), hp_bytes.eq(Cat(*hb1)), hp_hl.eq(h1_hl),
                          hp_plen.eq(h1_plen), hp_e.eq(h1_e), hp_len.eq(h1_len),
@@ -220,6 +219,7 @@ class Deparser(wiring.Component):
         hbytes = Signal(8 * HDR_CAP)
         m.d.comb += hbytes.eq(Mux(start, hp_bytes, ah_bytes))
         hl = Mux(start, hp_hl, ah_hl)
+        plen = Mux(start, hp_plen, ah_plen)
         e_off = Mux(start, hp_e, ah_e)
         flen = Mux(start, hp_len, ah_len)
         vlan = Mux(start, hp_vlan, ah_vlan)
@@ -249,16 +249,10 @@ class Deparser(wiring.Component):
                     m.d.comb += window.eq(Cat(prevpay, curpay)[8 * (nb - sh): 8 * (nb - sh) + w])
         hdr_lanes = Signal(nb)
         pay_lanes = Signal(nb)
-        # lanes before the header's / the payload's end in beat jj: all before the beat that
-        # holds the end, a thermometer of the end's lane in it, none after (compares, no adder)
-        ah_pend = Signal(len(hp_pend))
-        pend = Mux(start, hp_pend, ah_pend)
-
-        def lanes_before(end):
-            q_e = end >> lb
-            return Mux(jj < q_e, (1 << nb) - 1, Mux(jj == q_e, _therm(end[:lb], nb), 0))
-
-        m.d.comb += [hdr_lanes.eq(lanes_before(hl)), pay_lanes.eq(lanes_before(pend))]
+        rel_h = Signal(signed(LEN_BITS + 3))
+        rel_p = Signal(signed(LEN_BITS + 3))
+        m.d.comb += [rel_h.eq(hl - base), rel_p.eq(hl + plen - base),
+                     hdr_lanes.eq(_therm(rel_h, nb)), pay_lanes.eq(_therm(rel_p, nb))]
         hdr_beats = -(-HDR_CAP // nb)
         hb = bytes_of(hbytes)
         hdr_beat = Signal(w)
@@ -290,7 +284,7 @@ class Deparser(wiring.Component):
             m.d.sync += [busy.eq(~a_last), j.eq(jj + 1)]
             with m.If(start):
                 m.d.sync += [ah_bytes.eq(hp_bytes), ah_hl.eq(hp_hl), ah_plen.eq(hp_plen),
-                             ah_lastj.eq(hp_lastj), ah_pend.eq(hp_pend),
+                             ah_lastj.eq(hp_lastj),
                              ah_e.eq(hp_e), ah_len.eq(hp_len), ah_vlan.eq(hp_vlan)]
             with m.If(pay_take):
                 m.d.sync += prevpay.eq(pin.data)
