@@ -34,7 +34,15 @@ from netreduce.hw.packet.testing import (
     run_parser,
 )
 
+from netreduce.wire import RETH, Opcode
+from netreduce.wire.view import EXT_OFF, opcode
+
 RESULTS = Path(__file__).resolve().parent / "results" / "packet_path.json"
+
+
+def _hdr_len(f: bytes) -> int:
+    """Header bytes of the bench's untagged WRITE_ONLY / SEND_ONLY frames."""
+    return EXT_OFF + (RETH.size if opcode(f) == Opcode.WRITE_ONLY else 0)
 
 
 def _synth(which: str, width: int) -> dict:
@@ -53,8 +61,10 @@ def _synth(which: str, width: int) -> dict:
 
 def _frames(kind: str, rng: random.Random, n: int) -> list[bytes]:
     if kind == "min":   # SEND_ONLY without payload: 58 bytes, padded to 60
-        return [random_frame(rng, opcode=0x04, plen=0, vlan=False).pack() for _ in range(n)]
-    return [random_frame(rng, opcode=0x0A, plen=9018 - 74, vlan=False).pack() for _ in range(n)]
+        return [random_frame(rng, opcode=Opcode.SEND_ONLY, plen=0, vlan=False).pack()
+                for _ in range(n)]
+    return [random_frame(rng, opcode=Opcode.WRITE_ONLY, plen=9018 - 74, vlan=False).pack()
+            for _ in range(n)]
 
 
 def parser_figures(width: int) -> dict:
@@ -71,7 +81,7 @@ def parser_figures(width: int) -> dict:
         pos = 0
         for f in frames:
             nbeats = len(frame_to_beats(f, nb))
-            hl = 70 if f[42] == 0x0A else 54   # WRITE_ONLY / SEND_ONLY, untagged
+            hl = _hdr_len(f)
             firsts.append(src_cycles[pos])
             hdr_done.append(src_cycles[pos + min(nbeats - 1, (hl - 1) // nb)])
             lasts.append(src_cycles[pos + nbeats - 1])
@@ -107,7 +117,7 @@ def deparser_figures(width: int) -> dict:
     for kind, n in (("min", 200), ("max", 4)):
         items = []
         for f in _frames(kind, rng, n):
-            hl = 70 if f[42] == 0x0A else 54
+            hl = _hdr_len(f)
             plen = len(f) - hl - 4 if kind == "max" else 0
             items.append((deparse_header(f, hl, plen), f[hl:hl + plen]))
         r = run_deparser(width, items)

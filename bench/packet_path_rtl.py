@@ -32,6 +32,7 @@ from pathlib import Path
 from netreduce.hw.verilog import generate
 from netreduce.sim.cocotb import build, run, simulator_missing
 from netreduce.sim.cocotb.demo import SkidPassThrough
+from netreduce.sim.rtl.cache import use_build_root
 
 
 def _rel(p: str) -> str:
@@ -108,9 +109,8 @@ def main(argv=None) -> dict:
                     default=Path(__file__).parent / "results" / "packet_path_rtl.json")
     args = ap.parse_args(argv)
     load = os.getloadavg()[0]
-    with tempfile.TemporaryDirectory(prefix="nr-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="nr-bench-") as tmp, use_build_root(tmp):
         # fresh build directory, so build_s is a real build (ccache may still help the C++)
-        os.environ["NETREDUCE_BUILD"] = tmp
         sims = ["verilator"] if args.quick else ["verilator", "icarus"]
         widths = [512] if args.quick else [64, 512]
         result = {

@@ -8,7 +8,9 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from netreduce.wire import fields as wf
+from netreduce.wire.marks import BTH_MARK_BYTE
 
+from .agg.roles import remarked
 from .agg.types import Action
 from .emitter import JOB_NONE, JOB_PROBE, JOB_REEMIT, SEQ_BITS, frame_job_layout, is_vlan
 from .hstore import header_entry_layout
@@ -86,7 +88,8 @@ class Dispatcher(wiring.Component):
     """
 
     def __init__(self, width: int, *, ports: int, slots: int, max_world: int, dec_layout,
-                 contrib_layout):
+                 contrib_layout, roles: bool = False):
+        self.roles = roles  # flow roles (D17): marks, totals into the slot's total buffer
         self.width, self.ports, self.slots, self.max_world = width, ports, slots, max_world
         self.dec_layout = dec_layout
         self.job_layout = frame_job_layout(ports, slots)
@@ -129,7 +132,8 @@ class Dispatcher(wiring.Component):
         p_beat = Array(p.payload for p in pays)[cport]
         fwd_rdy = Array(f.ready for f in fwds)[cport]
         is_fwd = cur.action == Action.FORWARD
-        is_con = cur.action == Action.CONTRIBUTE
+        # D17: a TOTAL writes its payload over the slot's total buffer
+        is_con = (cur.action == Action.CONTRIBUTE) | (cur.action == Action.TOTAL)
         f_take = Signal()
         p_take = Signal()
         m.d.comb += [
@@ -159,6 +163,11 @@ class Dispatcher(wiring.Component):
         f_out = Signal(beat_l)
         m.d.comb += [f_out.eq(f_beat),
                      f_out.data.eq(f_beat.data ^ Mux(cur.nak, patch, 0))]
+        if self.roles:  # D17: a forwarded probe's stage mark (BTH byte 4) set to cur.mark
+            for l2, vl in ((L2_UNTAGGED, 0), (L2_TAGGED, 1)):
+                o = l2 + wf.IPV4.size + wf.UDP.size + BTH_MARK_BYTE
+                with m.If(cur.remark & (cur_vlan == vl) & (fbeat == o // nb)):
+                    m.d.comb += f_out.data[8 * (o % nb):8 * (o % nb) + 2].eq(cur.mark)
         for k in range(P):
             sel = cport == k
             m.d.comb += [frames[k].ready.eq(f_take & sel), pays[k].ready.eq(p_take & sel),
@@ -166,8 +175,9 @@ class Dispatcher(wiring.Component):
         con = self.contrib.payload
         m.d.comb += [
             self.contrib.valid.eq(p_take & is_con),
-            con.slot.eq(cur.slot), con.beat.eq(cbeat), con.op.eq(cur.op),
-            con.overwrite.eq(cur.overwrite), con.tag.eq(cur.job),
+            con.slot.eq(Cat(cur.slot, cur.total) if self.roles else cur.slot),
+            con.beat.eq(cbeat), con.op.eq(cur.op),
+            con.overwrite.eq(cur.overwrite | (cur.action == Action.TOTAL)), con.tag.eq(cur.job),
             con.data.eq(p_beat.data), con.keep.eq(p_beat.keep), con.last.eq(p_beat.last),
         ]
         finishing = Signal()
@@ -185,7 +195,7 @@ class Dispatcher(wiring.Component):
         d_rdy = Array(h.valid for h in heads)[dport]
         kind = Signal(2)
         with m.Switch(dec.action):
-            with m.Case(Action.REEMIT):
+            with m.Case(Action.REEMIT, Action.TOTAL):
                 m.d.comb += kind.eq(JOB_REEMIT)
             with m.Case(Action.PROBE):
                 m.d.comb += kind.eq(JOB_PROBE)
@@ -195,6 +205,8 @@ class Dispatcher(wiring.Component):
         needs_job = (kind != JOB_NONE) | dec.cnp
         start = Signal()
         jobs, jq_w = self.jobs, self.jobs.payload
+        # D17: the stage mark set on the header the frame's job and the header store get
+        raw = remarked(m, d_head.raw, dec.remark, dec.mark) if self.roles else d_head.raw
         m.d.comb += start.eq(self.dec.valid & (~active | finishing) & d_rdy
                              & (~needs_job | jobs.ready))
         m.d.comb += self.dec.ready.eq(start)
@@ -202,13 +214,14 @@ class Dispatcher(wiring.Component):
             m.d.comb += heads[k].ready.eq(start & (dport == k))
         m.d.comb += [
             jobs.valid.eq(start & needs_job),
-            jq_w.kind.eq(kind), jq_w.cnp.eq(dec.cnp), jq_w.raw.eq(d_head.raw),
+            jq_w.kind.eq(kind), jq_w.cnp.eq(dec.cnp), jq_w.raw.eq(raw),
             jq_w.hdr_len.eq(d_head.hdr_len), jq_w.rev_qpn.eq(dec.rev_qpn),
             jq_w.slot.eq(dec.slot), jq_w.plen.eq(dec.plen), jq_w.port.eq(dport),
             jq_w.seq.eq(n_start), jq_w.ov.eq(dec.solicit), jq_w.psn.eq(dec.sol_psn),
+            jq_w.total.eq(dec.total), jq_w.wait.eq(dec.action == Action.TOTAL),
             self.hs_en.eq(start & (dec.action == Action.CONTRIBUTE)),
             self.hs_addr.eq(Cat(dec.rank[:self.rank_bits], dec.slot[:self.slot_bits])),
-            self.hs_data.raw.eq(d_head.raw), self.hs_data.hdr_len.eq(d_head.hdr_len),
+            self.hs_data.raw.eq(raw), self.hs_data.hdr_len.eq(d_head.hdr_len),
         ]
         with m.If(start):
             m.d.sync += [cur.eq(dec), active.eq(1), f_done.eq(0), p_done.eq(~d_head.has_pay),

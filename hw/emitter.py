@@ -17,6 +17,7 @@ from amaranth.utils import ceil_log2, exact_log2
 from netreduce.wire import ETHERTYPE_VLAN, ROCEV2_UDP_PORT, Opcode
 from netreduce.wire import fields as wf
 
+from .agg.roles import remarked
 from .packet.layout import HDR_CAP, L2_TAGGED, L2_UNTAGGED, deparse_header_layout
 from .stream import beat_signature
 
@@ -40,18 +41,21 @@ def seq_before(a, b):
 
 def is_vlan(raw):
     """The stored header bytes carry an 802.1Q tag."""
-    return (raw[12] == ETHERTYPE_VLAN >> 8) & (raw[13] == ETHERTYPE_VLAN & 0xFF)
+    et = wf.ETH.ethertype.offset
+    return (raw[et] == ETHERTYPE_VLAN >> 8) & (raw[et + 1] == ETHERTYPE_VLAN & 0xFF)
 
 
 def frame_job_layout(ports: int, slots: int) -> data.StructLayout:
     """A frame job: ``kind`` (JOB_NONE / JOB_REEMIT / JOB_PROBE), ``cnp`` (also send a CNP), the
     frame's stored header ``raw`` / ``hdr_len``, ``rev_qpn`` (the CNP's DestQP), the slot and
     payload length (re-emit), output ``port``, ``seq`` (the decision's ordinal) and the probe's
-    PSN override ``ov`` / ``psn`` (D16's ACK request)."""
+    PSN override ``ov`` / ``psn`` (D16's ACK request); D17: ``total`` (the re-emit's payload is
+    the slot's total buffer), ``wait`` (its own decision writes that payload: the job waits for
+    it)."""
     return data.StructLayout({
         "kind": 2, "cnp": 1, "raw": data.ArrayLayout(8, HDR_CAP), "hdr_len": range(HDR_CAP + 1),
         "rev_qpn": 24, "slot": _bits(slots), "plen": 16, "port": _bits(ports), "seq": SEQ_BITS,
-        "ov": 1, "psn": 24})
+        "ov": 1, "psn": 24, "total": 1, "wait": 1})
 
 
 def _probe_bytes(raw, l2: int, ov=None, psn=None) -> list:
@@ -111,9 +115,12 @@ class Emitter(wiring.Component):
 
     * Order: a frame job goes before a release command with a later ``seq``; a release command
       goes only once ``done_seen`` has reached its ``seq`` (every decision before it has its
-      payload in the slot memory). Frames leave in that order.
+      payload in the slot memory). Frames leave in that order. A frame job with ``wait`` (a
+      leaf's total, D17) also waits until ``done_seen`` is past its own ``seq``.
     * Throughput: one header command per cycle into a 4-deep queue (a release command makes
-      ``n`` of them, one per rank); headers take 2 cycles each (store read, deparser hand-over);
+      one per rank of its ``mask``, a cycle per rank outside it; D17: ``total`` reads the slot's
+      total buffer, ``mark`` sets that stage mark on the stored header); headers take 2 cycles
+      each (store read, deparser hand-over);
       payload one beat per cycle (slot reads pipelined through the result port).
     * Latency: release command accepted in cycle t -> first header command t + 1, deparser
       header t + 3 (queue, store read).
@@ -121,7 +128,8 @@ class Emitter(wiring.Component):
     """
 
     def __init__(self, width: int, *, ports: int, slots: int, max_world: int, rel_layout,
-                 hs_layout, req_layout, res_layout, read_latency: int):
+                 hs_layout, req_layout, res_layout, read_latency: int, roles: bool = False):
+        self.roles = roles  # flow roles (D17): slot addresses have a total-buffer bit
         self.width, self.ports, self.slots, self.max_world = width, ports, slots, max_world
         self.read_latency = read_latency
         self.job_layout = frame_job_layout(ports, slots)
@@ -152,8 +160,12 @@ class Emitter(wiring.Component):
         raw_layout = data.ArrayLayout(8, HDR_CAP)
         hcmd_layout = data.StructLayout({"store": 1, "addr": slot_bits + rank_bits,
                                          "raw": raw_layout, "hdr_len": range(HDR_CAP + 1),
-                                         "plen": 16, "ce": 1, "port": pb})
-        pcmd_layout = data.StructLayout({"from_slot": 1, "slot": slot_bits, "plen": 16})
+                                         "plen": 16, "ce": 1, "port": pb, "mark": 2})
+        tb = int(self.roles)  # the slot's total buffer: one more slot address bit
+        pcmd_layout = data.StructLayout({"from_slot": 1, "slot": slot_bits + tb, "plen": 16})
+
+        def slot_addr(slot, total):
+            return Cat(slot[:slot_bits], total) if tb else slot
 
         def q(name, layout, depth):
             f = fifo.SyncFIFOBuffered(width=layout.size, depth=depth)
@@ -170,7 +182,10 @@ class Emitter(wiring.Component):
         can_push = hq.w_rdy & pcq.w_rdy
         push = Signal()
         m.d.comb += [hq.w_en.eq(push), pcq.w_en.eq(push)]
-        job_first = jobs.valid & (~self.rel.valid | seq_before(jq_r.seq, rel.seq))
+        # D17: a total's re-emit waits for its own decision's payload (done_seen past its seq)
+        job_wait = jq_r.wait & seq_before(self.done_seen, (jq_r.seq + 1)[:SEQ_BITS])
+        job_first = (jobs.valid & ~job_wait
+                     & (~self.rel.valid | seq_before(jq_r.seq, rel.seq)))
         rel_ok = self.rel.valid & ~job_first & ~seq_before(self.done_seen, rel.seq)
 
         def put_raw(dst, byte_list_u, byte_list_t, vlan):
@@ -195,7 +210,8 @@ class Emitter(wiring.Component):
                 vl = is_vlan(ejob.raw)
                 probe = ejob.kind == JOB_PROBE
                 m.d.comb += [
-                    hq_w.store.eq(0), hq_w.port.eq(ejob.port), pc_w.slot.eq(ejob.slot),
+                    hq_w.store.eq(0), hq_w.port.eq(ejob.port),
+                    pc_w.slot.eq(slot_addr(ejob.slot, ejob.total)),
                     hq_w.plen.eq(Mux(probe, 0, ejob.plen)), hq_w.ce.eq(~probe),
                     hq_w.hdr_len.eq(Mux(probe, Mux(vl, bth_len[L2_TAGGED],
                                                    bth_len[L2_UNTAGGED]), ejob.hdr_len)),
@@ -230,10 +246,13 @@ class Emitter(wiring.Component):
                 m.d.comb += [
                     hq_w.store.eq(1), hq_w.addr.eq(Cat(rank[:rank_bits], erel.slot[:slot_bits])),
                     hq_w.plen.eq(erel.plen), hq_w.ce.eq(1), hq_w.port.eq(ports_r),
-                    pc_w.from_slot.eq(1), pc_w.slot.eq(erel.slot), pc_w.plen.eq(erel.plen),
+                    hq_w.mark.eq(erel.mark), pc_w.from_slot.eq(1),
+                    pc_w.slot.eq(slot_addr(erel.slot, erel.total)), pc_w.plen.eq(erel.plen),
                 ]
-                with m.If(can_push):
-                    m.d.comb += push.eq(1)
+                # D17: only the ranks of the command's mask get a result (a cycle per other)
+                in_mask = erel.mask.bit_select(rank[:rank_bits], 1)
+                with m.If(~in_mask | can_push):
+                    m.d.comb += push.eq(in_mask)
                     m.d.sync += rank.eq(rank + 1)
                     with m.If(rank + 1 >= erel.n):
                         m.next = "IDLE"
@@ -249,9 +268,13 @@ class Emitter(wiring.Component):
                     m.d.sync += hcur.eq(hq_r)
                     m.next = "OUT"
             with m.State("OUT"):
+                hraw = Signal(raw_layout)
+                m.d.comb += hraw.eq(Mux(hcur.store, hs_data.raw.as_value(), hcur.raw.as_value()))
+                if self.roles:  # D17: a partial's stored UP header gets MARK_PARTIAL
+                    hraw = remarked(m, hraw, hcur.mark != 0, hcur.mark, name="hraw_marked")
                 m.d.comb += [
                     self.dep_hdr.valid.eq(self.port.ready),
-                    dh.raw.eq(Mux(hcur.store, hs_data.raw.as_value(), hcur.raw.as_value())),
+                    dh.raw.eq(hraw),
                     dh.hdr_len.eq(Mux(hcur.store, hs_data.hdr_len, hcur.hdr_len)),
                     dh.plen.eq(hcur.plen), dh.ce_to_ect0.eq(hcur.ce),
                     self.port.payload.eq(hcur.port),

@@ -110,14 +110,19 @@ class NetReduceEngine(wiring.Component):
         arbiter. False: none of it (the engine as without management).
     read_latency : int
         Slot memory read latency (see :class:`~netreduce.hw.agg.slotmem.SlotMemory`).
+    roles : bool
+        Flow roles (model D17, spine-leaf: leaf and spine engines; docs/spine-leaf.md). They
+        need a second payload buffer per slot (a leaf keeps its partial and the total): the slot
+        memory doubles. False: a job with a role other than MEMBER is refused (ROLES).
 
     Members: ``i_p<k>`` (In, :func:`~netreduce.hw.stream.beat_signature`), ``o_p<k>`` (Out),
     ``s_axil`` (In, :class:`~netreduce.hw.csr.AXI4LiteSignature`).
     """
 
     def __init__(self, regmap: RegMap | None = None, *, max_frame: int = DEFAULT_MAX_FRAME,
-                 read_latency: int = 2, mgmt: bool = True):
+                 read_latency: int = 2, mgmt: bool = True, roles: bool = False):
         rm = regmap if regmap is not None else build_regmap()
+        self.roles = bool(roles)
         p = rm.params
         self.map = rm
         self.ports, self.width = p["ports"], p["data_width"]
@@ -129,7 +134,7 @@ class NetReduceEngine(wiring.Component):
                              f"({p['pmtu_max'] + HDR_CAP + 8} bytes)")
         self.max_frame, self.read_latency = max_frame, read_latency
         self.mgmt = bool(mgmt)
-        self.ctl = AggControl(rm)
+        self.ctl = AggControl(rm, roles=self.roles)
         self.bank = RegisterBank(rm, inc_width=self.ctl.cnt_width)
         members = {}
         for k in range(self.ports):
@@ -271,7 +276,9 @@ class NetReduceEngine(wiring.Component):
 
         # ------------------------------------------------------------ storage
         tag_width = max(job_bits, nb_bits + 1)
-        m.submodules.slotmem = slotmem = SlotMemory(w, slots=self.slots, pmtu_max=self.pmtu_max,
+        # D17: with flow roles, slot s's total buffer is slot s + slots
+        m.submodules.slotmem = slotmem = SlotMemory(w, slots=self.slots << self.roles,
+                                                    pmtu_max=self.pmtu_max,
                                                     read_latency=rl, tag_width=tag_width)
         m.submodules.hdr_store = hstore = HeaderStore(self.slots, self.max_world)
 
@@ -279,7 +286,8 @@ class NetReduceEngine(wiring.Component):
         m.submodules.dispatch = dsp = Dispatcher(w, ports=P, slots=self.slots,
                                                  max_world=self.max_world,
                                                  dec_layout=ctl.dec_layout,
-                                                 contrib_layout=slotmem.contrib_layout)
+                                                 contrib_layout=slotmem.contrib_layout,
+                                                 roles=self.roles)
         m.submodules.jq = jq = fifo.SyncFIFOBuffered(width=dsp.job_layout.size, depth=4)
         fwd = []
         for k in range(P):
@@ -319,7 +327,7 @@ class NetReduceEngine(wiring.Component):
         m.submodules.emitter = em = Emitter(
             w, ports=P, slots=self.slots, max_world=self.max_world, rel_layout=ctl.rel_layout,
             hs_layout=hstore.layout, req_layout=slotmem.result_req_layout,
-            res_layout=slotmem.result_layout, read_latency=rl)
+            res_layout=slotmem.result_layout, read_latency=rl, roles=self.roles)
         dep = Deparser(w)
         m.submodules.deparser = dep
         m.submodules.portq = portq = fifo.SyncFIFOBuffered(width=pb, depth=8)
@@ -371,12 +379,12 @@ class NetReduceEngine(wiring.Component):
 
 
 def engine_for(*, max_frame: int = DEFAULT_MAX_FRAME, read_latency: int = 2,
-               mgmt: bool = True, **params) -> NetReduceEngine:
+               mgmt: bool = True, roles: bool = False, **params) -> NetReduceEngine:
     """:class:`NetReduceEngine` for build parameters given as keywords (``ports=2, slots=64``...;
     the rest from :data:`netreduce.regmap.DEFAULT_PARAMS`): a factory with plain arguments, for
     build caches keyed by them."""
     return NetReduceEngine(build_regmap(**params), max_frame=max_frame,
-                           read_latency=read_latency, mgmt=mgmt)
+                           read_latency=read_latency, mgmt=mgmt, roles=roles)
 
 
 def engine_verilog(regmap: RegMap | None = None, path=None, *, name: str = "netreduce_engine",

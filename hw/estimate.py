@@ -39,6 +39,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .cache import _imported_sources, cache_dir, design_digest, source_digest  # noqa: F401
 from .rams import skip_meminit
 
 __all__ = ["FAMILIES", "DESIGNS", "make_design", "write_json", "find_yosys", "parse_stat",
@@ -595,79 +596,6 @@ ENGINE_TOP = "netreduce_engine"
 # direct children of the engine top estimated on their own (fnmatch patterns), and below them
 ENGINE_BLOCKS = ("ctl", "ctl.ft", "bank", "parser*", "parser*.checker", "slotmem", "deparser",
                  "dispatch", "emitter", "txarb*")
-
-
-def cache_dir(sub: str = "") -> Path:
-    """Cache root: ``$NETREDUCE_CACHE`` or ``~/.cache/netreduce`` (``sub`` appended)."""
-    root = Path(os.environ.get("NETREDUCE_CACHE") or Path.home() / ".cache" / "netreduce")
-    return root / sub if sub else root
-
-
-def _imported_sources(root: str) -> list[Path]:
-    """Source files of ``root`` and of every netreduce module it imports, transitively (static
-    walk of the import statements; parent packages' ``__init__`` included)."""
-    import ast
-    import importlib.util
-
-    def origin(name):
-        try:
-            spec = importlib.util.find_spec(name)
-        except (ImportError, ValueError):
-            return None
-        return spec.origin if spec is not None and spec.origin not in (None, "built-in") else None
-
-    seen: dict[str, Path] = {}
-    todo = [root]
-    while todo:
-        name = todo.pop()
-        if name in seen or not name.startswith("netreduce"):
-            continue
-        path = origin(name)
-        if path is None or not path.endswith(".py"):
-            continue
-        seen[name] = Path(path)
-        parts = name.split(".")
-        todo += [".".join(parts[:i]) for i in range(2, len(parts))]     # parent packages
-        is_pkg = path.endswith("__init__.py")
-        base = name if is_pkg else name.rpartition(".")[0]
-        for node in ast.walk(ast.parse(Path(path).read_text())):
-            if isinstance(node, ast.Import):
-                todo += [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    anchor = base.split(".")
-                    anchor = anchor[:len(anchor) - (node.level - 1)]
-                    mod = ".".join(anchor + ([node.module] if node.module else []))
-                else:
-                    mod = node.module or ""
-                todo.append(mod)
-                todo += [f"{mod}.{a.name}" for a in node.names]     # submodules imported by name
-    return [seen[k] for k in sorted(seen)]
-
-
-def source_digest(root: str = "netreduce.hw.engine") -> str:
-    """SHA-256 of the source the engine is built from: ``root`` and every netreduce module it
-    imports (transitively), so an edit elsewhere (the board shell, the CLI, this module) does
-    not make a recorded figure stale."""
-    h = hashlib.sha256()
-    for f in _imported_sources(root):
-        h.update(f"{f.name}\0".encode())
-        h.update(f.read_bytes())
-    return h.hexdigest()
-
-
-def _engine_params(params: dict | None) -> dict:
-    from netreduce.regmap import DEFAULT_PARAMS as RM_DEFAULTS
-
-    return dict(RM_DEFAULTS, **(params or {}))
-
-
-def design_digest(params: dict | None = None) -> str:
-    """Digest of the engine design for build parameters ``params`` (the rest defaults): the
-    source digest and the full parameter set. A recorded figure with another digest is stale."""
-    p = _engine_params(params)
-    return hashlib.sha256(json.dumps([source_digest(), sorted(p.items())],
-                                     default=str).encode()).hexdigest()[:16]
 
 
 @contextlib.contextmanager

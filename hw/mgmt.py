@@ -33,9 +33,14 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from netreduce.regmap import RegMap, build_regmap
+from netreduce.wire import ETHERTYPE_IPV4, ETHERTYPE_VLAN, IP_PROTO_UDP
+from netreduce.wire import fields as wf
 from netreduce.wire.mgmt import (
+    MGMT_HDR,
     MGMT_MAGIC,
     MGMT_MAX_OPS,
+    MGMT_OP,
+    MGMT_TTL,
     MGMT_VERSION,
     NO_ERROR_INDEX,
     MgmtOpcode,
@@ -179,6 +184,38 @@ def addr_valid(rm: RegMap, addr):
     return (addr[:2] == 0) & Cat(*hits).any()
 
 
+# Byte offsets of what the agent reads and writes, from netreduce.wire's tables. Frame offsets
+# (``pos``, ``r``) count from the Ethernet header, L3 offsets (``q``, ``rq``) from the IPv4 header.
+_E_SRC = wf.ETH.src.offset
+_E_TYPE = wf.ETH.ethertype.offset  # the TPID of an 802.1Q frame sits here
+_E_TCI = _E_TYPE + wf.DOT1Q.tci.offset
+_E_TYPE_TAGGED = _E_TYPE + wf.DOT1Q.size
+_L3, _L3_TAGGED = wf.ETH.size, wf.ETH.size + wf.DOT1Q.size
+_IP = {f.name: f.offset for f in wf.IPV4.fields}
+_UDP_AT = wf.IPV4.size
+_UDP = {f.name: _UDP_AT + f.offset for f in wf.UDP.fields}
+_MG_AT = _UDP_AT + wf.UDP.size  # the management header, then the ops
+_MG = {f.name: f.offset for f in MGMT_HDR.fields}
+_OPS_AT = _MG_AT + MGMT_HDR.size
+_OP = {f.name: f.offset for f in MGMT_OP.fields}
+# The authenticated pseudo-header: IPv4 source and destination, UDP source and destination ports.
+_AUTH_FROM, _AUTH_TO = _IP["src"], _UDP["length"]
+_OP_LAST = MGMT_OP.size - 1
+_MIN_FRAME = 60  # a frame padded to the Ethernet minimum (without FCS) may carry bytes past L3
+# An op is shifted in as one 96-bit word, byte 0 most significant: this layout is assumed below.
+assert (_OP["opcode"], _OP["status"], _OP["addr"], _OP["value"]) == (0, 1, 4, 8)
+# The response's IPv4 header with its constant fields (version/IHL, DF, TTL, protocol).
+_IP_CONST = wf.IPV4.pack(version=4, ihl=wf.IPV4.size // 4, flags=0b010, ttl=MGMT_TTL,
+                         protocol=IP_PROTO_UDP)
+_IP_CONST_SUM = sum(int.from_bytes(_IP_CONST[i:i + 2], "big") for i in range(0, wf.IPV4.size, 2))
+_E_IPV4 = ETHERTYPE_IPV4.to_bytes(2, "big")
+_E_VLAN = ETHERTYPE_VLAN.to_bytes(2, "big")
+
+
+def _span(at: int, n: int) -> range:
+    return range(at, at + n)
+
+
 def _be(v, i: int, n: int):
     """Byte ``i`` (0 = most significant) of the ``n``-byte big-endian value ``v``."""
     return v.word_select(n - 1 - i, 8)
@@ -310,7 +347,7 @@ class MgmtAgent(wiring.Component):
         # ------------------------------------------------------------ response bytes
         r = Signal(11)  # response frame byte index
         rl3 = Signal(5)
-        m.d.comb += rl3.eq(Mux(vlan, 18, 14))
+        m.d.comb += rl3.eq(Mux(vlan, _L3_TAGGED, _L3))
         rq = Signal(11)
         m.d.comb += rq.eq(r - rl3)
         in_r3 = Signal()
@@ -323,7 +360,7 @@ class MgmtAgent(wiring.Component):
         rck = Signal(16)
         ipck = Signal(16)
         s0 = Signal(20)  # response IPv4 header words (checksum field 0)
-        m.d.comb += s0.eq(0x4500 + (dscp << 2) + total + 0x4000 + 0x4011 + dst_ip[16:]
+        m.d.comb += s0.eq(_IP_CONST_SUM + (dscp << 2) + total + dst_ip[16:]
                           + dst_ip[:16] + src_ip[16:] + src_ip[:16])
         s1 = Signal(17)
         m.d.comb += [s1.eq(s0[:16] + s0[16:]), ipck.eq(~(s1[:16] + s1[16:])[:16])]
@@ -343,50 +380,65 @@ class MgmtAgent(wiring.Component):
             with m.Default():
                 m.d.comb += opstat.eq(Mux(oi == err, status, MgmtStatus.SKIPPED))
 
-        with m.If(in_r3 & (rq >= 52)):  # ops
+        with m.If(in_r3 & (rq >= _OPS_AT)):  # ops
             with m.Switch(ob2):
-                with m.Case(0):
+                with m.Case(_OP["opcode"]):
                     m.d.comb += rbyte.eq(op_opcode)
-                with m.Case(1):
+                with m.Case(_OP["status"]):
                     m.d.comb += rbyte.eq(opstat)
                 for j in range(4):
-                    with m.Case(4 + j):
+                    with m.Case(_OP["addr"] + j):
                         m.d.comb += rbyte.eq(_be(op_addr, j, 4))
-                    with m.Case(8 + j):
+                    with m.Case(_OP["value"] + j):
                         m.d.comb += rbyte.eq(_be(op_value, j, 4))
         with m.Elif(in_r3):  # IPv4, UDP, management header
-            hdr = {0: 0x45, 1: dscp << 2, 2: _be(total, 0, 2), 3: _be(total, 1, 2), 6: 0x40,
-                   8: 64, 9: 17, 10: _be(ipck, 0, 2), 11: _be(ipck, 1, 2),
-                   20: _be(dport, 0, 2), 21: _be(dport, 1, 2), 22: _be(sport, 0, 2),
-                   23: _be(sport, 1, 2), 24: _be(ulen, 0, 2), 25: _be(ulen, 1, 2),
-                   26: _be(rck, 0, 2), 27: _be(rck, 1, 2), 28: MGMT_MAGIC >> 8,
-                   29: MGMT_MAGIC & 0xFF, 30: MGMT_VERSION, 31: int(MgmtType.RESPONSE),
-                   36: count, 37: status, 38: err}
-            for j in range(4):
-                hdr[12 + j] = _be(dst_ip, j, 4)
-                hdr[16 + j] = _be(src_ip, j, 4)
-                hdr[32 + j] = _be(seq, j, 4)
-                hdr[40 + j] = _be(ent_seq, j, 4)
-            for j in range(8):
-                hdr[44 + j] = tag_tx.word_select(j, 8)
+            hdr = {i: b for i, b in enumerate(_IP_CONST) if b}
+            hdr[_IP["tos"]] = dscp << 2
+
+            def put(at, v, n):
+                for j in range(n):
+                    hdr[at + j] = _be(v, j, n)
+
+            mg = {k: _MG_AT + v for k, v in _MG.items()}
+            put(_IP["total_length"], total, 2)
+            put(_IP["checksum"], ipck, 2)
+            put(_IP["src"], dst_ip, 4)
+            put(_IP["dst"], src_ip, 4)
+            put(_UDP["sport"], dport, 2)
+            put(_UDP["dport"], sport, 2)
+            put(_UDP["length"], ulen, 2)
+            put(_UDP["checksum"], rck, 2)
+            put(mg["magic"], Const(MGMT_MAGIC, 16), 2)
+            hdr[mg["version"]] = MGMT_VERSION
+            hdr[mg["type"]] = int(MgmtType.RESPONSE)
+            put(mg["seq"], seq, 4)
+            hdr[mg["count"]] = count
+            hdr[mg["status"]] = status
+            hdr[mg["err_index"]] = err
+            put(mg["last_seq"], ent_seq, 4)
+            for j in range(8):  # the tag goes out little-endian (SipHash byte order)
+                hdr[mg["tag"] + j] = tag_tx.word_select(j, 8)
             with m.Switch(rq):
                 for off, v in hdr.items():
                     with m.Case(off):
                         m.d.comb += rbyte.eq(v)
         with m.Else():  # Ethernet (+ 802.1Q)
-            eth = {12: Mux(vlan, 0x81, 0x08), 14: tci[8:], 15: tci[:8], 16: 0x08}
+            eth = {_E_TYPE: Mux(vlan, _E_VLAN[0], _E_IPV4[0]),
+                   _E_TYPE + 1: Mux(vlan, _E_VLAN[1], _E_IPV4[1]),
+                   _E_TCI: tci[8:], _E_TCI + 1: tci[:8],
+                   _E_TYPE_TAGGED: _E_IPV4[0], _E_TYPE_TAGGED + 1: _E_IPV4[1]}
             for j in range(6):
-                eth[j] = _be(src_mac, j, 6)
-                eth[6 + j] = _be(self.mac, j, 6)
+                eth[wf.ETH.dst.offset + j] = _be(src_mac, j, 6)
+                eth[_E_SRC + j] = _be(self.mac, j, 6)
             with m.Switch(r):
                 for off, v in eth.items():
                     with m.Case(off):
                         m.d.comb += rbyte.eq(v)
 
         def advance_op_byte():
-            with m.If(in_r3 & (rq >= 52)):
-                m.d.sync += ob2.eq(Mux(ob2 == 11, 0, ob2 + 1))
-                with m.If(ob2 == 11):
+            with m.If(in_r3 & (rq >= _OPS_AT)):
+                m.d.sync += ob2.eq(Mux(ob2 == _OP_LAST, 0, ob2 + 1))
+                with m.If(ob2 == _OP_LAST):
                     m.d.sync += oi.eq(oi + 1)
 
         obeat = Signal(64)
@@ -413,85 +465,88 @@ class MgmtAgent(wiring.Component):
                     with m.If(pos == 2047):
                         m.d.comb += bad_set.eq(1)
                     with m.If(~in_l3):
-                        with m.If((pos >= 6) & (pos < 12)):
+                        with m.If((pos >= _E_SRC) & (pos < _E_SRC + 6)):
                             m.d.sync += src_mac.eq(Cat(byte, src_mac[:40]))
-                        with m.If((pos == 12) | (pos == 16)):
+                        with m.If((pos == _E_TYPE) | (pos == _E_TYPE_TAGGED)):
                             m.d.sync += et_hi.eq(byte)
-                        with m.If((pos == 14) | (pos == 15)):
+                        with m.If((pos == _E_TCI) | (pos == _E_TCI + 1)):
                             m.d.sync += tci.eq(Cat(byte, tci[:8]))
-                        with m.If(pos == 13):
-                            with m.If((et_hi == 0x81) & (byte == 0x00)):
+                        not_ipv4 = (et_hi != _E_IPV4[0]) | (byte != _E_IPV4[1])
+                        with m.If(pos == _E_TYPE + 1):
+                            with m.If((et_hi == _E_VLAN[0]) & (byte == _E_VLAN[1])):
                                 m.d.sync += vlan.eq(1)
                             with m.Else():
                                 m.d.sync += in_l3.eq(1)
-                                with m.If((et_hi != 0x08) | (byte != 0x00)):
+                                with m.If(not_ipv4):
                                     m.d.comb += bad_set.eq(1)
-                        with m.If(vlan & (pos == 17)):
+                        with m.If(vlan & (pos == _E_TYPE_TAGGED + 1)):
                             m.d.sync += in_l3.eq(1)
-                            with m.If((et_hi != 0x08) | (byte != 0x00)):
+                            with m.If(not_ipv4):
                                 m.d.comb += bad_set.eq(1)
                     with m.Else():
                         m.d.sync += q.eq(Mux(q == 2047, q, q + 1))
-                        with m.If(q < 20):
+                        with m.If(q < wf.IPV4.size):
                             add16(ipsum, byte, ~q[0])
-                        with m.If((q >= 12) & (q < total)):
+                        with m.If((q >= _AUTH_FROM) & (q < total)):
                             add16(usum, byte, ~q[0])
+                        ff = _IP["flags_frag"]
                         with m.Switch(q):
                             with m.Case(0):
-                                with m.If(byte != 0x45):
+                                with m.If(byte != _IP_CONST[0]):  # version 4, IHL 5
                                     m.d.comb += bad_set.eq(1)
-                            with m.Case(1):
+                            with m.Case(_IP["tos"]):
                                 m.d.sync += dscp.eq(byte[2:])
-                            with m.Case(2, 3):
+                            with m.Case(*_span(_IP["total_length"], 2)):
                                 m.d.sync += total.eq(Cat(byte, total[:8]))
-                            with m.Case(6):
+                            with m.Case(ff):  # MF and the fragment offset (DF may be set)
                                 with m.If(byte[:6] != 0):
                                     m.d.comb += bad_set.eq(1)
-                            with m.Case(7):
+                            with m.Case(ff + 1):
                                 with m.If(byte != 0):
                                     m.d.comb += bad_set.eq(1)
-                            with m.Case(9):
-                                with m.If(byte != 17):
+                            with m.Case(_IP["protocol"]):
+                                with m.If(byte != IP_PROTO_UDP):
                                     m.d.comb += bad_set.eq(1)
-                            with m.Case(12, 13, 14, 15):
+                            with m.Case(*_span(_IP["src"], 4)):
                                 m.d.sync += src_ip.eq(Cat(byte, src_ip[:24]))
-                            with m.Case(16, 17, 18, 19):
+                            with m.Case(*_span(_IP["dst"], 4)):
                                 m.d.sync += dst_ip.eq(Cat(byte, dst_ip[:24]))
-                            with m.Case(20, 21):
+                            with m.Case(*_span(_UDP["sport"], 2)):
                                 m.d.sync += sport.eq(Cat(byte, sport[:8]))
-                            with m.Case(22, 23):
+                            with m.Case(*_span(_UDP["dport"], 2)):
                                 m.d.sync += dport.eq(Cat(byte, dport[:8]))
-                            with m.Case(24, 25):
+                            with m.Case(*_span(_UDP["length"], 2)):
                                 m.d.sync += ulen.eq(Cat(byte, ulen[:8]))
-                            with m.Case(26, 27):
+                            with m.Case(*_span(_UDP["checksum"], 2)):
                                 m.d.sync += ucsum.eq(Cat(byte, ucsum[:8]))
                         p = Signal(11)
-                        m.d.comb += p.eq(q - 28)
+                        m.d.comb += p.eq(q - _MG_AT)
                         in_pay = Signal()
-                        m.d.comb += in_pay.eq((q >= 28) & (q < total))
-                        with m.If(((q >= 12) & (q < 24)) | in_pay):
-                            hash_byte(Mux(in_pay & (p >= 16) & (p < 24), 0, byte))
+                        m.d.comb += in_pay.eq((q >= _MG_AT) & (q < total))
+                        in_tag = (p >= _MG["tag"]) & (p < _MG["tag"] + 8)
+                        with m.If(((q >= _AUTH_FROM) & (q < _AUTH_TO)) | in_pay):
+                            hash_byte(Mux(in_pay & in_tag, 0, byte))
                         with m.If(in_pay):
                             with m.Switch(p):
-                                with m.Case(0, 1):
+                                with m.Case(*_span(_MG["magic"], 2)):
                                     m.d.sync += magic.eq(Cat(byte, magic[:8]))
-                                with m.Case(2):
+                                with m.Case(_MG["version"]):
                                     m.d.sync += version.eq(byte)
-                                with m.Case(3):
+                                with m.Case(_MG["type"]):
                                     m.d.sync += typ.eq(byte)
-                                with m.Case(4, 5, 6, 7):
+                                with m.Case(*_span(_MG["seq"], 4)):
                                     m.d.sync += seq.eq(Cat(byte, seq[:24]))
-                                with m.Case(8):
+                                with m.Case(_MG["count"]):
                                     m.d.sync += count.eq(byte)
-                                with m.Case(*range(9, 16)):
+                                with m.Case(*range(_MG["status"], _MG["tag"])):
                                     m.d.sync += hdr_rsv.eq(Cat(byte, hdr_rsv[:48]))
-                                with m.Case(*range(16, 24)):
+                                with m.Case(*_span(_MG["tag"], 8)):
                                     m.d.sync += tag_rx.eq(Cat(tag_rx[8:], byte))
                                 with m.Default():
                                     full = Cat(byte, opbuf)  # op byte 0 most significant
                                     m.d.sync += [opbuf.eq(full[:88]),
-                                                 ob.eq(Mux(ob == 11, 0, ob + 1))]
-                                    with m.If(ob == 11):
+                                                 ob.eq(Mux(ob == _OP_LAST, 0, ob + 1))]
+                                    with m.If(ob == _OP_LAST):
                                         m.d.sync += oi.eq(oi + 1)
                                         m.d.comb += [op_wr.addr.eq(oi),
                                                      op_wr.data.eq(Cat(full[:64], full[88:96])),
@@ -516,12 +571,13 @@ class MgmtAgent(wiring.Component):
                 s2 = Signal(17)
                 u0 = Signal(33)
                 u1 = Signal(17)
-                m.d.comb += [s2.eq(ipsum[:16] + ipsum[16:]), u0.eq(usum + 17 + ulen),
-                             u1.eq(u0[:16] + u0[16:])]
+                m.d.comb += [s2.eq(ipsum[:16] + ipsum[16:]),
+                             u0.eq(usum + IP_PROTO_UDP + ulen), u1.eq(u0[:16] + u0[16:])]
                 end = rl3 + total
-                with m.If(~in_l3 | (q < 28) | (total < 28) | (end > pos)
-                          | ((end < pos) & (pos > 60)) | (ulen != total - 20)
-                          | (total - 28 != 24 + count * 12) | (count == 0)
+                with m.If(~in_l3 | (q < _MG_AT) | (total < _MG_AT) | (end > pos)
+                          | ((end < pos) & (pos > _MIN_FRAME)) | (ulen != total - _UDP_AT)
+                          | (total - _MG_AT != MGMT_HDR.size + count * MGMT_OP.size)
+                          | (count == 0)
                           | (count > MGMT_MAX_OPS) | (magic != MGMT_MAGIC)
                           | (version != MGMT_VERSION) | (typ != MgmtType.REQUEST)
                           | (hdr_rsv != 0) | ((s2[:16] + s2[16:])[:16] != 0xFFFF)
@@ -636,7 +692,7 @@ class MgmtAgent(wiring.Component):
 
             # ---- response pass 1: hash and checksum of the response (tag field zero)
             with m.State("RESP"):
-                m.d.sync += [r.eq(rl3 + 12), rsum.eq(0), hw_n.eq(0), oi.eq(0), ob2.eq(0),
+                m.d.sync += [r.eq(rl3 + _AUTH_FROM), rsum.eq(0), hw_n.eq(0), oi.eq(0), ob2.eq(0),
                              tag_tx.eq(0)]
                 m.next = "HASH2"
             with m.State("HASH2"):
@@ -644,7 +700,8 @@ class MgmtAgent(wiring.Component):
                 hash_byte(rbyte)
                 add16(rsum, rbyte, ~rq[0])
                 advance_op_byte()
-                m.d.sync += r.eq(Mux(rq == 23, r + 5, r + 1))  # skip UDP length, checksum
+                # skip the UDP length and checksum (not in the pseudo-header the tag covers)
+                m.d.sync += r.eq(Mux(rq == _AUTH_TO - 1, r + 1 + _MG_AT - _AUTH_TO, r + 1))
                 with m.If(r == rend - 1):
                     m.next = "HASH2_LAST"
             with m.State("HASH2_LAST"):
@@ -657,7 +714,7 @@ class MgmtAgent(wiring.Component):
             with m.State("CSUM"):
                 t = tag_tx
                 c0 = Signal(34)
-                m.d.comb += c0.eq(rsum + 17 + (ulen << 1) + Cat(t[8:16], t[:8])
+                m.d.comb += c0.eq(rsum + IP_PROTO_UDP + (ulen << 1) + Cat(t[8:16], t[:8])
                                   + Cat(t[24:32], t[16:24]) + Cat(t[40:48], t[32:40])
                                   + Cat(t[56:64], t[48:56]))
                 c1 = Signal(19)

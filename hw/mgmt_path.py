@@ -26,10 +26,14 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from netreduce.regmap import Access, RegMap
+from netreduce.wire.fields import DOT1Q, ETH, ETHERTYPE_IPV4, ETHERTYPE_VLAN, IP_PROTO_UDP, IPV4
+from netreduce.wire.view import DPORT_AT, DST_IP_AT, IPV4_OFF, PROTO_AT
 
 from .csr.axil import AXI4LiteSignature
 from .mgmt import MGMT_COUNTERS, MgmtAgent
 from .stream import beat_layout, beat_signature, check_data_width, keep_count
+
+_IPV4_IHL5 = 0x45  # IPv4 version 4, IHL 5 (no options)
 
 __all__ = ["MATCH_BYTES", "MgmtSplitter", "Downsizer", "Upsizer", "FrameArbiter",
            "AxiLiteArbiter", "MgmtPath", "PATH_COUNTERS", "mgmt_cfg_layouts", "attach_mgmt",
@@ -130,16 +134,19 @@ class MgmtSplitter(wiring.Component):
             return ended & (n < x)
 
         def l3_rule(l3: int):
-            unreadable = (byte(l3) != 0x45) | (be16(l3 + 6)[:13] != 0) | shorter(l3 + 24)
-            return ((byte(l3 + 9) == 17)
-                    & (Cat(*[byte(l3 + 19 - i) for i in range(4)]) == self.ip)
-                    & (unreadable | (be16(l3 + 22) == self.port)))
+            unreadable = ((byte(l3) != _IPV4_IHL5) | (be16(l3 + IPV4.flags_frag.offset)[:13] != 0)
+                          | shorter(l3 + DPORT_AT + 2))
+            return ((byte(l3 + PROTO_AT) == IP_PROTO_UDP)
+                    & (Cat(*[byte(l3 + DST_IP_AT + 3 - i) for i in range(4)]) == self.ip)
+                    & (unreadable | (be16(l3 + DPORT_AT) == self.port)))
 
-        tagged = be16(12) == 0x8100
+        et = ETH.ethertype.offset
+        tagged = be16(et) == ETHERTYPE_VLAN
         live = Signal()
-        m.d.comb += live.eq(self.enable & ~shorter(34) & Mux(
-            tagged, ~shorter(38) & (be16(16) == 0x0800) & l3_rule(18),
-            (be16(12) == 0x0800) & l3_rule(14)))
+        m.d.comb += live.eq(self.enable & ~shorter(IPV4_OFF + IPV4.size) & Mux(
+            tagged, ~shorter(IPV4_OFF + IPV4.size + DOT1Q.size)
+            & (be16(et + DOT1Q.size) == ETHERTYPE_IPV4) & l3_rule(IPV4_OFF + DOT1Q.size),
+            (be16(et) == ETHERTYPE_IPV4) & l3_rule(IPV4_OFF)))
 
         # ---- routing: the decision is taken once per frame and held (stable while stalled)
         head = buf[0]

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from netreduce.regmap import Access, BusError, RegisterBus, RegMap, build_regmap
-from netreduce.wire import WireError
+from netreduce.wire import DOT1Q, WireError
 from netreduce.wire.mgmt import (
     MGMT_DEFAULT_PORT,
     MGMT_MAX_OPS,
@@ -55,6 +55,7 @@ from netreduce.wire.mgmt import (
     pack_mgmt,
     parse_mgmt,
 )
+from netreduce.wire.view import IPV4_OFF, udp_payload
 
 __all__ = ["FrameLink", "FabricLink", "MgmtClient", "MgmtError", "MgmtTimeout", "MgmtNak",
            "MgmtSource", "MgmtSettings", "provision", "MGMT_DEFAULT_PORT", "ReadAheadBus"]
@@ -320,10 +321,9 @@ class MgmtClient:
             self.stats["ignored_mismatch"] += 1
             return None
         if self.key is not None:
-            l3 = 18 if fr.vlan_tci is not None else 14
-            total = (frame[l3 + 2] << 8) | frame[l3 + 3]
+            l3 = IPV4_OFF + (0 if fr.vlan_tci is None else DOT1Q.size)
             want = mgmt_tag(self.key, fr.src_ip, fr.dst_ip, fr.sport, fr.dport,
-                            bytes(frame[l3 + 28:l3 + total]))
+                            udp_payload(frame, l3))
             if want != m.tag:
                 self.stats["ignored_bad_tag"] += 1
                 return None

@@ -1,7 +1,7 @@
 """One job across racks: programming a leaf engine per rack and a spine engine (docs/spine-leaf.md).
 
 :class:`SpineLeafControl` turns the ring flows of one all-reduce (rank r's send QP to rank r+1,
-as :mod:`.collective` connects them) into one job per engine:
+as :mod:`netreduce.sim.net.collective` and :mod:`.ring_comm` connect them) into one job per engine:
 
 * leaf a: every flow whose sender is in rack a (``MEMBER`` if its receiver is too, ``UP`` for the
   one that leaves the rack) and the flow that enters rack a (``DOWN``);

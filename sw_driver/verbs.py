@@ -50,6 +50,9 @@ from pathlib import Path
 
 import numpy as np
 
+from netreduce.wire.fields import ETHERTYPE_IPV4
+from netreduce.wire.view import dst_mac
+
 from . import ring_comm
 from .control import EngineControl, Op
 from .credits import Credits, RingKnobs, check_ring_knobs
@@ -225,7 +228,7 @@ class RawLink:
 
     def __init__(self, ifname: str, mac: bytes, udp_port: int):
         self.mac = bytes(mac)
-        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0800))
+        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETHERTYPE_IPV4))
         self.sock.bind((ifname, 0))
         self._sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self._sink.bind(("0.0.0.0", udp_port))
@@ -244,7 +247,7 @@ class RawLink:
                 f = self.sock.recv(65535)
             except TimeoutError:
                 return None
-            if f[0:6] == self.mac:
+            if dst_mac(f) == self.mac:
                 return f
 
     def close(self) -> None:

@@ -121,9 +121,13 @@ Known differences from the model, all from the model being untimed: release comm
 frame arriving while its job is being enabled or disabled is classified by the state before the
 change; an enable refused by the model reads back ``JOB.CTRL.enable`` = 0, the bank keeps 1 (a
 retry must write 0 then 1); a flow entry bound to a running job cannot be bound by another job
-(refused as KEY_CONFLICT; the model rebinds it if the keys differ). Not implemented: flow roles
-(model D17, spine-leaf): a job with any flow whose ``FLOW.CFG.role`` is not MEMBER is refused
-(``JobError.ROLES``), where the model runs it.
+(refused as KEY_CONFLICT; the model rebinds it if the keys differ). Flow roles (model D17,
+spine-leaf; :mod:`.roles`) only with ``roles=True``: otherwise a job with any flow whose
+``FLOW.CFG.role`` is not MEMBER is refused (``JobError.ROLES``), where the model runs it. With
+them, ``dec`` also says which stage mark to set on the frame's outputs (``remark``, ``mark``) and
+whether its payload goes to or comes from the slot's total buffer (``total``; Action TOTAL: a
+leaf's DOWN total), and ``rel`` commands carry the ranks to send to (``mask``), the buffer
+(``total``) and a mark (a leaf's partial: MARK_PARTIAL to its UP rank).
 
 Error behaviour: bad frames are counted and never change state (D14); a frame of a job being
 disabled while in flight is classified unregistered. Only the consumers' backpressure (``dec``,
@@ -155,6 +159,7 @@ from ..skid import SkidBuffer
 from .decide import OP_ACK, OP_CNP, Decide
 from .flowtable import FlowTable
 from .release import FreeMinTree, ReleaseScheduler
+from .roles import MARK_PARTIAL, JobRoles
 from .sequencer import EnableSequencer
 from .types import PSN_BITS, SEQ_BITS, Action, Disp, FrameError, HdrClass
 
@@ -225,6 +230,7 @@ class ParserAdapter(wiring.Component):
             h.src_ip.eq(ip.src), h.dqpn.eq(rec.bth.dqpn), h.opcode.eq(rec.bth.opcode),
             h.psn.eq(rec.bth.psn), h.ecn.eq(ip.ecn), h.syndrome.eq(rec.aeth.syndrome),
             h.plen.eq(rec.plen), h.port.eq(self.port), h.time.eq(self.time),
+            h.mark.eq(rec.bth.resv6[:2]),
         ]
         return m
 
@@ -254,10 +260,14 @@ class AggControl(wiring.Component):
         Depth of the release command FIFO (default 16).
     free_levels : int
         Min-tree levels per pipeline stage of the free_j computation (default 2).
+    roles : bool
+        Flow roles (model D17, spine-leaf; :mod:`.roles`). False: a job with a flow whose role
+        is not MEMBER is refused (``JobError.ROLES``).
     """
 
     def __init__(self, regmap: RegMap | None = None, *, time_bits: int = 48, rel_depth: int = 16,
-                 free_levels: int = 2):
+                 free_levels: int = 2, roles: bool = False):
+        self.roles = bool(roles)
         rm = regmap if regmap is not None else build_regmap()
         p = rm.params
         self.map = rm
@@ -290,7 +300,7 @@ class AggControl(wiring.Component):
 
         self.hdr_layout = data.StructLayout({
             "cls": HdrClass, "err": FrameError, "src_ip": 32, "dqpn": 24, "opcode": 8,
-            "psn": PSN_BITS, "ecn": 2, "syndrome": 8, "plen": self.plen_bits,
+            "psn": PSN_BITS, "ecn": 2, "syndrome": 8, "plen": self.plen_bits, "mark": 2,
             "port": self.port_bits, "time": time_bits,
         })
         self.dec_layout = data.StructLayout({
@@ -299,15 +309,21 @@ class AggControl(wiring.Component):
             "index": PSN_BITS, "overwrite": 1, "op": 2, "plen": self.plen_bits,
             "beats": self.beats_bits, "cnp": 1, "rev_qpn": 24, "port": self.port_bits,
             "release": 1, "nak": 1, "nak_x": 32, "solicit": 1, "sol_psn": PSN_BITS,
+            # D17: set the stage mark ``mark`` on the frame's header (forwarded, stored or sent);
+            # payload from (REEMIT) or into (TOTAL) the slot's total buffer
+            "remark": 1, "mark": 2, "total": 1,
         })
         # per-flow fast-retransmit state (model D16): in-order prefix, highest index present + 1,
         # the hole last handled (probed, and NAKed if ``naked``)
         self.rtx_layout = data.StructLayout({"nxt": PSN_BITS, "top": PSN_BITS, "mark_v": 1,
                                              "naked": 1, "mark": PSN_BITS})
         slot_fields = {"valid": 1, "index": PSN_BITS, "bitmap": self.max_world, "opcode": 4,
-                       "plen": self.plen_bits}
+                       "plen": self.plen_bits, "total": 1}  # total: a leaf's total is in (D17)
+        # D17: results only to the ranks of ``mask``, payload from the total buffer (``total``),
+        # stage mark ``mark`` set on the stored header (0: as stored)
         rel_fields = {"job": self.job_bits, "slot": self.slot_bits, "index": PSN_BITS,
-                      "n": self.n_bits, "plen": self.plen_bits, "seq": SEQ_BITS}
+                      "n": self.n_bits, "plen": self.plen_bits, "seq": SEQ_BITS,
+                      "mask": self.max_world, "total": 1, "mark": 2}
         if self.ports > 1:
             ports_layout = data.ArrayLayout(unsigned(self.port_bits), self.max_world)
             slot_fields["ports"] = ports_layout
@@ -392,6 +408,9 @@ class AggControl(wiring.Component):
         cnp_seen = Array(Signal(WD, name=f"cnp_seen{j}") for j in range(J))
         rtx_seen = Array(Signal(WD, name=f"rtx_seen{j}") for j in range(J))  # rtx word valid
         acked_e = [Signal(PSN_BITS, name=f"acked_e{e}") for e in range(F)]  # FLOW.ACKED copy
+        jr = JobRoles(J, self.rank_bits, WD, self.w_bits, PSN_BITS)  # D17: flow roles
+        j_full = [Cat(*(j_n[j] > i for i in range(WD))) for j in range(J)]
+        j_masks = [jr.masks(j_full[j], jr.leaf[j], jr.up[j], jr.down[j]) for j in range(J)]
 
         # ============================================================ memories
         m.submodules.slotmem = slotmem = Memory(shape=self.slot_layout, depth=self.slots,
@@ -509,7 +528,15 @@ class AggControl(wiring.Component):
         registered = v4 & (h4.cls == HdrClass.ROCE) & hit4 & enabled[j4]
         onehot_r = Signal(WD)
         m.d.comb += onehot_r.eq((Const(1, WD) << r4)[:WD])
-        fast_en = Cat(*(self.job_cfg[j].ctrl.fast_retx for j in range(J))).bit_select(j4, 1)
+        # D16 is not used on leaf and spine jobs (D17)
+        fast_en = Cat(*(self.job_cfg[j].ctrl.fast_retx & ~jr.any_roles(j)
+                        for j in range(J))).bit_select(j4, 1)
+        leaf4 = Array(jr.leaf)[j4]
+        role4 = JobRoles.role(r4, leaf4, Array(jr.up)[j4], Array(jr.down)[j4],
+                              Array(jr.rack)[j4])
+        m.d.comb += [dk.roles.eq(Cat(*(jr.any_roles(j) for j in range(J))).bit_select(j4, 1)),
+                     dk.leaf.eq(leaf4), dk.role.eq(role4), dk.upptr.eq(Array(jr.upptr)[j4]),
+                     dk.cmask.eq(Array(mk[0] for mk in j_masks)[j4])]
         m.d.comb += [
             dk.h.eq(h4), dk.registered.eq(registered), dk.k.eq(k4), dk.st.eq(st4),
             dk.rank.eq(r4), dk.onehot_r.eq(onehot_r), dk.n.eq(n_cur), dk.w.eq(j_w[j4]),
@@ -533,7 +560,8 @@ class AggControl(wiring.Component):
         m.d.comb += block4.eq(
             # ACK/NAK acceptance reads rel_j and acked_f (never free_j): only data waits for
             # free_j; everything waits for a chained release (it moves rel_j)
-            (registered & (chain_busy[j4] | ((free_busy[j4] != 0) & ~dk.ctrl)))
+            (registered & (chain_busy[j4] | Array(jr.chain_up)[j4]
+                           | ((free_busy[j4] != 0) & ~dk.ctrl)))
             | ~relq.w_rdy
             # (any header, not only one writing a slot: keeps the decision off the stall path)
             | (scrub_want & scrub_turn))
@@ -552,7 +580,8 @@ class AggControl(wiring.Component):
                          dec.rank.eq(r4), dec.entry.eq(e4), dec.slot.eq(slot4), dec.index.eq(k4),
                          dec.overwrite.eq(first), dec.op.eq(j_op[j4]), dec.plen.eq(h4.plen),
                          dec.beats.eq(beats), dec.cnp.eq(cnp_send), dec.rev_qpn.eq(rq4),
-                         dec.port.eq(h4.port), dec.release.eq(release_now),
+                         dec.port.eq(h4.port), dec.release.eq(release_now | dk.up_now),
+                         dec.remark.eq(dk.remark), dec.mark.eq(dk.mark), dec.total.eq(dk.total),
                          dec.nak.eq(registered & nak_fire), dec.nak_x.eq(dk.nak_x),
                          dec.solicit.eq(registered & solicit), dec.sol_psn.eq(dk.sol_psn)]
         with m.Elif(dec_o.ready):
@@ -575,7 +604,8 @@ class AggControl(wiring.Component):
         ]
 
         # ============================================================ release scheduler
-        dec_push = commit & release_now
+        up_now = dk.up_now
+        dec_push = commit & (release_now | up_now)
         rel_w = data.View(self.rel_layout, relq.w_data)
         m.d.comb += [sch.chain.eq(Cat(*[chain_busy[j] for j in range(J)])),
                      sch.fifo_ready.eq(relq.w_rdy),
@@ -583,13 +613,23 @@ class AggControl(wiring.Component):
                      s_rd2.en.eq(sch.rd_en), sch.rd_data.eq(s_rd2.data)]
         for j in range(J):
             m.d.comb += [sch.rel[j].eq(rel[j]), sch.base[j].eq(j_base[j]), sch.w[j].eq(j_w[j]),
-                         sch.n[j].eq(j_n[j]), sch.npend[j].eq(npend[j])]
+                         sch.n[j].eq(j_n[j]), sch.npend[j].eq(npend[j]),
+                         sch.chain_up[j].eq(jr.chain_up[j]), sch.upptr[j].eq(jr.upptr[j]),
+                         sch.npend_up[j].eq(jr.npend_up[j]), sch.leaf[j].eq(jr.leaf[j]),
+                         sch.cmask[j].eq(j_masks[j][0]), sch.mmask[j].eq(j_masks[j][1]),
+                         sch.upmask[j].eq(j_masks[j][2])]
         js, sch_rel_job, chain_done = sch.job, sch.rel_job, sch.done
         sch_cmd = Signal(self.rel_layout)
         m.d.comb += sch_cmd.eq(sch.cmd)
         dec_cmd = Signal(self.rel_layout)
         m.d.comb += [dec_cmd.job.eq(j4), dec_cmd.slot.eq(slot4), dec_cmd.index.eq(k4),
-                     dec_cmd.n.eq(n_cur), dec_cmd.plen.eq(h4.plen)]
+                     dec_cmd.n.eq(n_cur), dec_cmd.plen.eq(h4.plen),
+                     # D17: a leaf's partial goes to UP, its total to the MEMBER ranks
+                     dec_cmd.mask.eq(Mux(up_now, Array(mk[2] for mk in j_masks)[j4],
+                                         Mux(leaf4, Array(mk[1] for mk in j_masks)[j4],
+                                             Array(j_full)[j4]))),
+                     dec_cmd.total.eq(leaf4 & ~up_now),
+                     dec_cmd.mark.eq(Mux(up_now, MARK_PARTIAL, 0))]
         # seq = decisions output up to and including the one that caused the release (a chained
         # release counts every decision committed so far): the emitter sends a release only after
         # the payload of every decision before seq is written, and after their own frames
@@ -616,8 +656,8 @@ class AggControl(wiring.Component):
         m.d.comb += [seq.job_cfg.eq(self.job_cfg),
                      seq.enabled.eq(Cat(*[enabled[j] for j in range(J)])),
                      seq.pipe_empty.eq(pipe_empty),
-                     seq.job_idle.eq(Cat(*[~chain_busy[j] & (free_busy[j] == 0)
-                                          for j in range(J)]))]
+                     seq.job_idle.eq(Cat(*[~chain_busy[j] & ~jr.chain_up[j]
+                                          & (free_busy[j] == 0) for j in range(J)]))]
         m.d.comb += [seq.base[j].eq(j_base[j]) for j in range(J)]
         m.d.comb += [seq.w[j].eq(j_w[j]) for j in range(J)]
         with m.If(seq.load):
@@ -655,7 +695,21 @@ class AggControl(wiring.Component):
             with m.If(dj & rtx_write):
                 m.d.sync += rtx_seen[j].eq(rtx_seen[j] | onehot_r)
             with m.If((sq == j) & seq_enable):
-                m.d.sync += [enabled[j].eq(1), error[j].eq(JobError.NONE)]
+                m.d.sync += [enabled[j].eq(1), error[j].eq(JobError.NONE),
+                             jr.leaf[j].eq(seq.roles_leaf), jr.up[j].eq(seq.roles_up),
+                             jr.down[j].eq(seq.roles_down), jr.rack[j].eq(seq.roles_rack)]
+            # D17: the partial pointer and its chain, like rel / npend / chain_busy
+            with m.If(dj & up_now):
+                m.d.sync += jr.upptr[j].eq(jr.upptr[j] + 1)
+                with m.If(jr.npend_up[j] != 0):
+                    m.d.sync += jr.chain_up[j].eq(1)
+            with m.If(dj & dk.up_pend):
+                m.d.sync += jr.npend_up[j].eq(jr.npend_up[j] + 1)
+            with m.If(sch.up_job[j]):
+                m.d.sync += [jr.upptr[j].eq(jr.upptr[j] + 1),
+                             jr.npend_up[j].eq(jr.npend_up[j] - 1)]
+            with m.If(sch.done_up & (js == j)):
+                m.d.sync += jr.chain_up[j].eq(0)
             with m.If((sq == j) & seq_disable):
                 m.d.sync += [enabled[j].eq(0), error[j].eq(JobError.NONE)]
             with m.If((sq == j) & seq_set_err):
@@ -663,7 +717,8 @@ class AggControl(wiring.Component):
             with m.If((sq == j) & seq_reset):
                 m.d.sync += [free[j].eq(0), rel[j].eq(0), npend[j].eq(0), busy_slots[j].eq(0),
                              chain_busy[j].eq(0), free_busy[j].eq(0), cnp_seen[j].eq(0),
-                             rtx_seen[j].eq(0)]
+                             rtx_seen[j].eq(0), jr.upptr[j].eq(0), jr.npend_up[j].eq(0),
+                             jr.chain_up[j].eq(0)]
                 m.d.sync += [acked[j][r].eq(0) for r in range(WD)]
         # per-entry copy of acked_f for FLOW.ACKED
         for e in range(F):
@@ -681,6 +736,7 @@ class AggControl(wiring.Component):
                 st.free_ptr.index.eq(Mux(enabled[j], free[j], 0)),
                 st.release_ptr.index.eq(Mux(enabled[j], rel[j], 0)),
                 st.slots_busy.count.eq(Mux(enabled[j], busy_slots[j], 0)),
+                st.partial_ptr.index.eq(Mux(enabled[j] & jr.leaf[j], jr.upptr[j], 0)),
             ]
         for e in range(F):
             bound = ft.live[e]
@@ -689,6 +745,7 @@ class AggControl(wiring.Component):
         for j in range(J):
             m.d.sync += self.job_set[j].status.mismatch.eq(cj[j] & mismatch)
 
+        nres = JobRoles.results(n_cur, leaf4)
         disp_names = {d.value: name for d, name in zip(Disp, DISPOSITIONS, strict=True)}
         job_disp = [d for d in Disp if disp_names[d.value] in self.job_inc_layout.members]
         for j in range(J):
@@ -702,8 +759,10 @@ class AggControl(wiring.Component):
                 inc.cnp_sent.eq(dj & cnp_send),
                 inc.cnp_suppressed.eq(dj & cnp_supp),
                 inc.released.eq((dj & release_now) + sch_rel_job[j]),
-                inc.results_sent.eq(Mux(dj & release_now, n_cur, 0)
-                                    + Mux(sch_rel_job[j], j_n[j], 0)),
+                inc.results_sent.eq(Mux(dj & release_now, nres, 0)
+                                    + Mux(sch_rel_job[j], JobRoles.results(j_n[j], jr.leaf[j]),
+                                          0)),
+                inc.partials_up.eq((dj & up_now) + sch.up_job[j]),
                 inc.freed.eq(Mux(a_valid & (a_job == j), step, 0)),
                 inc.saturations.eq(0),
                 inc.fast_retx.eq(dj & nak_fire),

@@ -20,8 +20,10 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from netreduce.regmap import Role
 from netreduce.wire import ECN_CE, NAK_PSN_SEQ, Opcode
 
+from .roles import MARK_PARTIAL, MARK_TOTAL, stage_mark
 from .types import _ERR_DISP, PSN_BITS, Action, Disp, FrameError, HdrClass
 
 __all__ = ["Decide", "is_ctrl"]
@@ -61,6 +63,12 @@ class Decide(wiring.Component):
             "cnp_interval": In(32), "fast_en": In(1), "slot": In(c.slot_layout),
             "rtx": In(c.rtx_layout), "acked": In(PSN_BITS), "cnp_last": In(c.time_bits),
             "cnp_seen": In(1),
+            # flow roles (model D17, :mod:`.roles`): the job has roles (leaf or spine), is a leaf;
+            # this flow's role; the partial pointer; the contributors (all ranks but DOWN)
+            "roles": In(1), "leaf": In(1), "role": In(2), "upptr": In(PSN_BITS),
+            "cmask": In(c.max_world),
+            "up_now": Out(1), "up_pend": Out(1), "remark": Out(1), "mark": Out(2),
+            "total": Out(1),
             "disp": Out(c.disp_bits), "action": Out(Action), "rx_data": Out(1),
             "ack_stale": Out(1), "ack_take": Out(1), "cand": Out(PSN_BITS),
             "slot_write": Out(1), "slot_new": Out(c.slot_layout), "first": Out(1),
@@ -78,6 +86,11 @@ class Decide(wiring.Component):
         free_cur, rel_cur, n_cur, w_cur = self.free, self.rel, self.n, self.w
         disp, action, slot_new, rtx_new = self.disp, self.action, self.slot_new, self.rtx_new
         cand, present, ack_cur, is_data_ok = self.cand, Signal(), Signal(), Signal()
+        is_up, is_down, is_rack = (self.role == Role.UP), (self.role == Role.DOWN), \
+            (self.role == Role.RACK)
+        tot_done = Signal()  # D17: a DOWN frame took the slot's total
+        up_d = Signal(PSN_BITS)  # D17: partials sent up: indices [free, upptr)
+        m.d.comb += up_d.eq(self.upptr - self.free)
         m.d.comb += self.ctrl.eq(is_ctrl(h))
 
         full_cur = Signal(WD)
@@ -105,7 +118,8 @@ class Decide(wiring.Component):
                 m.d.comb += [disp.eq(Mux(kind == 0, Disp.FWD_ACK, Disp.FWD_NAK)),
                              cand.eq(k4 + (kind == 0))]
                 adv_ = (cand - acked_cur)[:PSN_BITS]
-                lim = (rel_cur - acked_cur)[:PSN_BITS]
+                # D17: a leaf's UP flow is acknowledged for what went up
+                lim = (Mux(self.leaf & is_up, self.upptr, rel_cur) - acked_cur)[:PSN_BITS]
                 m.d.comb += ack_cur.eq((kind == 0) & (adv_ <= lim))
                 with m.If((adv_ != 0) & (adv_ <= lim)):
                     m.d.comb += self.ack_take.eq(1)
@@ -125,12 +139,31 @@ class Decide(wiring.Component):
                 m.d.comb += disp.eq(Disp.DROP_PMTU)
             with m.Elif(h.plen[:2] != 0):
                 m.d.comb += disp.eq(Disp.DROP_ALIGN)
+            with m.Elif(self.roles & (is_down | is_rack) & (h.plen == 0)
+                        & (h.opcode == Opcode.WRITE_MIDDLE)):
+                # D17: another engine's duplicate probe, forwarded (DOWN: without the mark)
+                m.d.comb += [disp.eq(Disp.BEHIND_WINDOW), action.eq(Action.FORWARD),
+                             self.remark.eq(is_down), self.mark.eq(0)]
+            with m.Elif(self.roles & (h.mark != stage_mark(self.role))):
+                m.d.comb += disp.eq(Disp.DROP_ROLE)  # a frame of another stage (D17)
             with m.Elif(d_win[PSN_BITS - 1]):
                 m.d.comb += [disp.eq(Disp.BEHIND_WINDOW), action.eq(Action.PROBE)]
             with m.Else():
                 m.d.comb += is_data_ok.eq(1)
                 with m.If(d_win >= w_cur):
                     m.d.comb += disp.eq(Disp.DROP_AHEAD)
+                with m.Elif(self.leaf & is_down):
+                    # D17: the total of index k, only if this leaf's partial of k went up
+                    with m.If(~slot_cur.valid | (slot_cur.index != k4) | (d_win >= up_d)
+                              | (slot_cur.opcode != h.opcode[:4]) | (slot_cur.plen != h.plen)):
+                        m.d.comb += disp.eq(Disp.DROP_ROLE)
+                    with m.Elif(~slot_cur.total):
+                        m.d.comb += [disp.eq(Disp.TOTALS), action.eq(Action.TOTAL),
+                                     self.total.eq(1), tot_done.eq(1), self.slot_write.eq(1),
+                                     slot_new.eq(slot_cur), slot_new.total.eq(1)]
+                    with m.Else():
+                        m.d.comb += [disp.eq(Disp.REEMITS), action.eq(Action.REEMIT),
+                                     self.total.eq(1)]
                 with m.Elif(~slot_cur.valid | (slot_cur.index != k4)):
                     # EMPTY: the first contribution of this generation overwrites
                     m.d.comb += [disp.eq(Disp.CONTRIBUTIONS), action.eq(Action.CONTRIBUTE),
@@ -144,8 +177,14 @@ class Decide(wiring.Component):
                     m.d.comb += [disp.eq(Disp.DROP_MISMATCH), self.mismatch.eq(1)]
                 with m.Elif((slot_cur.bitmap & onehot_r).any()):
                     m.d.comb += present.eq(1)
-                    with m.If(d_win < rel_d):  # RELEASED: index in [free, rel)
+                    with m.If(self.leaf & is_up & (d_win < up_d)):
+                        # D17: UP's resent packet re-sends the partial
                         m.d.comb += [disp.eq(Disp.REEMITS), action.eq(Action.REEMIT)]
+                    with m.Elif(self.leaf & is_up):
+                        m.d.comb += disp.eq(Disp.DUPLICATES)
+                    with m.Elif(d_win < rel_d):  # RELEASED: index in [free, rel)
+                        m.d.comb += [disp.eq(Disp.REEMITS), action.eq(Action.REEMIT),
+                                     self.total.eq(self.leaf)]
                     with m.Else():
                         m.d.comb += disp.eq(Disp.DUPLICATES)
                 with m.Else():
@@ -154,12 +193,23 @@ class Decide(wiring.Component):
                                  slot_new.bitmap.eq(slot_cur.bitmap | onehot_r)]
                     if c.ports > 1:
                         m.d.comb += slot_new.ports[r4].eq(h.port)
-        complete = self.slot_write & (slot_new.bitmap == full_cur)
+        # a leaf's slot is complete with every contributor (not DOWN): it goes up (D17)
+        complete = self.slot_write & ~tot_done & (slot_new.bitmap == (full_cur & self.cmask))
         cnp_check = is_data_ok & (h.ecn == ECN_CE)  # CE-marked data that passed the checks
+        done = Mux(self.leaf, tot_done, complete)
         m.d.comb += [
-            self.release_now.eq(complete & (k4 == rel_cur)),
-            self.pend_inc.eq(complete & (k4 != rel_cur)),
+            self.release_now.eq(done & (k4 == rel_cur)),
+            self.pend_inc.eq(done & (k4 != rel_cur)),
+            self.up_now.eq(self.leaf & complete & (k4 == self.upptr)),
+            self.up_pend.eq(self.leaf & complete & (k4 != self.upptr)),
         ]
+        # D17: outputs of a RACK frame carry MARK_TOTAL, of a DOWN frame no mark; UP's re-sent
+        # partial MARK_PARTIAL (the probe branch above sets its own)
+        with m.If(self.roles & (action != Action.FORWARD)):
+            with m.If(self.leaf & is_up & (action == Action.REEMIT)):
+                m.d.comb += [self.remark.eq(1), self.mark.eq(MARK_PARTIAL)]
+            with m.Elif(is_rack | is_down):
+                m.d.comb += [self.remark.eq(1), self.mark.eq(Mux(is_rack, MARK_TOTAL, 0))]
         # CNP limiter (D8): suppressed if a CNP went to this flow less than the interval ago
         # (a negative time difference counts as inside)
         tdiff = Signal(TB)

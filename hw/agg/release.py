@@ -15,6 +15,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
+from .roles import MARK_PARTIAL
 from .types import PSN_BITS
 
 __all__ = ["ReleaseScheduler", "FreeMinTree"]
@@ -35,6 +36,12 @@ class ReleaseScheduler(wiring.Component):
     the same cycle ``rel_job`` (one-hot: advance that job's ``rel`` and decrement its
     ``npend``); ``done`` with ``job``: the chain of ``job`` ended (clear its ``chain`` flag).
 
+    Flow roles (model D17): a leaf job (``leaf``) has two chains. Its release chain releases
+    slots holding their total (``total``) to its MEMBER ranks (``mmask``) from the total
+    buffer; its partial chain (``chain_up``, ``upptr``, ``npend_up``) sends slots complete with
+    every contributor (``cmask``) up, to the UP rank only (``upmask``) with MARK_PARTIAL, and
+    answers with ``up_job`` / ``done_up``. Release chains go first.
+
     Contract: latency: a chain starts one cycle after ``chain`` is seen (lowest job first), then
     takes 2 cycles per released index (READ: slot RAM read, CHECK: the word must be valid, hold
     index ``rel`` and a full bitmap). Throughput: one index per 2 cycles. Backpressure: waits in
@@ -53,6 +60,12 @@ class ReleaseScheduler(wiring.Component):
             "fifo_ready": In(1), "dec_push": In(1),
             "push": Out(1), "cmd": Out(c.rel_layout), "rel_job": Out(J),
             "done": Out(1), "job": Out(c.job_bits),
+            "chain_up": In(J), "upptr": In(data.ArrayLayout(PSN_BITS, J)),
+            "npend_up": In(data.ArrayLayout(c.w_bits, J)), "leaf": In(J),
+            "cmask": In(data.ArrayLayout(c.max_world, J)),
+            "mmask": In(data.ArrayLayout(c.max_world, J)),
+            "upmask": In(data.ArrayLayout(c.max_world, J)),
+            "up_job": Out(J), "done_up": Out(1),
         })
 
     def elaborate(self, platform):
@@ -60,35 +73,51 @@ class ReleaseScheduler(wiring.Component):
         c = self._ctl
         J, WD = c.jobs, c.max_world
         js = self.job
-        rel_js, base_js, w_js, n_js = self.rel[js], self.base[js], self.w[js], self.n[js]
+        up_mode = Signal()  # the chain being run is a leaf's partial chain (D17)
+        leaf_js = self.leaf.bit_select(js, 1)
+        rel_js = Mux(up_mode, self.upptr[js], self.rel[js])
+        base_js, w_js, n_js = self.base[js], self.w[js], self.n[js]
         slot_js = Signal(c.slot_bits)
         m.d.comb += [slot_js.eq(base_js + (rel_js & (w_js - 1))), self.rd_addr.eq(slot_js)]
         cmd, word = self.cmd, self.rd_data
+        full = Cat(*(n_js > i for i in range(WD)))
         m.d.comb += [cmd.job.eq(js), cmd.slot.eq(slot_js), cmd.index.eq(rel_js),
-                     cmd.n.eq(n_js), cmd.plen.eq(word.plen)]
+                     cmd.n.eq(n_js), cmd.plen.eq(word.plen),
+                     cmd.mask.eq(Mux(up_mode, self.upmask[js],
+                                     Mux(leaf_js, self.mmask[js], full))),
+                     cmd.total.eq(~up_mode & leaf_js),
+                     cmd.mark.eq(Mux(up_mode, MARK_PARTIAL, 0))]
         if c.ports > 1:
             m.d.comb += cmd.ports.eq(word.ports)
         pick = Const(0, c.job_bits)
+        pick_up = Const(0, c.job_bits)
         for j in reversed(range(J)):
             pick = Mux(self.chain[j], j, pick)
-        full = Cat(*(n_js > i for i in range(WD)))
+            pick_up = Mux(self.chain_up[j], j, pick_up)
         with m.FSM(name="release"):
             with m.State("IDLE"):
                 with m.If(self.chain.any()):
-                    m.d.sync += js.eq(pick)
+                    m.d.sync += [js.eq(pick), up_mode.eq(0)]
+                    m.next = "READ"
+                with m.Elif(self.chain_up.any()):
+                    m.d.sync += [js.eq(pick_up), up_mode.eq(1)]
                     m.next = "READ"
             with m.State("READ"):
                 m.d.comb += self.rd_en.eq(1)
                 m.next = "CHECK"
             with m.State("CHECK"):
-                ok = word.valid & (word.index == rel_js) & (word.bitmap == full)
+                ready = Mux(up_mode, word.bitmap == self.cmask[js],
+                            Mux(leaf_js, word.total, word.bitmap == full))
+                ok = word.valid & (word.index == rel_js) & ready
+                npend = Mux(up_mode, self.npend_up[js], self.npend[js])
                 with m.If(~ok):
-                    m.d.comb += self.done.eq(1)
+                    m.d.comb += [self.done.eq(~up_mode), self.done_up.eq(up_mode)]
                     m.next = "IDLE"
                 with m.Elif(self.fifo_ready & ~self.dec_push):
-                    m.d.comb += [self.push.eq(1), self.rel_job.eq(1 << js)]
-                    with m.If(self.npend[js] == 1):
-                        m.d.comb += self.done.eq(1)
+                    m.d.comb += [self.push.eq(1), self.rel_job.eq(Mux(up_mode, 0, 1 << js)),
+                                 self.up_job.eq(Mux(up_mode, 1 << js, 0))]
+                    with m.If(npend == 1):
+                        m.d.comb += [self.done.eq(~up_mode), self.done_up.eq(up_mode)]
                         m.next = "IDLE"
                     with m.Else():
                         m.next = "READ"

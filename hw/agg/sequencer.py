@@ -12,7 +12,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from netreduce.regmap import PMTU_VALUES, JobError
+from netreduce.regmap import PMTU_VALUES, JobError, Role
 
 from ..csr.bank import cfg_read_signature
 from .flowtable import KEY_BITS
@@ -51,8 +51,10 @@ class EnableSequencer(wiring.Component):
     (while the decision stage writes no slot), COMMIT waits for an empty pipeline. Disables go
     before enables (a 1 -> 0 -> 1 bounce discards and restarts the job). Errors: a refused job
     gets ``set_err`` with the model's JobError, in the model's check order; nothing else changes.
-    A flow whose ``FLOW.CFG.role`` is not MEMBER refuses the job (``JobError.ROLES``: model D17
-    is not implemented in the gateware).
+    Flow roles (model D17): with ``ctl.roles`` a job whose roles fit neither a leaf (one UP, one
+    DOWN, no RACK) nor a plain / spine job is refused (``JobError.ROLES``); ``roles_*`` give the
+    scanned job's roles at ``enable`` (``roles_leaf``, the UP / DOWN ranks, the RACK ranks).
+    Without ``ctl.roles`` any role but MEMBER refuses the job.
     """
 
     def __init__(self, ctl, ft):
@@ -69,6 +71,8 @@ class EnableSequencer(wiring.Component):
             "quiesce": Out(1), "scrub_want": Out(1), "scrub_addr": Out(c.slot_bits),
             "cfg_n": Out(c.n_bits), "cfg_w": Out(c.w_bits), "cfg_base": Out(c.slot_bits),
             "cfg_pmtu": Out(13), "cfg_op": Out(2), "cfg_cnp": Out(32),
+            "roles_leaf": Out(1), "roles_up": Out(c.rank_bits), "roles_down": Out(c.rank_bits),
+            "roles_rack": Out(c.max_world),
             "ft": Out(flow_bind_signature(ft)),
         })
 
@@ -129,7 +133,10 @@ class EnableSequencer(wiring.Component):
         sa_cfg = Signal(c.flow_cfg_layout)
         rank_seen = Signal(WD)
         flows_bad = Signal()
-        roles_bad = Signal()  # a flow role other than MEMBER: D17 is not implemented here
+        roles_bad = Signal()  # a flow role other than MEMBER (a build without flow roles)
+        n_up, n_down = Signal(2), Signal(2)  # UP / DOWN flows seen (saturating)
+        rack = self.roles_rack
+        m.d.comb += self.roles_leaf.eq(n_up != 0)
         conflict = Signal()
         ecfg = self.flow_rd.data
         m.d.comb += self.flow_rd.addr.eq((scan_e + 1)[:c.entry_bits])
@@ -182,7 +189,8 @@ class EnableSequencer(wiring.Component):
                     # a new attempt: an error of an earlier refused one no longer applies
                     m.d.comb += self.load.eq(1)
                     m.d.sync += [scan_e.eq(0), sa_valid.eq(0), rank_seen.eq(0),
-                                 flows_bad.eq(0), roles_bad.eq(0), conflict.eq(0)]
+                                 flows_bad.eq(0), roles_bad.eq(0), conflict.eq(0),
+                                 n_up.eq(0), n_down.eq(0), rack.eq(0)]
                     m.next = "SCAN"
             with m.State("SCAN"):
                 m.d.comb += self.busy.eq(1)
@@ -197,8 +205,18 @@ class EnableSequencer(wiring.Component):
                     with m.If((sa_rank >= l_n) | (rank_seen & rbit).any()):
                         m.d.sync += flows_bad.eq(1)
                     m.d.sync += rank_seen.eq(rank_seen | rbit)
-                    with m.If(sa_cfg.cfg.role != 0):
-                        m.d.sync += roles_bad.eq(1)
+                    role = sa_cfg.cfg.role
+                    if c.roles:
+                        with m.If(role == Role.UP):
+                            m.d.sync += [n_up.eq(n_up | (n_up + 1)), self.roles_up.eq(sa_rank)]
+                        with m.If(role == Role.DOWN):
+                            m.d.sync += [n_down.eq(n_down | (n_down + 1)),
+                                         self.roles_down.eq(sa_rank)]
+                        with m.If(role == Role.RACK):
+                            m.d.sync += rack.eq(rack | rbit)
+                    else:
+                        with m.If(role != Role.MEMBER):
+                            m.d.sync += roles_bad.eq(1)
                     is_live = ft.live.bit_select(sa_e, 1)
                     with m.If(ft.chk_fwd_hit | ft.chk_rev_hit | is_live):
                         m.d.sync += conflict.eq(1)
@@ -210,7 +228,8 @@ class EnableSequencer(wiring.Component):
                     m.d.comb += [clr_en.eq(1 << sq), self.set_err.eq(1),
                                  self.err.eq(JobError.FLOWS), ft.drop_en.eq(1)]
                     m.next = "IDLE"
-                with m.Elif(roles_bad):
+                with m.Elif(roles_bad | (((n_up != 0) | (n_down != 0))
+                                         & ((n_up != 1) | (n_down != 1) | (rack != 0)))):
                     m.d.comb += [clr_en.eq(1 << sq), self.set_err.eq(1),
                                  self.err.eq(JobError.ROLES), ft.drop_en.eq(1)]
                     m.next = "IDLE"

@@ -39,6 +39,8 @@ class Action(enum.Enum, shape=3):
     CONTRIBUTE = 2  # add the payload into ``slot`` (``overwrite``: the first contribution)
     REEMIT = 3  # send the frame's own header with the slot's aggregate (retransmission)
     PROBE = 4  # behind the window: send the frame's payload-free duplicate probe (model D15)
+    TOTAL = 5  # a leaf's DOWN total (D17): write the payload into the slot's total buffer, then
+    #            send the frame's own header with it (as REEMIT with ``total``)
 
 
 Disp = IntEnum("Disp", {name.upper(): i for i, name in enumerate(DISPOSITIONS)})

@@ -31,7 +31,6 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
-import os
 import re
 import shutil
 from dataclasses import dataclass, field
@@ -328,25 +327,12 @@ def engine_verilog_cached(core: EngineCore, *, ram_style: str = "ultra", progres
     """Verilog text of module ``netreduce_engine`` for ``core``'s parameters, its large RAMs
     for ``ram_style`` (:mod:`netreduce.hw.rams`: ``"ultra"`` or ``"block"``).
 
-    Cached in ``<cache>/engine-verilog/<digest>-<style>.v``
-    (:func:`netreduce.hw.estimate.cache_dir`), keyed by the engine's source digest and
-    parameters; ``progress(phase, text)`` reports the conversion (:func:`.verilog.to_verilog`)."""
-    from ..engine import engine_verilog
-    from ..estimate import cache_dir, design_digest
-    from ..rams import large_ram_style
+    Cached by :func:`netreduce.hw.cache.engine_top` (the one cache of converted engines, keyed
+    by the engine's source digest and parameters); ``progress(phase, text)`` reports the
+    conversion (:func:`.verilog.to_verilog`)."""
+    from ..cache import engine_top
 
-    path = cache_dir("engine-verilog") / f"{design_digest(core.params)}-{ram_style}.v"
-    if path.exists():
-        if progress is not None:
-            progress("engine", f"engine Verilog from the cache ({path})")
-        return path.read_text()
-    with large_ram_style(ram_style):
-        text = engine_verilog(core.regmap, name=ENGINE_MODULE, progress=progress).verilog
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-    return text
+    return engine_top(core.params, ram_style=ram_style, progress=progress).verilog
 
 
 def board_ram_style(platform: NetReducePlatform) -> str:

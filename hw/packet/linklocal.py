@@ -14,6 +14,7 @@ from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
+from netreduce.wire.fields import ETHERTYPE_VLAN
 from netreduce.wire.linklocal import (
     COUNTERS,
     ETHERTYPE_MAC_CONTROL,
@@ -114,7 +115,7 @@ class LinkLocalFilter(wiring.Component):
         op = be16(14)
         is_pause = mc & atleast(18) & (op == MAC_CONTROL_PAUSE)
         is_pfc = mc & atleast(MATCH_BYTES) & (op == MAC_CONTROL_PFC)
-        tagged_mc = atleast(18) & (be16(12) == 0x8100) & (be16(16) == ETHERTYPE_MAC_CONTROL)
+        tagged_mc = atleast(18) & (be16(12) == ETHERTYPE_VLAN) & (be16(16) == ETHERTYPE_MAC_CONTROL)
         prefix = Cat(*[byte(4 - i) for i in range(5)])
         group = atleast(6) & (prefix == int.from_bytes(LINK_LOCAL_PREFIX, "big")) \
             & (byte(5) < 0x10)

@@ -94,6 +94,7 @@ def demo(workers, size, dtype, pmtu, loss, dup, reorder, seed, backend):
     on links that lose, duplicate and reorder frames (seeded). Exit status 1 on any wrong result,
     RC error, hang or engine slot left allocated.
     """
+    from netreduce.sim.backend import open_engine
     from netreduce.sim.net.collective import CollectiveConfig, Communicator
     from netreduce.sim.net.model_fabric import ModelFabric
     from netreduce.sim.net.network import NetConfig
@@ -123,7 +124,7 @@ def demo(workers, size, dtype, pmtu, loss, dup, reorder, seed, backend):
         if fabric is None:
             backend = "model"
     if fabric is None:
-        fabric = ModelFabric(net=net, seed=seed)
+        fabric = ModelFabric(open_engine("model", {}), net=net, seed=seed)
     cfg = CollectiveConfig(pmtu=pmtu)
     comm = Communicator(fabric, workers, cfg, seed=seed)
     if hasattr(fabric, "rank_of_mac"):

@@ -23,7 +23,8 @@ def run_racks(cfg, racks: int, pcap, json_path, fail) -> None:
     con = console()
     con.print(f"[bold]netreduce sim[/]: {cfg.workers} ranks in {racks} racks x {cfg.size} B "
               f"{cfg.dtype}, PMTU {cfg.pmtu}, loss {cfg.loss:g} dup {cfg.dup:g} reorder "
-              f"{cfg.reorder:g} on every link, seed {cfg.seed}, model engines")
+              f"{cfg.reorder:g} on every link, seed {cfg.seed}, "
+              f"{'model' if cfg.backend == 'model' else cfg.backend + ' RTL'} engines")
     try:
         run = run_rack_sim(cfg, racks, pcap=pcap)
     except ValueError as e:

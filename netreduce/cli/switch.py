@@ -94,9 +94,9 @@ def switch(listen, backend, ports, jobs, flows, slots, max_world, pmtu_max, data
     its own management path answers the management frames; the RTL runs only while it has
     frames (its cycles are not the wall clock).
     """
+    from netreduce.sim.backend import open_engine
     from netreduce.sim.emu.switch import COUNTER_HELP, FaultConfig, SwitchConfig, SwitchService
     from netreduce.sim.emu.tunnel import parse_address
-    from netreduce.sim.model import Engine
 
     level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
     logging.basicConfig(level=level, format=LOG_FORMAT)
@@ -133,7 +133,7 @@ def switch(listen, backend, ports, jobs, flows, slots, max_world, pmtu_max, data
 
         help_.update(RTL_COUNTER_HELP)
     else:
-        engine = Engine(**params)
+        engine = open_engine("model", params)
     try:
         svc = SwitchService(engine, cfg)
     except ValueError as e:  # e.g. more management sources than the allow-list holds

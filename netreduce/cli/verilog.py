@@ -53,8 +53,11 @@ def _positive(name):
               help="Verilog file to write.")
 @click.option("--info", "info", type=click.Path(dir_okay=False), default=None,
               help="Also write the JSON port map here.")
+@click.option("--roles/--no-roles", default=False, show_default=True,
+              help="Flow roles (spine-leaf leaf and spine engines, docs/spine-leaf.md); the slot "
+                   "memory doubles.")
 def verilog(ports, jobs, flows, slots, pmtu, width, max_world, max_frame, clock_hz, name, out,
-            info):
+            info, roles):
     """Write the engine top (board-agnostic core) as Verilog."""
     from netreduce.hw.engine import DEFAULT_MAX_FRAME, engine_verilog
     from netreduce.hw.verilog import ConversionError
@@ -64,7 +67,8 @@ def verilog(ports, jobs, flows, slots, pmtu, width, max_world, max_frame, clock_
                           data_width=int(width), max_world=max_world, clock_hz=clock_hz)
         with phases(console()) as progress:
             top = engine_verilog(rm, out, name=name, progress=progress,
-                                 max_frame=max_frame if max_frame else DEFAULT_MAX_FRAME)
+                                 max_frame=max_frame if max_frame else DEFAULT_MAX_FRAME,
+                                 roles=roles)
     except (ValueError, TypeError) as e:
         raise click.UsageError(str(e)) from None
     except ConversionError as e:
@@ -73,7 +77,7 @@ def verilog(ports, jobs, flows, slots, pmtu, width, max_world, max_frame, clock_
         raise click.ClickException(f"cannot write {out}: {e.strerror}") from None
     if info:
         d = top.info()
-        d["params"] = dict(rm.params)
+        d["params"] = dict(rm.params, roles=True) if roles else dict(rm.params)
         Path(info).write_text(json.dumps(d, indent=1, sort_keys=True) + "\n")
     c = console()
     c.print(f"wrote {out}: module {name}, {len(top.verilog.splitlines())} lines; "

@@ -25,7 +25,7 @@ def vmlab():
 
 @vmlab.command()
 @click.option("--cache", type=click.Path(file_okay=False), default=None,
-              help="Image cache (default $NETREDUCE_VMLAB_CACHE or ~/.cache/netreduce/vmlab).")
+              help="Image cache (default $NETREDUCE_CACHE/vmlab, ~/.cache/netreduce/vmlab).")
 @click.option("--force", is_flag=True, help="Rebuild even when a cached image exists.")
 def build(cache, force):
     """Build the guest image (debootstrap bookworm + rdma-core, pyverbs, perftest; cached)."""

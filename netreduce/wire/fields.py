@@ -23,12 +23,14 @@ from dataclasses import dataclass
 
 __all__ = [
     "Field", "Header", "ETH", "DOT1Q", "IPV4", "UDP", "BTH", "RETH", "IMMDT", "AETH", "CNP_PAD",
-    "HEADERS", "ETHERTYPE_IPV4", "ETHERTYPE_VLAN", "IP_PROTO_UDP", "ROCEV2_UDP_PORT",
+    "HEADERS", "ETHERTYPE_IPV4", "ETHERTYPE_VLAN", "ETHERTYPE_QINQ", "IP_PROTO_UDP",
+    "ROCEV2_UDP_PORT",
     "ECN_NOT_ECT", "ECN_ECT1", "ECN_ECT0", "ECN_CE",
 ]
 
 ETHERTYPE_IPV4 = 0x0800
 ETHERTYPE_VLAN = 0x8100
+ETHERTYPE_QINQ = 0x88A8  # 802.1ad service tag (stacked VLANs; the engine does not parse it)
 IP_PROTO_UDP = 17
 ROCEV2_UDP_PORT = 4791
 

@@ -46,6 +46,7 @@ MGMT_VERSION = 1
 MGMT_DEFAULT_PORT = 0x4E52  # 20050 ("NR"); the reset value of MGMT.PORT
 MGMT_MAX_OPS = 64  # 24 + 64 * 12 = 792 bytes of UDP payload: fits any 1500-byte MTU
 NO_ERROR_INDEX = 0xFF
+MGMT_TTL = 64  # the IPv4 TTL of the agent's responses
 
 
 class MgmtType(IntEnum):
@@ -131,7 +132,7 @@ class MgmtFrame:
     sport: int
     dport: int
     vlan_tci: int | None = None
-    ttl: int = 64
+    ttl: int = MGMT_TTL
     dscp: int = 0
 
 

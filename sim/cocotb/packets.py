@@ -8,15 +8,19 @@ is the independent second opinion on header fields.
 from __future__ import annotations
 
 import random
-import struct
 from dataclasses import dataclass
 
 from netreduce.wire import (
+    BTH,
     ECN_CE,
     ECN_ECT0,
     ECN_ECT1,
     ECN_NOT_ECT,
+    ETH,
+    IPV4,
     OPCODES,
+    ROCEV2_UDP_PORT,
+    UDP,
     Opcode,
     RoceFrame,
     WireError,
@@ -24,10 +28,15 @@ from netreduce.wire import (
     ipv4_checksum,
     parse,
 )
+from netreduce.wire.view import BTH_OFF, IPV4_OFF, UDP_OFF
 
 __all__ = ["random_frame", "frame_of_size", "raw_frame", "check_icrc", "malformed_frames",
            "classify", "scapy_fields", "wire_fields", "replace_payload", "Malformed",
            "DATA_OPCODES", "OVERHEAD"]
+
+_ETHERTYPE_IPV6, _ETHERTYPE_ARP = 0x86DD, 0x0806  # not RoCEv2: forwarded untouched
+_IP_PROTO_TCP = 6
+_RESERVED_OPCODE = 0x1F  # an RC opcode IBA reserves
 
 DATA_OPCODES = [o for o, i in OPCODES.items() if i.has_payload and i.transport == "RC"]
 _OTHER = [Opcode.ACK, Opcode.CNP]
@@ -110,13 +119,9 @@ class Malformed:
     reason: str  # what netreduce.wire.parse says
 
 
-def _set(b: bytearray, off: int, fmt: str, v: int) -> None:
-    struct.pack_into(fmt, b, off, v)
-
-
-def _fix_ip(b: bytearray, l3: int = 14) -> None:
-    _set(b, l3 + 10, ">H", 0)
-    _set(b, l3 + 10, ">H", ipv4_checksum(b[l3:l3 + 20]))
+def _fix_ip(b: bytearray, l3: int = IPV4_OFF) -> None:
+    IPV4.checksum.put(b, 0, l3)
+    IPV4.checksum.put(b, ipv4_checksum(b[l3:l3 + IPV4.size]), l3)
 
 
 def malformed_frames(rng: random.Random) -> list[Malformed]:
@@ -135,44 +140,44 @@ def malformed_frames(rng: random.Random) -> list[Malformed]:
     b[-10] ^= 0x80  # payload bit: ICRC no longer matches
     add("payload_bit_flip", b)
     b = bytearray(good)
-    _set(b, 24, ">H", struct.unpack_from(">H", b, 24)[0] ^ 0x0100)
+    IPV4.checksum.put(b, IPV4.checksum.get(b, IPV4_OFF) ^ 0x0100, IPV4_OFF)
     add("bad_ip_checksum", b)
     b = bytearray(good)
-    _set(b, 12, ">H", 0x86DD)
+    ETH.ethertype.put(b, _ETHERTYPE_IPV6)
     add("ipv6_ethertype", b)
     b = bytearray(good)
-    _set(b, 12, ">H", 0x0806)
+    ETH.ethertype.put(b, _ETHERTYPE_ARP)
     add("arp_ethertype", b)
     b = bytearray(good)
-    b[23] = 6  # TCP
+    IPV4.protocol.put(b, _IP_PROTO_TCP, IPV4_OFF)
     _fix_ip(b)
     add("tcp", b)
     b = bytearray(good)
-    _set(b, 36, ">H", 4792)
+    UDP.dport.put(b, ROCEV2_UDP_PORT + 1, UDP_OFF)
     add("other_udp_port", b)
     b = bytearray(good)
-    b[14] = 0x46  # IHL 6
+    IPV4.ihl.put(b, 6, IPV4_OFF)
     _fix_ip(b)
     add("ihl6", b)
     b = bytearray(good)
-    _set(b, 20, ">H", 0x2000)  # more fragments
+    IPV4.flags_frag.put(b, 1 << IPV4.flags.shift, IPV4_OFF)  # MF only (DF cleared)
     _fix_ip(b)
     add("fragment", b)
     b = bytearray(good)
-    _set(b, 16, ">H", struct.unpack_from(">H", b, 16)[0] + 8)  # datagram past the frame end
+    IPV4.total_length.put(b, IPV4.total_length.get(b, IPV4_OFF) + 8, IPV4_OFF)  # past the end
     _fix_ip(b)
     add("ip_length_long", b)
     b = bytearray(good)
-    _set(b, 38, ">H", struct.unpack_from(">H", b, 38)[0] - 4)
+    UDP.length.put(b, UDP.length.get(b, UDP_OFF) - 4, UDP_OFF)
     add("udp_length", b)
     b = bytearray(good)
-    b[43] = (b[43] & 0xF0) | 0x1  # TVer 1
+    BTH.tver.put(b, 1, BTH_OFF)
     add("tver", b)
     b = bytearray(good)
-    b[42] = 0x1F  # reserved opcode
+    BTH.opcode.put(b, _RESERVED_OPCODE, BTH_OFF)
     add("unknown_opcode", b)
-    add("truncated_in_bth", good[:48])
-    add("runt_ethernet", good[:12])
+    add("truncated_in_bth", good[:BTH_OFF + BTH.size // 2])
+    add("runt_ethernet", good[:ETH.ethertype.offset])
     return out
 
 
@@ -211,7 +216,7 @@ def check_icrc(frame: bytes) -> bool:
     """True if the frame's IPv4 checksum and ICRC are those netreduce.wire computes."""
     f = parse(frame, check=False)
     l3 = f.l2_len
-    end = l3 + struct.unpack_from(">H", frame, l3 + 2)[0]
+    end = l3 + IPV4.total_length.get(frame, l3)
     return (icrc_bytes(memoryview(frame)[l3:end - 4]) == frame[end - 4:end]
-            and ipv4_checksum(frame[l3:l3 + 20]) == struct.unpack_from(">H", frame, l3 + 10)[0])
+            and ipv4_checksum(frame[l3:l3 + IPV4.size]) == IPV4.checksum.get(frame, l3))
 

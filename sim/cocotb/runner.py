@@ -46,10 +46,8 @@ from ..rtl.cache import (  # noqa: F401 - build_root, gen_cache_root, repo_root:
     cached_top,
     gen_cache_root,
     repo_root,
-    sources_digest,
+    source_digest,
 )
-
-_sources_digest = sources_digest  # the name other modules used
 
 __all__ = ["SimBuild", "RunResult", "CocotbFailure", "build", "run", "simulator_missing",
            "generate_cached", "build_root", "gen_cache_root", "icarus_settle", "TIMESCALE",
@@ -206,20 +204,18 @@ def icarus_settle(verilog: str) -> str:
 
 
 def generate_cached(factory, *args, name: str,
-                    sources: tuple[str, ...] = ("netreduce.hw", "netreduce.wire",
-                                                "netreduce.regmap"),
-                    **kwargs) -> AxisTop:
+                    sources: tuple[str, ...] = (), **kwargs) -> AxisTop:
     """``netreduce.hw.verilog.generate(factory(*args, **kwargs), name)``, cached on disk.
 
     Elaborating and converting a 512-bit packet path takes a minute; the cache key is the
-    factory, its arguments and the source text of ``sources`` (default netreduce.hw and .wire) and
-    of the factory's own module, so any edit there regenerates.
+    factory, its arguments and the source digest (:func:`netreduce.hw.cache.source_digest`) of
+    the factory's module and of the modules ``sources``, so any edit there regenerates.
     """
     from netreduce.hw.verilog import generate
 
-    mods = tuple(sources) + (factory.__module__,)
     key = cache_key([factory.__module__, factory.__qualname__, repr(args),
-                     repr(sorted(kwargs.items())), name, sources_digest(mods)])
+                     repr(sorted(kwargs.items())), name,
+                     source_digest(factory.__module__, *sources)])
     return cached_top(name, key, lambda: generate(factory(*args, **kwargs), name))
 
 

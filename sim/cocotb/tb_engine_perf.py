@@ -17,6 +17,8 @@ from __future__ import annotations
 import cocotb
 from cocotb.triggers import RisingEdge
 
+from netreduce.wire.view import dqpn, dst_ip, l3_offset, psn
+
 from .axis import AxisSink, AxisSource, quiet, report, reset, start_clock, tb_args
 
 
@@ -69,8 +71,8 @@ async def axil_read(dut, clk, addr: int) -> int:
 
 
 def _psn_key(f: bytes):
-    l2 = 18 if f[12:14] == b"\x81\x00" else 14
-    return f[l2 + 16:l2 + 20], f[l2 + 33:l2 + 36], int.from_bytes(f[l2 + 37:l2 + 40], "big")
+    l3 = l3_offset(f)
+    return dst_ip(f, l3), dqpn(f, l3), psn(f, l3)
 
 
 @cocotb.test()

@@ -1,8 +1,8 @@
 """``netreduce replay``'s logic: program jobs from a TOML file, replay a pcap through an engine.
 
 :func:`load_config` parses and validates the configuration (format: docs/replay.md),
-:func:`read_capture` reads the input frames, :func:`run_replay` opens an engine from the
-:data:`ENGINES` registry, programs the jobs through
+:func:`read_capture` reads the input frames, :func:`run_replay` opens an engine backend of the
+one registry (:mod:`netreduce.sim.backend`), programs the jobs through
 :class:`~netreduce.sw_driver.control.EngineControl` over the engine's register bus, feeds the
 frames in capture order and returns a :class:`ReplayRun` with every emitted frame and the
 counters read back through the bus.
@@ -25,7 +25,7 @@ Time
     timestamp ``floor((ceil(t_0 * f / 1e9) + c) * 1e9 / f)`` ns, so input and output captures
     share one time base. For the model only the CNP limiter looks at time.
 
-Engines (:data:`ENGINES`, name -> factory)
+Engines (the backends of :mod:`netreduce.sim.backend`, plus variants in :data:`ENGINES`)
     ``factory(params) -> ReplayEngine`` where ``params`` are the build parameters
     (:class:`EngineParams` as a dict). A :class:`ReplayEngine` has ``bus`` (the AXI4-Lite
     register bus), ``replay(frames) -> Iterable[Emit]`` (``frames``: ``(port, frame, cycle)``
@@ -59,8 +59,9 @@ from netreduce.regmap import (
     RegisterBus,
 )
 from netreduce.regmap.clock import cycles_to_ns
+from netreduce.wire.fields import DOT1Q, ETHERTYPE_QINQ, ETHERTYPE_VLAN
 from netreduce.wire.pcap import iter_pcap
-from netreduce.wire.view import ETHERTYPE_IPV4_BYTES
+from netreduce.wire.view import ETHERTYPE_IPV4_BYTES, ETHERTYPE_OFF, SRC_IP_AT, src_ip, src_mac
 
 from .. import backend as engines
 from ..model import Emit
@@ -383,13 +384,18 @@ def parse_port_map(specs: Iterable[str]) -> tuple[dict[bytes, int], int]:
     return mapping, default
 
 
+_TAGS = (ETHERTYPE_VLAN.to_bytes(2, "big"), ETHERTYPE_QINQ.to_bytes(2, "big"))
+
+
 def _ipv4_src(f: bytes) -> bytes | None:
-    l2 = 12
-    while len(f) >= l2 + 2 and f[l2:l2 + 2] in (b"\x81\x00", b"\x88\xa8"):
-        l2 += 4
-    if len(f) < l2 + 2 + 16 or f[l2:l2 + 2] != ETHERTYPE_IPV4_BYTES:
+    """The IPv4 source of a frame behind any number of VLAN tags (802.1Q, 802.1ad), else None."""
+    et = ETHERTYPE_OFF
+    while len(f) >= et + 2 and f[et:et + 2] in _TAGS:
+        et += DOT1Q.size
+    l3 = et + 2
+    if len(f) < l3 + SRC_IP_AT + 4 or f[et:l3] != ETHERTYPE_IPV4_BYTES:
         return None
-    return f[l2 + 14:l2 + 18]
+    return src_ip(f, l3)
 
 
 def assign_ports(frames: list[InputFrame], mapping: dict[bytes, int], default: int,
@@ -409,7 +415,7 @@ def assign_ports(frames: list[InputFrame], mapping: dict[bytes, int], default: i
         ip = _ipv4_src(fr.data)
         p = mapping.get(ip) if ip is not None else None
         if p is None:
-            p = mapping.get(fr.data[6:12], default)
+            p = mapping.get(src_mac(fr.data), default)
         out.append(p)
     return out
 
@@ -505,20 +511,22 @@ def rtl_factory(simulator: str, top_factory: Callable | None = None,
     return factory
 
 
-#: name -> factory(params dict) -> ReplayEngine (see the module doc). Replace entries to plug in
-#: other engines; a factory raises BackendUnavailable (one line) if it cannot run here.
-ENGINES: dict[str, Callable[[dict], ReplayEngine]] = {
-    "model": _ModelEngine,
-    "verilator": rtl_factory("verilator"),
-    "icarus": rtl_factory("icarus"),
-}
+#: Variants on top of the engine registry: name -> factory(params dict) -> ReplayEngine (see the
+#: module doc); every backend of :data:`netreduce.sim.backend.BACKENDS` is available by its name
+#: without an entry here. A factory raises BackendUnavailable (one line) if it cannot run here.
+ENGINES: dict[str, Callable[[dict], ReplayEngine]] = {}
 
 
 def _factory(backend: str):
+    f = ENGINES.get(backend)
+    if f is not None:
+        return f
     try:
-        return ENGINES[backend]
-    except KeyError:
-        raise ReplayError(f"unknown backend {backend!r} (known: {', '.join(ENGINES)})") from None
+        kind = engines.get_backend(backend)
+    except ValueError:
+        known = ", ".join(dict.fromkeys([*engines.BACKENDS, *ENGINES]))
+        raise ReplayError(f"unknown backend {backend!r} (known: {known})") from None
+    return _ModelEngine if kind.simulator is None else rtl_factory(backend)
 
 
 def probe_backend(backend: str) -> None:

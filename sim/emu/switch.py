@@ -74,7 +74,7 @@ from netreduce.sim.net.scheduler import mac_str
 from netreduce.sw_driver.mgmt import MgmtSettings, MgmtSource
 
 from netreduce.wire.pcap import PcapWriter
-from netreduce.wire.view import ETHERTYPE_IPV4_BYTES, UDP_OFF
+from netreduce.wire.view import dst_ip, dst_mac, is_ipv4, src_ip, src_mac
 
 from ..model.engine import CLOCK_HZ
 
@@ -234,9 +234,9 @@ class SwitchService:
 
     def __init__(self, engine=None, cfg: SwitchConfig | None = None):
         if engine is None:
-            from ..model import Engine
+            from ..backend import open_engine
 
-            engine = Engine()
+            engine = open_engine("model", {})
         self.engine = engine
         self.cfg = cfg = cfg or SwitchConfig()
         settings = MgmtSettings(ip=cfg.mgmt_ip, mac=ENGINE_MAC,
@@ -364,16 +364,15 @@ class SwitchService:
         cn = self.counters
         cn["frames_in"] += 1
         cn["bytes_in"] += len(f)
-        self._learn(c, f[6:12])
-        if self._up.cfg.active and not self._is_mgmt(f, 30):
+        self._learn(c, src_mac(f))
+        if self._up.cfg.active and not self._is_mgmt(f, to=True):
             self._up.apply(f, lambda fr: self._to_engine(c, fr), self._loop)
         else:
             self._to_engine(c, f)
 
-    def _is_mgmt(self, f: bytes, off: int) -> bool:
-        """IPv4 (untagged) to (off 30) or from (off 26) the management address."""
-        return len(f) >= UDP_OFF and f[12:14] == ETHERTYPE_IPV4_BYTES and f[off:off + 4] == \
-            self._mgmt_ip
+    def _is_mgmt(self, f: bytes, to: bool) -> bool:
+        """IPv4 (untagged) to (``to``) or from the management address."""
+        return is_ipv4(f) and (dst_ip(f) if to else src_ip(f)) == self._mgmt_ip
 
     def _learn(self, c: _Conn, smac: bytes) -> None:
         if smac[0] & 1:
@@ -425,7 +424,7 @@ class SwitchService:
         macs = self.macs
         for e in emits:
             f = e.frame
-            self._egress(macs.get(f[6:12]), f)
+            self._egress(macs.get(src_mac(f)), f)
         self._flush()
 
     def _egress(self, ingress: _Conn | None, f: bytes) -> None:
@@ -433,7 +432,7 @@ class SwitchService:
         cn["engine_out"] += 1
         if self._pcap_out is not None:
             self._pcap_out.write(f, time.time_ns())
-        dmac = f[0:6]
+        dmac = dst_mac(f)
         if dmac[0] & 1:
             cn["flooded"] += 1
             dsts = [o for o in self.conns.values() if o is not ingress]
@@ -446,7 +445,7 @@ class SwitchService:
                 dsts = [o for o in self.conns.values() if o is not ingress]
         if not dsts:
             cn["no_port"] += 1
-        if self._down.cfg.active and not self._is_mgmt(f, 26):
+        if self._down.cfg.active and not self._is_mgmt(f, to=False):
             for d in dsts:
                 self._down.apply(f, lambda fr, d=d: self._deliver(d, fr), self._loop)
         else:

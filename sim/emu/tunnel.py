@@ -44,6 +44,8 @@ from collections.abc import Callable
 
 from netreduce.sw_driver.mgmt import MgmtClient, ReadAheadBus
 
+from netreduce.wire.view import dst_mac
+
 from ..net.scheduler import SimulationHang, Timer, mac_str
 
 __all__ = [
@@ -313,7 +315,7 @@ class Tunnel:
             for f in frames:
                 st["rx_frames"] += 1
                 st["rx_bytes"] += len(f)
-                dst = self._ends.get(f[0:6])
+                dst = self._ends.get(dst_mac(f))
                 if dst is None:
                     st["rx_unknown_dst"] += 1
                     continue

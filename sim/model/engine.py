@@ -29,7 +29,8 @@ Processing of one frame
 2. *Control frames on a reverse key* are always forwarded, unchanged except for an ACK rewritten
    as a NAK-sequence by the fast retransmit (D16, off by default). If the frame passes the
    checks of :func:`netreduce.wire.parse` (lengths, IPv4 checksum, TVer, opcode, ICRC; the model
-   has its own faster parser, cross-checked against it in the tests) and the AETH syndrome is an
+   reads frames through the faster view :mod:`netreduce.wire.view`, cross-checked against it in
+   the tests, and builds its frames with :mod:`netreduce.wire.rewrite`) and the AETH syndrome is an
    ACK, NAK or RNR NAK, it is snooped (step 6); else ``fwd_ctrl_invalid``. CNPs only count.
 3. *Data frames on a forward key* (flow f = rank r of job j, PSN p), checks in this priority:
    lengths/truncation/PadCnt (``drop_length``), IPv4 checksum (``drop_ip_checksum``), TVer or
@@ -76,18 +77,20 @@ from netreduce.regmap import (
     build_regmap,
 )
 from netreduce.regmap.clock import ns_to_cycles
-from netreduce.wire import (
-    ECN_CE,
-    ECN_ECT0,
-    ETHERTYPE_IPV4,
-    ETHERTYPE_VLAN,
-    IP_PROTO_UDP,
-    NAK_PSN_SEQ,
-    OPCODES,
-    ROCEV2_UDP_PORT,
-)
-from netreduce.wire.icrc import icrc_bytes, ipv4_checksum
-from netreduce.wire.view import OP_ACK, OP_CNP, ROCEV2_PORT_BYTES
+from netreduce.wire import ECN_CE, AckSyndrome
+from netreduce.wire.rewrite import cnp_for as _cnp_frame
+from netreduce.wire.rewrite import duplicate_probe as _probe
+from netreduce.wire.rewrite import nak_seq as _nak_seq
+from netreduce.wire.rewrite import result_frame as _result
+from netreduce.wire.view import BTH_AT as _BTH_AT
+from netreduce.wire.view import DQPN_AT as _DQPN_AT
+from netreduce.wire.view import NOT_ROCE as _NOT_ROCE
+from netreduce.wire.view import OP_ACK, OP_CNP
+from netreduce.wire.view import SRC_IP_AT as _SRC_IP_AT
+from netreduce.wire.view import TOS_AT as _TOS_AT
+from netreduce.wire.view import Checked as _Parsed
+from netreduce.wire.view import check as _parse
+from netreduce.wire.view import roce_l3 as _roce_l3
 
 from .linklocal import COUNTERS as _LL_COUNTERS
 from .linklocal import PauseTimers
@@ -100,7 +103,8 @@ PSN_MASK = (1 << 24) - 1
 _HALF = 1 << 23
 _I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
 _OP_ACK, _OP_CNP = OP_ACK, OP_CNP
-_OP_WRITE_MIDDLE = 0x07
+_syndrome_kind = AckSyndrome.kind
+_SYNDROME_RESERVED = 0b10  # neither ACK, RNR NAK nor NAK
 
 
 @dataclass(frozen=True)
@@ -406,27 +410,11 @@ class Engine:
         return [Emit(port, buf, time)]
 
     def _classify(self, port: int, buf: bytes, time: int) -> list[Emit]:
-        n = len(buf)
-        not_roce = _G_NOT_ROCE
-        if n < 14:
-            return self._bypass(not_roce, port, buf, time)
-        l3 = 14
-        et = (buf[12] << 8) | buf[13]
-        if et == ETHERTYPE_VLAN:
-            if n < 18:
-                return self._bypass(not_roce, port, buf, time)
-            et = (buf[16] << 8) | buf[17]
-            l3 = 18
-        u = l3 + 20
-        if (et != ETHERTYPE_IPV4 or n < u + 4 or buf[l3] != 0x45 or buf[l3 + 9] != IP_PROTO_UDP
-                or (((buf[l3 + 6] << 8) | buf[l3 + 7]) & 0x3FFF)
-                or ((buf[u + 2] << 8) | buf[u + 3]) != ROCEV2_UDP_PORT):
-            return self._bypass(not_roce, port, buf, time)
-        b = u + 8
-        if n < b + 12:
-            return self._bypass(_G_UNREG, port, buf, time)
-        opcode = buf[b]
-        key = buf[l3 + 12:l3 + 16] + buf[b + 5:b + 8]
+        l3 = _roce_l3(buf)
+        if l3 <= 0:
+            return self._bypass(_G_NOT_ROCE if l3 == _NOT_ROCE else _G_UNREG, port, buf, time)
+        opcode = buf[l3 + _BTH_AT]
+        key = buf[l3 + _SRC_IP_AT:l3 + _SRC_IP_AT + 4] + buf[l3 + _DQPN_AT:l3 + _DQPN_AT + 3]
         if opcode == _OP_ACK or opcode == _OP_CNP:
             fl = self._rev.get(key)
             if fl is None:
@@ -449,12 +437,12 @@ class Engine:
         if opcode == _OP_CNP:
             self._count(job, "fwd_cnp")
             return out
-        kind = (buf[p.x] >> 5) & 0b11  # AETH syndrome class
-        if kind == 0b10:
+        kind = _syndrome_kind(buf[p.x])
+        if kind == _SYNDROME_RESERVED:
             self._count(job, "fwd_ctrl_invalid")
             return out
         k = (p.psn - fl.start) & PSN_MASK
-        if kind == 0b00:
+        if kind == AckSyndrome.ACK:
             self._count(job, "fwd_ack")
             cand = (k + 1) & PSN_MASK
         else:
@@ -463,7 +451,7 @@ class Engine:
         adv = (cand - fl.acked) & PSN_MASK
         # D17: a leaf's UP flow is acknowledged for what went up (the partial pointer)
         lim = ((job.leaf.upptr if fl.role == Role.UP else job.rel) - fl.acked) & PSN_MASK
-        if kind == 0b00 and adv <= lim:  # an ACK not behind acked_f (D16)
+        if kind == AckSyndrome.ACK and adv <= lim:  # an ACK not behind acked_f (D16)
             fl.nxt = nxt = _nxt(fl, job)
             if (job.fast_retx and 0 < (fl.top - nxt) & PSN_MASK < _HALF
                     and not (fl.mark == nxt and fl.naked)):
@@ -542,7 +530,7 @@ class Engine:
                 _present(fl, k, _nxt(fl, job))
             else:
                 self._accept(job, slot, r, port, buf, l2, p, time, out, first=False)
-        if buf[l2 + 1] & 3 == ECN_CE:
+        if buf[l2 + _TOS_AT] & 3 == ECN_CE:
             self._cnp(job, fl, buf, l2, port, time, out)
         return out
 
@@ -625,133 +613,6 @@ def _present(fl: _Flow, k: int, nxt: int) -> None:
     if 0 < (k + 1 - fl.top) & PSN_MASK < _HALF:
         fl.top = (k + 1) & PSN_MASK
     fl.nxt = fl.top if k == nxt else nxt
-
-
-class _Parsed:
-    """What the model needs of a RoCEv2 frame that passed every structural and integrity check."""
-
-    __slots__ = ("opcode", "info", "psn", "x", "end")
-
-    def __init__(self, opcode, info, psn, x, end):
-        self.opcode, self.info, self.psn = opcode, info, psn
-        self.x = x  # payload (or AETH/CNP body) offset
-        self.end = end  # payload end (pad excluded)
-
-
-def _l3(buf: bytes) -> int:
-    return 18 if ((buf[12] << 8) | buf[13]) == ETHERTYPE_VLAN else 14
-
-
-def _parse(buf: bytes, l3: int) -> _Parsed | str:
-    """Check a classified RoCEv2 frame as :func:`netreduce.wire.parse` does, in the same order.
-
-    The caller has checked EtherType, IPv4 version/IHL/fragment/protocol, the UDP port and that
-    the frame holds a whole BTH. Returns a :class:`_Parsed`, or the ``WireError.reason``
-    ``wire.parse`` would raise (``ip_length``, ``udp_length``, ``ip_checksum``, ``tver``,
-    ``opcode``, ``truncated``, ``padcnt``, ``icrc``).
-    """
-    n = len(buf)
-    total = (buf[l3 + 2] << 8) | buf[l3 + 3]
-    end = l3 + total
-    if total < 44 or end > n or (end < n and n > 60):
-        return "ip_length"
-    u = l3 + 20
-    if (buf[u + 4] << 8) | buf[u + 5] != total - 20:
-        return "udp_length"
-    if ipv4_checksum(buf[l3:u]) != (buf[l3 + 10] << 8) | buf[l3 + 11]:
-        return "ip_checksum"
-    b = u + 8
-    if buf[b + 1] & 0x0F:
-        return "tver"
-    opcode = buf[b]
-    info = OPCODES.get(opcode)
-    if info is None:
-        return "opcode"
-    x = b + 12
-    pay_end = end - 4
-    x += info.ext_len
-    if x > pay_end:
-        return "truncated"
-    padded = pay_end - x
-    pad = (buf[b + 1] >> 4) & 3
-    if not info.has_payload:
-        if padded or pad:
-            return "ip_length"
-        if info.aeth:
-            x -= 4  # point at the AETH
-    elif pad > padded:
-        return "padcnt"
-    if icrc_bytes(memoryview(buf)[l3:pay_end]) != buf[pay_end:end]:
-        return "icrc"
-    return _Parsed(opcode, info, int.from_bytes(buf[b + 9:b + 12], "big"), x, pay_end - pad)
-
-
-def _cnp_frame(buf: bytes, l2: int, dqpn: int) -> bytes:
-    """The CNP flow f's receiving NIC would send for the CE-marked data frame ``buf`` (D8)."""
-    h = bytearray(buf[6:12] + buf[0:6] + buf[12:l2])  # MACs swapped, VLAN tag kept
-    ip = bytearray(buf[l2:l2 + 20])
-    ip[1] &= 0xFC  # DSCP kept, not-ECT
-    ip[2:4] = (20 + 8 + 12 + 16 + 4).to_bytes(2, "big")
-    ip[4:6] = b"\x00\x00"
-    ip[6:8] = b"\x40\x00"
-    ip[8] = 64
-    ip[12:16], ip[16:20] = buf[l2 + 16:l2 + 20], buf[l2 + 12:l2 + 16]
-    ip[10:12] = b"\x00\x00"
-    ip[10:12] = ipv4_checksum(ip).to_bytes(2, "big")
-    u = l2 + 20
-    udp = buf[u:u + 2] + ROCEV2_PORT_BYTES + (8 + 12 + 16 + 4).to_bytes(2, "big") \
-        + b"\x00\x00"
-    b = u + 8
-    bth = bytes([_OP_CNP, 0]) + buf[b + 2:b + 4] + bytes([0x40]) + dqpn.to_bytes(3, "big") \
-        + bytes(4)
-    l3 = bytes(ip) + udp + bth + bytes(16)
-    frame = bytes(h) + l3 + icrc_bytes(l3)
-    return frame + bytes(max(0, 60 - len(frame)))
-
-
-def _probe(buf: bytes, l2: int, psn: int | None = None) -> bytes:
-    """The duplicate probe for the behind-window data frame ``buf`` (D15): BTH-only WRITE MIDDLE,
-    PadCnt 0, lengths, IPv4 checksum and ICRC recomputed, every other header field kept (the
-    PSN too, unless ``psn`` is given: D16's ACK request)."""
-    b = l2 + 28
-    h = bytearray(buf[:b + 12])
-    if psn is not None:
-        h[b + 9:b + 12] = psn.to_bytes(3, "big")
-    h[l2 + 2:l2 + 4] = (20 + 8 + 12 + 4).to_bytes(2, "big")
-    h[l2 + 10:l2 + 12] = ipv4_checksum(h[l2:l2 + 20]).to_bytes(2, "big")
-    h[l2 + 24:l2 + 26] = (8 + 12 + 4).to_bytes(2, "big")
-    h[b] = _OP_WRITE_MIDDLE
-    h[b + 1] &= 0xCF  # PadCnt 0 (SE, M and TVer kept)
-    h += icrc_bytes(memoryview(h)[l2:])
-    if len(h) < 60:
-        h += bytes(60 - len(h))
-    return bytes(h)
-
-
-def _nak_seq(buf: bytes, l3: int, psn: int) -> bytes:
-    """The ACK ``buf`` rewritten as a NAK-sequence at ``psn`` (D16): BTH PSN and AETH syndrome
-    (0x60) replaced, MSN and every other byte kept, ICRC recomputed (lengths are unchanged)."""
-    b = l3 + 28
-    end = l3 + ((buf[l3 + 2] << 8) | buf[l3 + 3])
-    h = bytearray(buf)
-    h[b + 9:b + 12] = psn.to_bytes(3, "big")
-    h[b + 12] = NAK_PSN_SEQ
-    h[end - 4:end] = icrc_bytes(memoryview(h)[l3:end - 4])
-    return bytes(h)
-
-
-def _result(hdr: bytes, l2: int, payload: bytes) -> bytes:
-    """Flow f's header with ``payload``: CE -> ECT(0) (+ IPv4 checksum), ICRC, 60-byte minimum."""
-    h = bytearray(hdr)
-    tos = h[l2 + 1]
-    if tos & 3 == ECN_CE:
-        h[l2 + 1] = (tos & 0xFC) | ECN_ECT0
-        h[l2 + 10:l2 + 12] = ipv4_checksum(h[l2:l2 + 20]).to_bytes(2, "big")
-    h += payload
-    h += icrc_bytes(memoryview(h)[l2:])
-    if len(h) < 60:
-        h += bytes(60 - len(h))
-    return bytes(h)
 
 
 # D17 (flow roles, spine-leaf) lives in .roles; it builds its frames with the helpers above

@@ -5,16 +5,17 @@ clears them before a frame reaches a worker."""
 
 from __future__ import annotations
 
-__all__ = ["MARK_PARTIAL", "MARK_TOTAL", "MARKS", "remark"]
+from netreduce.wire.marks import BTH_MARK_BYTE, MARK_PARTIAL, MARK_TOTAL, MARKS
+from netreduce.wire.view import BTH_AT
 
-MARK_PARTIAL, MARK_TOTAL = 0x01, 0x02
-MARKS = MARK_PARTIAL | MARK_TOTAL
-_BTH_BYTE4 = 28 + 4  # from the start of the IPv4 header
+__all__ = ["MARK_PARTIAL", "MARK_TOTAL", "MARKS", "MARK_AT", "remark"]
+
+MARK_AT = BTH_AT + BTH_MARK_BYTE  # BTH byte 4, from the start of the IPv4 header
 
 
 def remark(buf: bytes, l2: int, mark: int) -> bytes:
     """``buf`` with its stage mark set to ``mark`` (0: none)."""
-    b = l2 + _BTH_BYTE4
+    b = l2 + MARK_AT
     if buf[b] & MARKS == mark:
         return buf
     h = bytearray(buf)

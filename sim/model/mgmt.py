@@ -43,8 +43,9 @@ from collections import Counter
 from collections.abc import Callable
 
 from netreduce.regmap import BusError, RegisterBus, RegMap
-from netreduce.wire import ETHERTYPE_VLAN, IP_PROTO_UDP, WireError
+from netreduce.wire import DOT1Q, WireError
 from netreduce.wire.mgmt import (
+    MGMT_TTL,
     NO_ERROR_INDEX,
     MgmtFrame,
     MgmtMessage,
@@ -56,11 +57,9 @@ from netreduce.wire.mgmt import (
     pack_mgmt,
     parse_mgmt,
 )
-from netreduce.wire.view import ETHERTYPE_IPV4_BYTES, PROTO_AT
+from netreduce.wire.view import IPV4_OFF, udp_dport_to, udp_payload
 
 __all__ = ["MgmtAgent", "attach_mgmt", "REJECT_COUNTERS"]
-
-_VLAN = ETHERTYPE_VLAN.to_bytes(2, "big")
 
 REJECT_COUNTERS = ("mgmt_reject_malformed", "mgmt_reject_source", "mgmt_reject_auth",
                    "mgmt_reject_replay", "mgmt_reject_opcode", "mgmt_reject_addr",
@@ -123,21 +122,9 @@ class MgmtAgent:
             self._refresh()
         if not self._enabled:
             return False
-        n = len(frame)
-        l3 = 14
-        if n < 34:
-            return False
-        if frame[12:14] == _VLAN:
-            l3 = 18
-            if n < 38:
-                return False
-        if frame[l3 - 2:l3] != ETHERTYPE_IPV4_BYTES or frame[l3 + PROTO_AT] != IP_PROTO_UDP \
-                or frame[l3 + 16:l3 + 20] != self._ip:
-            return False
-        if frame[l3] != 0x45 or (((frame[l3 + 6] << 8) | frame[l3 + 7]) & 0x1FFF) \
-                or n < l3 + 24:
-            return True  # cannot read the UDP port: a malformed management frame
-        return ((frame[l3 + 22] << 8) | frame[l3 + 23]) == self._port
+        port = udp_dport_to(frame, self._ip)
+        # a frame to the engine's IPv4 whose UDP port cannot be read is a malformed management frame
+        return port is not None and (port < 0 or port == self._port)
 
     def handle(self, frame) -> bytes | None:
         """Process one matched frame; returns the response frame, or None (silent drop)."""
@@ -236,7 +223,7 @@ class MgmtAgent:
         msg = MgmtMessage(MgmtType.RESPONSE, fr.msg.seq, ops, int(status), err,
                           self.last_seq[ent])
         resp = MgmtFrame(msg, self.mac(), fr.src_mac, fr.dst_ip, fr.src_ip, fr.dport, fr.sport,
-                         fr.vlan_tci, 64, fr.dscp)
+                         fr.vlan_tci, MGMT_TTL, fr.dscp)
         return pack_mgmt(resp, key)
 
 
@@ -246,9 +233,7 @@ def _with(op: MgmtOp, status: int) -> MgmtOp:
 
 def _payload_of(frame, fr: MgmtFrame) -> bytes:
     """The UDP payload of an already parsed frame (its own bytes, tag included)."""
-    l3 = 18 if fr.vlan_tci is not None else 14
-    total = (frame[l3 + 2] << 8) | frame[l3 + 3]
-    return bytes(frame[l3 + 28:l3 + total])
+    return udp_payload(frame, IPV4_OFF + (0 if fr.vlan_tci is None else DOT1Q.size))
 
 
 def attach_mgmt(engine, settings=None) -> MgmtAgent:

@@ -34,8 +34,9 @@ import numpy as np
 
 from netreduce.regmap import Role
 from netreduce.wire import ECN_CE, Opcode
+from netreduce.wire.view import ecn
 
-from .marks import MARK_PARTIAL, MARK_TOTAL, MARKS
+from .marks import MARK_AT, MARK_PARTIAL, MARK_TOTAL, MARKS
 from .marks import remark as _remark
 
 PSN_MASK = (1 << 24) - 1
@@ -97,7 +98,7 @@ def data(eng, job, fl, port: int, buf: bytes, l2: int, p, plen: int, time: int):
     (handled here), or the frame for the engine to treat as an ordinary contribution: a
     worker's frame on MEMBER/UP, a leaf's partial on RACK with its mark turned into the
     total's (the spine's results and re-emits then carry MARK_TOTAL)."""
-    mark = buf[l2 + 32] & MARKS
+    mark = buf[l2 + MARK_AT] & MARKS
     if fl.role in (Role.DOWN, Role.RACK) and _is_probe(p, plen):
         # another engine's duplicate probe (D15): the receiver decides; marks stay on the ISLs
         eng._count(job, "behind_window")
@@ -132,7 +133,7 @@ def data(eng, job, fl, port: int, buf: bytes, l2: int, p, plen: int, time: int):
         else:
             eng._count(job, "reemits")
             out.append(Emit(port, _result(buf[:p.x], l2, slot.total.tobytes()), time))
-    if buf[l2 + 1] & 3 == ECN_CE:
+    if ecn(buf, l2) == ECN_CE:
         eng._cnp(job, fl, buf, l2, port, time, out)
     return out
 

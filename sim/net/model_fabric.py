@@ -35,9 +35,9 @@ class ModelFabric(NetworkFabric):
                  sched: Scheduler | None = None, port_of: Callable[[bytes], int] | None = None):
         super().__init__(net, seed, sched)
         if engine is None:
-            from ..model import Engine
+            from ..backend import open_engine
 
-            engine = Engine()
+            engine = open_engine("model", {})
         self.engine = engine
         self.port_of = port_of or (lambda mac: 0)
 

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field, replace
 
 from netreduce.sim.net.scheduler import Scheduler, SchedulerMixin, frame_dmac, frame_smac, mac_str
 
-from netreduce.wire import IP_PROTO_UDP, OPCODES, WireError, ipv4_checksum, parse
+from netreduce.wire import IP_PROTO_UDP, OPCODES, WireError, parse
+from netreduce.wire.rewrite import mark_ce
 from netreduce.wire.view import (
     BTH_AT,
     CONTROL_OPCODES,
@@ -75,14 +76,7 @@ def classify(frame) -> str:
 
 def _mark_ce(frame: bytes) -> bytes | None:
     """The frame with ECN = CE if it is ECT(0)/ECT(1), else None. The ICRC masks TOS."""
-    l3 = _l3(frame)
-    tos = frame[l3 + 1]
-    if tos & 3 == 0 or tos & 3 == 3:
-        return None
-    b = bytearray(frame)
-    b[l3 + 1] = tos | 3
-    b[l3 + 10:l3 + 12] = ipv4_checksum(b[l3:l3 + 20]).to_bytes(2, "big")
-    return bytes(b)
+    return mark_ce(frame)
 
 
 @dataclass(frozen=True)

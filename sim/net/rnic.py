@@ -79,7 +79,7 @@ from netreduce.wire import (
 )
 from netreduce.wire.fields import BTH
 from netreduce.wire.icrc import icrc_bytes
-from netreduce.wire.view import BTH_OFF, EXT_OFF, parse_fast
+from netreduce.wire.view import BTH_OFF, EXT_OFF, IPV4_OFF, parse_fast
 
 from .scheduler import Fabric, Timer, mac_str
 
@@ -395,7 +395,7 @@ class QueuePair:
         pad = (-len(payload)) & 3
         if pad:
             buf += bytes(pad)
-        buf += icrc_bytes(memoryview(buf)[14:])
+        buf += icrc_bytes(memoryview(buf)[IPV4_OFF:])
         return bytes(buf)
 
     def _arm(self) -> None:

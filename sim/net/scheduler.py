@@ -26,6 +26,8 @@ import itertools
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
+from netreduce.wire.view import dst_mac, src_mac
+
 __all__ = [
     "Fabric", "Scheduler", "Timer", "SimulationHang", "LoopbackFabric", "mac_str", "frame_dmac",
     "frame_smac",
@@ -40,12 +42,8 @@ def mac_str(mac: bytes) -> str:
     return ":".join(f"{b:02x}" for b in mac)
 
 
-def frame_dmac(frame) -> bytes:
-    return bytes(frame[0:6])
-
-
-def frame_smac(frame) -> bytes:
-    return bytes(frame[6:12])
+frame_dmac = dst_mac  # Ethernet destination / source MAC of a frame (bytes)
+frame_smac = src_mac
 
 
 class Timer:

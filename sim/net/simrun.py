@@ -1,7 +1,7 @@
 """``netreduce sim``'s engine: N software RC endpoints all-reduce through an engine backend.
 
 :func:`run_sim` builds a star network (:mod:`.network`) of N :class:`~netreduce.sim.net.rnic.RNIC`
-ranks around an engine chosen from the :data:`BACKENDS` registry, runs one all-reduce with the
+ranks around an engine backend (:func:`get_backend`), runs one all-reduce with the
 collective driver, and returns a :class:`SimRun`: the result check, the driver's statistics, the
 engine counters and a :class:`Capture` of every frame entering and leaving the engine (optionally
 streamed to ``PREFIX.in.pcap`` / ``PREFIX.out.pcap``). :mod:`.report` turns it into the JSON report,
@@ -14,7 +14,8 @@ Backends
     the bit-exact reference engine (untimed: results leave in the cycle their last contribution
     arrived). ``verilator`` and ``icarus`` run the engine's RTL
     (:mod:`netreduce.sim.rtl.fabric`; their probe raises :class:`BackendUnavailable` when the
-    simulator or the engine top is missing); :func:`register_backend` replaces an entry.
+    simulator or the engine top is missing). The names are those of the one engine registry
+    (:mod:`netreduce.sim.backend`); :func:`register_backend` adds a variant (a test build).
 
 Ports
     The engine gets ``cfg.ports`` Ethernet ports (default: one per rank); rank r's up link enters
@@ -46,18 +47,20 @@ from netreduce.sw_driver.control import EngineControl
 from netreduce.regmap import CLOCK_HZ
 from netreduce.regmap.clock import cycles_to_ns
 from netreduce.wire import IP_PROTO_UDP, OPCODES
-from netreduce.wire.fields import BTH
+from netreduce.wire.fields import AETH, BTH, UDP
 from netreduce.wire.pcap import PcapWriter
 from netreduce.wire.view import (
     BTH_OFF,
+    DPORT_AT,
     ETHERTYPE_IPV4_BYTES,
+    ETHERTYPE_OFF,
     EXT_OFF,
     IPV4_OFF,
     OP_ACK,
     PROTO_AT,
     ROCEV2_PORT_BYTES,
     SRC_IP_AT,
-    UDP_OFF,
+    UDP_LEN_AT,
 )
 
 from .. import backend as engines
@@ -141,10 +144,14 @@ class SimConfig:
 
 
 # ---------------------------------------------------------------------------------- capture
-# Ext-header bytes after the BTH per opcode (docs/roce.md), for the payload length.
+_MIN_RECORD = EXT_OFF + AETH.size  # a RoCEv2 frame with room for an AETH
+_PSN = BTH_OFF + BTH.psn.offset
+_ULEN = IPV4_OFF + UDP_LEN_AT
+_PAD = BTH_OFF + BTH.padcnt.offset
+_BTH_ICRC = UDP.size + BTH.size + 4  # UDP and BTH headers, ICRC
+# extension-header bytes after the BTH per opcode (docs/roce.md), for the payload length
 _EXT = {int(code): o.ext_len for code, o in OPCODES.items()
         if o.ext_len and o.transport in ("RC", "CNP")}
-_PSN = BTH_OFF + BTH.psn.offset
 _DQPN = BTH_OFF + BTH.dqpn.offset
 _SRC_IP = IPV4_OFF + SRC_IP_AT
 
@@ -171,18 +178,19 @@ class Capture:
 
     @staticmethod
     def _record(cycle: int, port: int, f: bytes):
-        if len(f) < 58 or f[12:14] != ETHERTYPE_IPV4_BYTES or f[IPV4_OFF + PROTO_AT] != \
-                IP_PROTO_UDP or f[UDP_OFF + 2:UDP_OFF + 4] != ROCEV2_PORT_BYTES:
+        # the view's offsets inline (is_roce, payload_len): this runs for every engine frame
+        if (len(f) < _MIN_RECORD or f[ETHERTYPE_OFF:ETHERTYPE_OFF + 2] != ETHERTYPE_IPV4_BYTES
+                or f[IPV4_OFF + PROTO_AT] != IP_PROTO_UDP
+                or f[IPV4_OFF + DPORT_AT:IPV4_OFF + DPORT_AT + 2] != ROCEV2_PORT_BYTES):
             return None
         op = f[BTH_OFF]
-        psn = int.from_bytes(f[_PSN:_PSN + 3], "big")
         if op == OP_ACK:
             aux = f[EXT_OFF]  # the AETH syndrome
         else:
-            udp_len = int.from_bytes(f[UDP_OFF + 4:UDP_OFF + 6], "big")
-            aux = udp_len - 8 - 12 - _EXT.get(op, 0) - ((f[BTH_OFF + 1] >> 4) & 3) - 4
+            udp_len = (f[_ULEN] << 8) | f[_ULEN + 1]
+            aux = udp_len - _BTH_ICRC - _EXT.get(op, 0) - ((f[_PAD] >> 4) & 3)
         return (cycle, port, f[_SRC_IP:_SRC_IP + 4], int.from_bytes(f[_DQPN:_DQPN + 3], "big"),
-                op, psn, aux)
+                op, int.from_bytes(f[_PSN:_PSN + 3], "big"), aux)
 
     def frame_in(self, port: int, frame: bytes, cycle: int) -> None:
         r = self._record(cycle, port, frame)
@@ -245,20 +253,34 @@ class Backend:
             self.probe_fn()
 
 
+#: Variants registered on top of the engine registry (a test or bench build of a backend, a
+#: fabric with other options); every engine backend of :data:`netreduce.sim.backend.BACKENDS`
+#: is available by its name without an entry here.
 BACKENDS: dict[str, Backend] = {}
 
 
 def register_backend(name: str, description: str, make: Callable,
                      probe: Callable[[], None] | None = None) -> None:
-    """Add or replace a backend (the RTL backends register here when the engine top exists)."""
+    """Add or replace a variant (e.g. an RTL backend with a small test build)."""
     BACKENDS[name] = Backend(name, description, make, probe)
 
 
 def get_backend(name: str) -> Backend:
-    try:
-        return BACKENDS[name]
-    except KeyError:
-        raise ValueError(f"unknown backend {name!r} (known: {', '.join(BACKENDS)})") from None
+    """The variant ``name``, else the fabric around engine backend ``name`` of the one registry
+    (:func:`netreduce.sim.backend.get_backend`: ``ValueError`` naming an unknown one)."""
+    b = BACKENDS.get(name)
+    if b is not None:
+        return b
+    engine = engines.get_backend(name)
+    if engine.simulator is None:
+        return Backend(name, _MODEL_DESCRIPTION, _make_model)
+    from ..rtl.fabric import make_rtl_backend
+
+    return Backend(name, *make_rtl_backend(name))
+
+
+_MODEL_DESCRIPTION = ("bit-exact reference engine model (in-process; timed from the RTL's "
+                      "figures in the ToR topology, untimed in the star)")
 
 
 def _make_model(cfg: SimConfig, net: NetConfig, capture: Capture):
@@ -272,21 +294,6 @@ def _make_model(cfg: SimConfig, net: NetConfig, capture: Capture):
     fab.rank_of_mac = {}
     fab.port_of = lambda mac: fab.rank_of_mac.get(mac, 0) % nports
     return fab
-
-
-register_backend("model", "bit-exact reference engine model (in-process; timed from the RTL's "
-                 "figures in the ToR topology, untimed in the star)", _make_model)
-
-
-def _register_rtl() -> None:
-    # the RTL backends (netreduce.sim.rtl.fabric); probing says why one cannot run here
-    from ..rtl.fabric import make_rtl_backend
-
-    for sim in ("verilator", "icarus"):
-        register_backend(sim, *make_rtl_backend(sim))
-
-
-_register_rtl()
 
 
 # ---------------------------------------------------------------------------------- the run

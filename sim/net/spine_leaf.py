@@ -257,9 +257,13 @@ class RackRun:
 def run_rack_sim(cfg: SimConfig, racks: int, pcap: str | Path | None = None,
                  progress: Callable[[float], None] | None = None,
                  setup: Callable[[RackFabric], None] | None = None) -> RackRun:
-    """One all-reduce of ``cfg.workers`` ranks in ``racks`` racks (module doc). Model engines
-    only; ``cfg.ports`` and ``cfg.jobs`` must be their defaults (0, 1). ``setup(fabric)`` runs
-    before the first frame (tests: targeted losses with :class:`~.network.DropOnce`)."""
+    """One all-reduce of ``cfg.workers`` ranks in ``racks`` racks (module doc). Engines: the
+    model (``cfg.backend`` "model") or one Verilator engine per switch ("verilator": the engine
+    RTL built with flow roles, :class:`~netreduce.sim.rtl.rack_engine.RtlRackEngine`, untimed
+    like the model; the collective's window is then
+    :data:`~netreduce.sim.rtl.rack_engine.RACK_WINDOW`). ``cfg.ports`` and ``cfg.jobs`` must
+    be their defaults (0, 1). ``setup(fabric)`` runs before the first frame (tests: targeted
+    losses with :class:`~.network.DropOnce`)."""
     from ..model import Engine
     from .collective import run as run_ops
     from .scheduler import SimulationHang
@@ -268,17 +272,28 @@ def run_rack_sim(cfg: SimConfig, racks: int, pcap: str | Path | None = None,
         raise ValueError(f"racks must be 2..{MAX_RACKS}, got {racks!r}")
     if cfg.workers % racks:
         raise ValueError(f"workers {cfg.workers} is not a multiple of racks {racks}")
-    if cfg.backend != "model":
-        raise ValueError(f"backend {cfg.backend!r}: --racks runs on the model only (the "
-                         "gateware has no flow roles yet)")
+    if cfg.backend not in ("model", "verilator"):
+        raise ValueError(f"backend {cfg.backend!r}: --racks runs on the model or verilator")
     if cfg.jobs != 1 or cfg.ports:
         raise ValueError(f"--racks runs one job with the default ports, got jobs {cfg.jobs}, "
                          f"ports {cfg.ports}")
     m = cfg.workers // racks
     names = engine_names(racks)
     caps = [Capture(None if pcap is None else f"{pcap}.{n}") for n in names]
-    engines = [TappedEngine(Engine(ports=m + 1 if i < racks else racks), c)
-               for i, c in enumerate(caps)]
+    knobs = dict(pmtu=cfg.pmtu, sim_timeout_ns=cfg.timeout_ns, timeout=cfg.qp_timeout)
+    if cfg.backend == "verilator":
+        from ..backend import probe_backend
+        from ..rtl.rack_engine import RACK_WINDOW, RtlRackEngine, rack_build_params
+
+        probe_backend("verilator")  # BackendUnavailable, one line
+        params = rack_build_params(cfg.workers, racks, cfg.pmtu)
+        raw = [RtlRackEngine(params, seed=cfg.seed + i) for i in range(racks + 1)]
+        knobs.update(window=RACK_WINDOW, exp_window=RACK_WINDOW, margin=RACK_WINDOW // 2,
+                     msg_packets=RACK_WINDOW // 2)
+    else:
+        raw = [Engine(ports=m + 1 if i < racks else racks) for i in range(racks + 1)]
+    engines = [TappedEngine(e, c) for e, c in zip(raw, caps, strict=True)]
+    ccfg = CollectiveConfig(**knobs)
     out = RackRun(cfg, racks)
     for c in caps:
         if c.paths is not None:
@@ -286,7 +301,6 @@ def run_rack_sim(cfg: SimConfig, racks: int, pcap: str | Path | None = None,
     fab = RackFabric(racks, m, engines, net_config(cfg), cfg.seed)
     if setup is not None:
         setup(fab)
-    ccfg = CollectiveConfig(pmtu=cfg.pmtu, sim_timeout_ns=cfg.timeout_ns, timeout=cfg.qp_timeout)
     comm = RackCommunicator(fab, cfg.workers, racks, ccfg, seed=cfg.seed, name="g0")
     xs = make_inputs(cfg, 0)
     t0 = time.perf_counter()
@@ -315,6 +329,8 @@ def run_rack_sim(cfg: SimConfig, racks: int, pcap: str | Path | None = None,
     left = Counter()
     for n, e in zip(names, engines, strict=True):
         left[n] = e.engine.slots_in_use()
+        if hasattr(e.engine, "close"):
+            e.engine.close()
     for n, v in zip(names, comm.slots_per_engine, strict=True):
         left[n] += v
     out.slots_left = dict(left)

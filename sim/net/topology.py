@@ -47,7 +47,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from netreduce.regmap import CLOCK_HZ
-from netreduce.wire import ROCEV2_UDP_PORT
+from netreduce.wire import view
 
 from .model_fabric import cycles_to_ns, ns_to_cycles
 from .network import Link, LinkConfig, NetConfig, NetworkFabric
@@ -131,10 +131,9 @@ def engine_net(net: NetConfig, port_gbps: float) -> NetConfig:
 
 def _flow_key(frame) -> tuple[int, int] | None:
     """(source IPv4, BTH DestQP) of an untagged RoCEv2 frame, else None."""
-    if (len(frame) < 54 or frame[12] != 0x08 or frame[13] != 0x00 or frame[23] != 17
-            or int.from_bytes(frame[36:38], "big") != ROCEV2_UDP_PORT):
+    if not view.is_roce(frame):
         return None
-    return int.from_bytes(frame[26:30], "big"), int.from_bytes(frame[47:50], "big")
+    return int.from_bytes(view.src_ip(frame), "big"), view.dqpn(frame)
 
 
 class TorSwitch:
@@ -175,7 +174,7 @@ class TorSwitch:
             self.ein[p].send(frame)
 
     def _l2(self, frame: bytes) -> None:
-        link = self.down.get(bytes(frame[0:6]))
+        link = self.down.get(view.dst_mac(frame))
         if link is None:
             self.stats["unroutable"] += 1
             return

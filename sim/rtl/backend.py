@@ -6,8 +6,8 @@ the soak, the fuzzers, the benches) gets it through the registry,
 :func:`netreduce.sim.backend.open_engine`, which uses this module:
 
 * :func:`engine_top` is the engine's Verilog top for a build (``build_regmap`` parameters),
-  converted by Amaranth once and kept in the cache of :mod:`.cache` (key: the parameters and the
-  source text of netreduce.hw, .wire and .regmap).
+  converted by Amaranth once and kept in the one cache of converted engines
+  (:mod:`netreduce.hw.cache`, key: the engine's design digest).
 * :func:`missing` says why a simulator (``verilator``: :class:`~.fastsim.FastSim`, ``icarus``:
   :class:`~.icarus.IcarusSim`) or the engine cannot run here; :func:`open_harness` starts one
   on a top (a build failure raises :class:`~.fastsim.BuildError`).
@@ -24,15 +24,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from netreduce.regmap import BusError, build_regmap
+from netreduce.hw import cache as hw_cache
 
-from .cache import GATEWARE_SOURCES, cache_key, cached_top, gen_cache_root, sources_digest
+from netreduce.regmap import BusError
 
 __all__ = ["SIMULATORS", "ENGINE_TOP_NAME", "engine_module", "engine_top", "engine_top_path",
            "missing", "open_harness", "HarnessBus"]
 
 SIMULATORS = ("verilator", "icarus")
-ENGINE_TOP_NAME = "netreduce_engine"
+ENGINE_TOP_NAME = hw_cache.ENGINE_TOP_NAME
 _RESP = ("OKAY", "EXOKAY", "SLVERR", "DECERR")
 
 
@@ -47,24 +47,19 @@ def engine_module():
     return engine
 
 
-def _top_key(params: dict) -> str:
-    return cache_key([sorted(params.items()), sources_digest(GATEWARE_SOURCES)])
-
-
 def engine_top_path(params: dict):
     """Where :func:`engine_top` caches the top of build ``params`` (exists once converted)."""
-    return gen_cache_root() / f"{ENGINE_TOP_NAME}-{_top_key(params)}.json"
+    return hw_cache.engine_top_path(params)
 
 
 def engine_top(params: dict):
     """The engine's Verilog top (``netreduce.hw.engine.engine_verilog``) for build ``params``,
-    cached (:mod:`.cache`: outside the work tree, shared by clones) by the parameters and the
-    source text of netreduce.hw, .wire and .regmap (elaborating a 512-bit engine takes a while)."""
-    eng = engine_module()
-    if eng is None:
+    from the one cache of converted engines (:func:`netreduce.hw.cache.engine_top`: outside the
+    work tree, keyed by the engine's design digest; converting a 512-bit engine takes a while).
+    A true ``roles`` entry builds the engine with flow roles (``NetReduceEngine(roles=True)``)."""
+    if engine_module() is None:
         raise RuntimeError("netreduce.hw.engine is not available")
-    return cached_top(ENGINE_TOP_NAME, _top_key(params),
-                      lambda: eng.engine_verilog(build_regmap(**params)))
+    return hw_cache.engine_top(params)
 
 
 def simulator_missing(sim: str) -> str | None:

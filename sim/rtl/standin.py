@@ -106,11 +106,10 @@ def _any(xs):
 
 def standin_top(regmap: RegMap, depth: int = 16) -> AxisTop:
     """The stand-in as a Verilog top named like the engine's (``netreduce_engine``), cached under
-    ``build/fastsim/gen/`` by the map's parameters and the source text it is built from."""
-    from .cache import cache_key, cached_top, sources_digest
+    by the map's parameters and the source digest of this module (:mod:`netreduce.hw.cache`)."""
+    from .cache import cache_key, cached_top, source_digest
 
-    src = sources_digest(("netreduce.hw.csr", "netreduce.hw.stream", "netreduce.hw.verilog",
-                          "netreduce.regmap", __name__))
+    src = source_digest(__name__)
     key = cache_key([sorted(regmap.params.items()), depth, src])
 
     def make():

@@ -62,8 +62,7 @@ from netreduce.regmap import (
     MGMT_PORT_RESET,
     build_regmap,
 )
-from netreduce.wire import IP_PROTO_UDP
-from netreduce.wire.view import DPORT_AT, ETHERTYPE_IPV4_BYTES, IPV4_OFF, PROTO_AT
+from netreduce.wire.view import is_udp, udp_dport
 
 from .backend import HarnessBus
 
@@ -71,8 +70,6 @@ __all__ = ["RtlSwitchEngine", "RTL_COUNTER_HELP", "switch_build_params"]
 
 log = logging.getLogger("netreduce.switch.rtl")
 
-_PROTO = IPV4_OFF + PROTO_AT  # untagged IPv4: the protocol byte
-_DPORT = IPV4_OFF + DPORT_AT  # and the UDP destination port
 
 RTL_COUNTER_HELP = {
     "rtl.runs": "RTL runs (one per event-loop turn with frames)",
@@ -106,7 +103,7 @@ class RtlSwitchEngine:
     ``top`` (an :class:`~netreduce.hw.verilog.AxisTop`) uses that engine top instead of building
     one from the parameters; ``sim`` (a FastSim-like object) uses that model as it is (the build
     parameters must then describe it). ``quiet_cycles`` / ``mgmt_quiet_cycles`` / ``max_run``:
-    see the module doc.
+    see the module doc. ``roles``: the engine build with flow roles (spine-leaf, D17).
     """
 
     batched = True  # SwitchService: send() every frame of a loop turn, then one run()
@@ -117,14 +114,16 @@ class RtlSwitchEngine:
                  pmtu_max: int = DEFAULT_PARAMS["pmtu_max"],
                  data_width: int = DEFAULT_PARAMS["data_width"], *, top=None, sim=None,
                  seed: int = 0, quiet_cycles: int | None = None, mgmt_quiet_cycles: int = 1024,
-                 max_run: int = 1 << 18):
+                 max_run: int = 1 << 18, roles: bool = False):
         self.params = switch_build_params(ports, jobs, flows, slots, max_world, pmtu_max,
                                           data_width)
         self.regmap = build_regmap(**self.params)
         if sim is None:
             from ..backend import open_engine
 
-            sim = open_engine("verilator", self.params, seed=seed, top=top)
+            # roles: the build with flow roles (a leaf or spine engine, docs/spine-leaf.md)
+            sim = open_engine("verilator", {**self.params, "roles": True} if roles
+                              else self.params, seed=seed, top=top)
         self.sim = sim
         self.ports = ports
         if quiet_cycles is None:
@@ -135,7 +134,7 @@ class RtlSwitchEngine:
         self.quiet_cycles = quiet_cycles
         self.mgmt_quiet_cycles = mgmt_quiet_cycles
         self.max_run = max_run
-        self._mgmt_port = MGMT_PORT_RESET.to_bytes(2, "big")  # MGMT.PORT (provision_mgmt sets it)
+        self._mgmt_port = MGMT_PORT_RESET  # MGMT.PORT (provision_mgmt sets it)
         self._mgmt_queued = False
         # the AXI4-Lite port; frames completed during an access are kept for the next run
         self.bus = HarnessBus(sim, after=self._stash_outputs)
@@ -152,9 +151,7 @@ class RtlSwitchEngine:
             raise ValueError(f"port {port} outside 0..{self.ports - 1}")
         self.sim.send(port, frame)
         self._c["frames_in"] += 1
-        if len(frame) >= _DPORT + 2 and frame[_PROTO] == IP_PROTO_UDP and \
-                frame[_DPORT:_DPORT + 2] == self._mgmt_port and \
-                frame[12:14] == ETHERTYPE_IPV4_BYTES:
+        if is_udp(frame) and udp_dport(frame) == self._mgmt_port:
             self._mgmt_queued = True  # UDP to the management port: wait for its ops
 
     def run(self) -> list:
@@ -228,7 +225,7 @@ class RtlSwitchEngine:
         from netreduce.sw_driver.mgmt import provision
 
         provision(self.bus, settings, self.regmap)
-        self._mgmt_port = settings.port.to_bytes(2, "big")
+        self._mgmt_port = settings.port
 
     def counters(self) -> dict[str, int]:
         """The engine-wide counters (``CNT`` table) by name, read through the bus."""

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from netreduce.wire import OPCODES, WireError, parse
-from netreduce.wire.fields import AETH, BTH, ETH, IPV4, RETH, UDP
+from netreduce.wire.fields import AETH, BTH, ETH, ETHERTYPE_VLAN, IPV4, RETH, UDP
 from netreduce.wire.icrc import icrc_bytes, ipv4_checksum
 from netreduce.wire.linklocal import (
     ETHERTYPE_MAC_CONTROL,
@@ -39,6 +39,7 @@ from netreduce.wire.linklocal import (
     pause_frame,
     pfc_frame,
 )
+from netreduce.wire.view import BTH_AT, IPV4_OFF
 
 __all__ = ["FIELDS", "KINDS", "fixup", "mutate", "impersonates"]
 
@@ -52,13 +53,14 @@ FIELDS = ([(ETH, f, 0) for f in ETH.fields] + [(IPV4, f, 14) for f in IPV4.field
 def fixup(b: bytearray) -> None:
     """Recompute the IPv4 checksum and the ICRC of ``b`` in place where its lengths allow it
     (an untagged IPv4 frame whose total length lies within the bytes)."""
-    if len(b) < 34 or b[14] != 0x45:
+    l3 = IPV4_OFF
+    if len(b) < l3 + IPV4.size or IPV4.version.get(b, l3) != 4 or IPV4.ihl.get(b, l3) != 5:
         return
-    b[24:26] = b"\0\0"
-    b[24:26] = ipv4_checksum(bytes(b[14:34])).to_bytes(2, "big")
-    end = 14 + int.from_bytes(b[16:18], "big")
-    if 14 + 40 <= end <= len(b):
-        b[end - 4:end] = icrc_bytes(bytes(b[14:end - 4]))
+    IPV4.checksum.put(b, 0, l3)
+    IPV4.checksum.put(b, ipv4_checksum(bytes(b[l3:l3 + IPV4.size])), l3)
+    end = l3 + IPV4.total_length.get(b, l3)
+    if l3 + BTH_AT + BTH.size <= end <= len(b):
+        b[end - 4:end] = icrc_bytes(bytes(b[l3:end - 4]))
 
 
 def mutate(src: bytes, muts, fix: bool, pool: Sequence[bytes] = ()) -> bytes:
@@ -97,14 +99,16 @@ def mutate(src: bytes, muts, fix: bool, pool: Sequence[bytes] = ()) -> bytes:
 def _linklocal(b: bytearray, how: int, value: int) -> bytearray:
     v = value & 0xFFFF_FFFF
     if how == 0:
-        b[0:6] = LINK_LOCAL_PREFIX + bytes([v % 32])
+        b[:ETH.src.offset] = LINK_LOCAL_PREFIX + bytes([v % 32])
         return b
     if how == 1:
         op = (MAC_CONTROL_PAUSE, MAC_CONTROL_PFC, v & 0xFFFF)[v % 3]
-        b[12:16] = ETHERTYPE_MAC_CONTROL.to_bytes(2, "big") + op.to_bytes(2, "big")
+        et = ETH.ethertype.offset
+        b[et:et + 4] = ETHERTYPE_MAC_CONTROL.to_bytes(2, "big") + op.to_bytes(2, "big")
         return b
     if how == 2:
-        b[12:18] = b"\x81\x00" + (v & 0xFFF).to_bytes(2, "big") \
+        et = ETH.ethertype.offset
+        b[et:et + 6] = ETHERTYPE_VLAN.to_bytes(2, "big") + (v & 0xFFF).to_bytes(2, "big") \
             + ETHERTYPE_MAC_CONTROL.to_bytes(2, "big")
         return b
     f = pause_frame(v & 0xFFFF) if v % 2 else pfc_frame({(v >> 1) % 8: (v >> 4) & 0xFFFF})

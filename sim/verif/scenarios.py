@@ -43,15 +43,25 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from netreduce.regmap import build_regmap
-from netreduce.wire import WireError, parse
+from netreduce.wire import Opcode, WireError, parse
+from netreduce.wire.fields import ETH, ETHERTYPE_VLAN, IPV4, UDP
 from netreduce.wire.icrc import icrc_bytes
-from netreduce.wire.view import CONTROL_OPCODES, ROCEV2_PORT_BYTES
+from netreduce.wire.view import BTH_AT, CONTROL_OPCODES, IPV4_OFF, ROCEV2_PORT_BYTES, l3_offset
 
-from ..model import Emit, Engine
+from ..backend import open_engine
+from ..model import Emit
 from ..net.network import DIRECTIONS, KINDS, LinkConfig, NetConfig
 from ..rtl.backend import HarnessBus
 from .scoreboard import EventLog, Out, RecordingEngine, ScoreReport, check, snapshot
 from .soak import _ATTACKER_MAC, _SINK_MAC, JobSpec, Scenario, _SoakModelFabric, run_scenario
+
+# bytes of the IPv4/UDP headers (from the IPv4 header) the ICRC masks: TOS, TTL, IPv4 and UDP
+# checksums; a bit flipped there changes no check
+_ICRC_MASKED = (IPV4.tos.offset, IPV4.ttl.offset, IPV4.checksum.offset, IPV4.checksum.offset + 1,
+                IPV4.size + UDP.checksum.offset, IPV4.size + UDP.checksum.offset + 1)
+_UC = int(Opcode.UC_SEND_FIRST)  # the UC opcode block (0x20 + the RC opcode's low bits)
+_RDMA_READ_REQUEST = 0x0C  # an RC opcode the wire format does not know
+_ETHERTYPE_IPV6, _ETHERTYPE_LLDP = 0x86DD, 0x88CC
 
 __all__ = ["ENGINE_PARAMS", "SCENARIOS", "Recording", "record", "random_scenario",
            "FrameBackend", "ModelBackend", "FastSimBackend", "EngineAdapter", "run_log",
@@ -130,20 +140,21 @@ class _Junk:
         if kind == "runt":
             return hdr[:r.randrange(1, 12)]
         if kind == "vlan":
-            return hdr + b"\x81\x00\x00\x05\x88\xcc" + pad
+            return hdr + ETHERTYPE_VLAN.to_bytes(2, "big") + (5).to_bytes(2, "big") \
+                + _ETHERTYPE_LLDP.to_bytes(2, "big") + pad  # VLAN 5, LLDP inside
         b = bytearray(r.choice(self.seen))
         try:
             f = parse(bytes(b))
         except WireError:
             f = None
-        b[0:6] = _SINK_MAC
-        l3 = 18 if b[12:14] == b"\x81\x00" else 14
+        b[:ETH.src.offset] = _SINK_MAC
+        l3 = l3_offset(b)
         if kind == "flip":
             # anywhere from the IPv4 header on, but never TOS/TTL/checksums (fields the ICRC
             # masks): the ICRC or a structural check then fails
             while True:
                 i = r.randrange(l3, len(b))
-                if i not in (l3 + 1, l3 + 8, l3 + 10, l3 + 11, l3 + 26, l3 + 27):
+                if i - l3 not in _ICRC_MASKED:
                     break
             b[i] ^= 1 << r.randrange(8)
         elif kind == "trunc":
@@ -153,16 +164,16 @@ class _Junk:
             if len(b) <= 60:
                 b += bytes(61 - len(b))
         elif kind == "ipsum":
-            b[l3 + 10] ^= 0x5A
+            b[l3 + IPV4.checksum.offset] ^= 0x5A
         elif kind == "opcode":
             if f is None or f.opcode in CONTROL_OPCODES:
                 return None
             # a UC packet (well-formed, but not what a flow carries) or an opcode the wire
             # format does not know (RDMA READ request, 0x0C), ICRC recomputed
             if r.random() < 0.5 and f.info.has_payload:
-                return f.copy(opcode=0x20 + (f.opcode & 0x1F), dmac=_SINK_MAC).pack()
-            b[l3 + 28] = 0x0C
-            end = l3 + int.from_bytes(b[l3 + 2:l3 + 4], "big")
+                return f.copy(opcode=_UC + (f.opcode & 0x1F), dmac=_SINK_MAC).pack()
+            b[l3 + BTH_AT] = _RDMA_READ_REQUEST
+            end = l3 + IPV4.total_length.get(b, l3)
             b[end - 4:end] = icrc_bytes(bytes(b[l3:end - 4]))
         return bytes(b)
 
@@ -182,7 +193,7 @@ def record(sc: Scenario, *, junk_every_ns: int = 0, engine=None,
            params: dict | None = None) -> Recording:
     """Run ``sc`` closed loop and record the engine's event log (see the module docstring)."""
     params = dict(params or sc.engine)
-    eng = engine if engine is not None else Engine(**params)
+    eng = engine if engine is not None else open_engine("model", params)
     rec = RecordingEngine(eng, params, sc.name)
     box: dict = {}
 
@@ -333,7 +344,7 @@ class ModelBackend:
 
     def __init__(self, params: dict, gap: int = 4):
         self.params = dict(params)
-        self.engine = Engine(**params)
+        self.engine = open_engine("model", params)
         self.cycle = 0
         self.gap = gap
         self._outs: list[tuple[int, bytes, int]] = []
@@ -528,7 +539,7 @@ class _Unit:
     def __init__(self, name: str, params: dict, gap: int = 200):
         from netreduce.sw_driver.control import EngineControl
 
-        self.rec = RecordingEngine(Engine(**params), params, name)
+        self.rec = RecordingEngine(open_engine("model", params), params, name)
         self.ctl = EngineControl(self.rec.bus)
         self.t = 0
         self.gap = gap
@@ -708,14 +719,15 @@ def unit_logs(params: dict | None = None) -> dict[str, UnitLog]:
     b0[-1] ^= 1
     bad.append(("drop_icrc", bytes(b0)))
     b0 = bytearray(good)
-    b0[24] ^= 0x40
+    b0[IPV4_OFF + IPV4.checksum.offset] ^= 0x40
     bad.append(("drop_ip_checksum", bytes(b0)))
     bad.append(("drop_length", good[:70]))
     bad.append(("drop_opcode", f.copy(opcode=Opcode.UC_WRITE_ONLY).pack()))
     bad.append(("drop_opcode", f.copy(tver=1).pack()))
     bad.append(("drop_pmtu", f.copy(payload=bytes(260), dmalen=260).pack()))
     bad.append(("drop_align", RoceFrame(**{**_fields(f), "payload": bytes(30)}).pack()))
-    bad.append(("fwd_not_roce", good[:12] + b"\x86\xdd" + good[14:]))
+    et = ETH.ethertype.offset
+    bad.append(("fwd_not_roce", good[:et] + _ETHERTYPE_IPV6.to_bytes(2, "big") + good[et + 2:]))
     bad.append(("fwd_not_roce", good[:20]))
     bad.append(("fwd_unregistered", f.copy(src_ip=0x0A0A0A0A).pack()))
     bad.append(("fwd_unregistered", good[:50]))

@@ -68,7 +68,6 @@ from netreduce.wire import (
     DOT1Q,
     ETH,
     IMMDT,
-    IP_PROTO_UDP,
     IPV4,
     OPCODES,
     RETH,
@@ -79,15 +78,19 @@ from netreduce.wire import (
 )
 from netreduce.wire.view import (
     BTH_AT,
-    DPORT_AT,
-    ETHERTYPE_IPV4_BYTES,
+    ETHERTYPE_OFF,
+    IPV4_OFF,
     OP_ACK,
     OP_CNP,
-    PROTO_AT,
-    ROCEV2_PORT_BYTES,
+    dqpn,
+    dst_ip,
     l3_offset,
+    opcode,
+    roce_l3,
+    src_ip,
 )
 
+from ..backend import open_engine
 from ..model import Engine
 
 __all__ = ["Event", "EventLog", "Out", "Replay", "FlowMismatch", "ScoreReport",
@@ -234,7 +237,7 @@ def replay(log: EventLog | Iterable, params: dict | None = None) -> Replay:
         events = list(log)
     if params is None:
         raise ValueError("replay needs the engine's build parameters")
-    eng = Engine(**params)
+    eng = open_engine("model", params)
     outs: list[Out] = []
     for i, ev in enumerate(events):
         kind, a, b, cycle = ev
@@ -261,18 +264,13 @@ def flow_of(port: int, frame: bytes) -> tuple:
 
     Classified positionally, as the engine classifies (no checksum/ICRC checks), so a malformed
     frame forwarded unchanged lands in the same flow as its well-formed neighbours."""
-    n = len(frame)
-    l3 = _l3(frame)
-    b = l3 + BTH_AT
-    if (n < b + 12 or frame[l3 - 2:l3] != ETHERTYPE_IPV4_BYTES or frame[l3] != 0x45
-            or frame[l3 + PROTO_AT] != IP_PROTO_UDP
-            or frame[l3 + DPORT_AT:l3 + DPORT_AT + 2] != ROCEV2_PORT_BYTES):
+    l3 = roce_l3(frame)
+    if l3 <= 0:
         return (port, "other")
-    op = frame[b]
+    op = opcode(frame, l3)
     kind = "ack" if op == OP_ACK else "cnp" if op == OP_CNP else "data"
-    return (port, ip_str(int.from_bytes(frame[l3 + 12:l3 + 16], "big")),
-            ip_str(int.from_bytes(frame[l3 + 16:l3 + 20], "big")),
-            int.from_bytes(frame[b + 5:b + 8], "big"), kind)
+    return (port, ip_str(int.from_bytes(src_ip(frame, l3), "big")),
+            ip_str(int.from_bytes(dst_ip(frame, l3), "big")), dqpn(frame, l3), kind)
 
 
 def _flow_str(key: tuple) -> str:
@@ -292,25 +290,27 @@ def _layout(frame: bytes) -> list[tuple[int, int, str]]:
 
     add(ETH, 0)
     l3 = _l3(frame)
-    if l3 == 18:
+    if l3 != IPV4_OFF:
         spans = [s for s in spans if s[2] != "ETH.ethertype"]
-        add(DOT1Q, 12)
-        spans.append((16, 18, "ETH.ethertype"))
+        add(DOT1Q, ETHERTYPE_OFF)
+        spans.append((l3 - 2, l3, "ETH.ethertype"))
     add(IPV4, l3)
-    add(UDP, l3 + 20)
-    b = l3 + 28
+    add(UDP, l3 + IPV4.size)
+    b = l3 + BTH_AT
     add(BTH, b)
-    x = b + 12
+    x = b + BTH.size
     info = OPCODES.get(frame[b]) if len(frame) > b else None
     if info is not None:
         for hdr, on in ((RETH, info.reth), (IMMDT, info.immdt), (AETH, info.aeth)):
             if on:
                 add(hdr, x)
                 x += hdr.size
-    total = int.from_bytes(frame[l3 + 2:l3 + 4], "big") if len(frame) >= l3 + 4 else 0
-    end = l3 + total if l3 + 44 <= l3 + total <= len(frame) else len(frame)
-    spans.append((x, max(x, end - 4), "payload"))
-    spans.append((max(x, end - 4), end, "ICRC"))
+    t = IPV4.total_length
+    total = t.get(frame, l3) if len(frame) >= l3 + t.offset + t.size else 0
+    icrc = 4
+    end = l3 + total if BTH_AT + BTH.size + icrc <= total <= len(frame) - l3 else len(frame)
+    spans.append((x, max(x, end - icrc), "payload"))
+    spans.append((max(x, end - icrc), end, "ICRC"))
     spans.append((end, 1 << 30, "Ethernet pad / trailing bytes"))
     return spans
 
@@ -465,11 +465,11 @@ def compare(expected: Iterable, got: Iterable,
 # ================================================================================== registers
 def state_registers(params: dict) -> list[tuple[str, int]]:
     """(name, address) of every register compared after a run: all counters (CNT, JOB_CNT), the
-    job table's STATUS/FREE_PTR/RELEASE_PTR/SLOTS_BUSY, the flow table's ACKED/STATUS and the
-    engine-side port counters (PORT: frames and bytes in and out, PAUSE/PFC acted on)."""
+    job table's STATUS/FREE_PTR/RELEASE_PTR/SLOTS_BUSY/PARTIAL_PTR, the flow table's ACKED/STATUS
+    and the engine-side port counters (PORT: frames and bytes in and out, PAUSE/PFC acted on)."""
     rm = build_regmap(**params)
     keep = {"CNT": None, "JOB_CNT": None,
-            "JOB": {"STATUS", "FREE_PTR", "RELEASE_PTR", "SLOTS_BUSY"},
+            "JOB": {"STATUS", "FREE_PTR", "RELEASE_PTR", "SLOTS_BUSY", "PARTIAL_PTR"},
             "FLOW": {"ACKED", "STATUS"},
             "PORT": {n.upper() for n, src, _ in PORT_COUNTERS if src == "engine"}}
     out = []
@@ -498,7 +498,8 @@ def _counter_name(reg: str) -> str:
 def end_state_problems(state: dict[str, int], params: dict) -> list[str]:
     """The identities that hold after a run in which every job finished or was removed: no busy
     slot, rx = sum of dispositions, tx = forwarded + results + re-emits + CNPs (+ management
-    answers), contributions = results sent, released = freed."""
+    answers, + a leaf's partials and forwarded totals), contributions = results sent (+ a
+    leaf's partials: its UP flow's contribution goes up, not back), released = freed."""
     c = {cn.name: state.get(f"CNT.{cn.name.upper()}", 0) for cn in ALL_GLOBAL_COUNTERS}
     bad = []
     jobs = build_regmap(**params).params["jobs"]
@@ -514,18 +515,20 @@ def end_state_problems(state: dict[str, int], params: dict) -> list[str]:
         if per_port and sum(per_port) & _U32 != c[d]:
             bad.append(f"{d} {c[d]} != sum over PORT {sum(per_port) & _U32}")
     tx = (sum(c[d] for d in FORWARDED) + c["results_sent"] + c["reemits"] + c["cnp_sent"]
-          + sum(c[d] for d in MGMT_ANSWERED)) & _U32
+          + sum(c[d] for d in MGMT_ANSWERED) + c["partials_up"] + c["totals"]) & _U32
     if c["tx_frames"] != tx:
-        bad.append(f"tx_frames {c['tx_frames']} != forwarded + results + re-emits + CNPs = {tx}")
-    if c["contributions"] != c["results_sent"]:
-        bad.append(f"contributions {c['contributions']} != results_sent {c['results_sent']}")
+        bad.append(f"tx_frames {c['tx_frames']} != forwarded + results + re-emits + CNPs "
+                   f"(+ partials, totals) = {tx}")
+    if c["contributions"] != (c["results_sent"] + c["partials_up"]) & _U32:
+        bad.append(f"contributions {c['contributions']} != results_sent {c['results_sent']} "
+                   f"+ partials_up {c['partials_up']}")
     if c["released"] != c["freed"]:
         bad.append(f"released {c['released']} != freed {c['freed']}")
     for j in range(jobs):
         jc = {cn.name: state.get(f"JOB_CNT[{j}].{cn.name.upper()}", 0) for cn in JOB_COUNTERS}
-        if jc["contributions"] != jc["results_sent"]:
+        if jc["contributions"] != jc["results_sent"] + jc["partials_up"]:
             bad.append(f"job {j}: contributions {jc['contributions']} != results_sent "
-                       f"{jc['results_sent']}")
+                       f"{jc['results_sent']} + partials_up {jc['partials_up']}")
     return bad
 
 

@@ -50,7 +50,7 @@ from netreduce.sw_driver.control import EngineControl
 from netreduce.regmap import DISPOSITIONS
 from netreduce.wire import PSN_MOD, WireError, parse
 
-from ..model import Engine
+from ..backend import open_engine
 from ..net.model_fabric import ModelFabric
 from ..net.network import DIRECTIONS, KINDS, LinkConfig, NetConfig
 
@@ -292,7 +292,7 @@ class _SoakModelFabric(ModelFabric):
 
 def model_backend(sc: Scenario, net: NetConfig):
     """The reference engine in the middle of the network."""
-    return _SoakModelFabric(Engine(**sc.engine), net=net, seed=sc.seed)
+    return _SoakModelFabric(open_engine("model", sc.engine), net=net, seed=sc.seed)
 
 
 # ------------------------------------------------------------------------------ faults

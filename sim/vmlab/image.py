@@ -26,10 +26,11 @@ The project itself is not baked in: every run copies the current sources (netred
 netreduce.regmap, netreduce.sw_driver) into the run's 9p share and the guest's Python imports
 them from there, so a code change never needs an image rebuild.
 
-The cache lives in ``$NETREDUCE_VMLAB_CACHE`` or ``~/.cache/netreduce/vmlab`` (outside the git
-tree). A build writes into ``<cache>/build.tmp`` and renames into place only when complete, so an
-interrupted build never leaves a half image; a lock file serialises concurrent builders (pytest
-workers). Errors: :class:`ImageError` naming the failing step and the tail of its log.
+The cache lives in ``$NETREDUCE_CACHE/vmlab`` (default ``~/.cache/netreduce/vmlab``, outside
+the git tree). A build writes into ``<cache>/build.tmp`` and renames into place only when
+complete, so an interrupted build never leaves a half image; a lock file serialises concurrent
+builders (pytest workers). Errors: :class:`ImageError` naming the failing step and the tail of
+its log.
 """
 
 from __future__ import annotations
@@ -131,8 +132,10 @@ class Image:
 
 
 def cache_dir() -> Path:
-    env = os.environ.get("NETREDUCE_VMLAB_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "netreduce" / "vmlab"
+    """``vmlab/`` in the project's cache (:func:`netreduce.hw.cache.cache_dir`)."""
+    from netreduce.hw.cache import cache_dir as project_cache
+
+    return project_cache("vmlab")
 
 
 def cached_image(cache: Path | None = None) -> Image | None:

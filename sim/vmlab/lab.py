@@ -185,23 +185,12 @@ class _IcrcTamper:
     def __call__(self, *args):
         emits = self.orig(*args)
         if self.done is None:
-            from netreduce.wire import IP_PROTO_UDP, parse
-            from netreduce.wire.view import (
-                BTH_OFF,
-                ETHERTYPE_IPV4_BYTES,
-                IPV4_OFF,
-                PROTO_AT,
-                ROCEV2_PORT_BYTES,
-                UDP_OFF,
-                WRITE_OPCODES,
-            )
+            from netreduce.wire import parse
+            from netreduce.wire.view import WRITE_OPCODES, is_roce, opcode
 
             for i, e in enumerate(emits):
                 f = e.frame
-                if len(f) < 80 or f[12:14] != ETHERTYPE_IPV4_BYTES or \
-                        f[IPV4_OFF + PROTO_AT] != IP_PROTO_UDP or \
-                        f[UDP_OFF + 2:UDP_OFF + 4] != ROCEV2_PORT_BYTES or \
-                        f[BTH_OFF] not in WRITE_OPCODES:
+                if len(f) < 80 or not is_roce(f) or opcode(f) not in WRITE_OPCODES:
                     continue
                 try:
                     rf = parse(f, check=False)
@@ -225,19 +214,9 @@ def analyze_captures(prefix: str) -> dict:
     """Counts over PREFIX.in.pcap (into the engine) and PREFIX.out.pcap (out of it): RoCEv2
     frames, ICRC-valid ones (the invalid ones listed), ACKs, NAKs by syndrome, and
     retransmissions (data packets whose (dst IP, QPN, PSN) was already seen in that capture)."""
-    from netreduce.wire import IP_PROTO_UDP, WireError, parse
+    from netreduce.wire import ROCEV2_UDP_PORT, WireError, parse
     from netreduce.wire.pcap import iter_pcap
-    from netreduce.wire.view import (
-        BTH_OFF,
-        DATA_OPCODES,
-        ETHERTYPE_IPV4_BYTES,
-        IPV4_OFF,
-        OP_ACK,
-        OP_CNP,
-        PROTO_AT,
-        ROCEV2_PORT_BYTES,
-        UDP_OFF,
-    )
+    from netreduce.wire.view import BTH_OFF, DATA_OPCODES, OP_ACK, OP_CNP, is_udp, udp_dport
 
     out = {}
     for side in ("in", "out"):
@@ -251,9 +230,7 @@ def analyze_captures(prefix: str) -> dict:
         for rec in iter_pcap(path):
             f = rec.data
             c["frames"] += 1
-            if not (len(f) >= BTH_OFF and f[12:14] == ETHERTYPE_IPV4_BYTES
-                    and f[IPV4_OFF + PROTO_AT] == IP_PROTO_UDP
-                    and f[UDP_OFF + 2:UDP_OFF + 4] == ROCEV2_PORT_BYTES):
+            if not (len(f) >= BTH_OFF and is_udp(f) and udp_dport(f) == ROCEV2_UDP_PORT):
                 continue
             c["roce"] += 1
             try:

@@ -19,12 +19,13 @@ from amaranth.hdl import Module, Value
 from amaranth.lib.memory import Memory
 from amaranth.sim import Simulator
 from netreduce.hw.agg.control import Action, AggControl, FrameError, HdrClass
-from netreduce.sim.model.engine import Engine, _parse
+from netreduce.sim.model.engine import Engine
 from netreduce.sim.model.kit import RingJob
 from netreduce.sw_driver.control import EngineControl
 
 from netreduce.regmap import DISPOSITIONS, JOB_COUNTERS, Access, Op, build_regmap
 from netreduce.wire import ECN_CE, NAK_PSN_SEQ, Opcode, RoceFrame
+from netreduce.wire.view import check as _parse
 
 PSN_MASK = (1 << 24) - 1
 _ERR = {"icrc": FrameError.ICRC, "ip_checksum": FrameError.IP_CHECKSUM,
@@ -45,7 +46,7 @@ def expected_action(disp: str) -> Action:
 def header_of(buf: bytes, port: int, time: int) -> dict:
     """The parser's header record of ``buf`` (model step 1 classification, step 3 verdict)."""
     h = dict(cls=HdrClass.NOT_ROCE.value, err=0, src_ip=0, dqpn=0, opcode=0, psn=0, ecn=0,
-             syndrome=0, plen=0, port=port, time=time)
+             syndrome=0, plen=0, port=port, time=time, mark=0)
     n = len(buf)
     if n < 14:
         return h
@@ -65,7 +66,7 @@ def header_of(buf: bytes, port: int, time: int) -> dict:
         return h
     h.update(cls=HdrClass.ROCE.value, opcode=buf[b], src_ip=int.from_bytes(buf[l3 + 12:l3 + 16]),
              dqpn=int.from_bytes(buf[b + 5:b + 8]), psn=int.from_bytes(buf[b + 9:b + 12]),
-             ecn=buf[l3 + 1] & 3)
+             ecn=buf[l3 + 1] & 3, mark=buf[b + 4] & 3)
     p = _parse(buf, l3)
     if isinstance(p, str):
         h["err"] = _ERR[p].value
@@ -837,9 +838,9 @@ def test_enable_overlaps_traffic():
 
 
 def test_flow_roles_are_refused():
-    """The gateware does not implement flow roles (model D17, spine-leaf) yet: a leaf job is
-    refused with ROLES instead of being aggregated as if its roles were MEMBER; a plain job
-    next to it runs."""
+    """A build without flow roles (model D17, spine-leaf; the default) refuses a leaf job with
+    ROLES instead of aggregating it as if its roles were MEMBER; a plain job next to it runs
+    (builds with roles: tests/hw/test_agg_roles.py)."""
     from netreduce.regmap import JobError, Role
 
     sc = Scenario()

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from netreduce.sim.model.engine import _l3, _parse
 from netreduce.sim.model.kit import RingJob, engine_with
 
 from netreduce.regmap import DISPOSITIONS, Op
 from netreduce.wire import ECN_CE, ECN_ECT0, Opcode, WireError, parse
+from netreduce.wire.view import check as _parse
+from netreduce.wire.view import l3_offset as _l3
 
 MSG_OPS = {1: [Opcode.WRITE_ONLY_IMM],
            2: [Opcode.WRITE_FIRST, Opcode.WRITE_LAST_IMM]}

@@ -4,7 +4,7 @@ Runs whenever the host can run it: QEMU present and the guest image cached, or (
 image on first use) root, debootstrap, mkfs.ext4 and a reachable Debian mirror. ``.ci/run``
 installs the Debian packages; elsewhere every test here skips with a one-line reason. The image
 is built on demand (about 1.5-3 min, cached in ~/.cache/netreduce/vmlab or
-$NETREDUCE_VMLAB_CACHE, outside the tree) by the ``image`` fixture.
+$NETREDUCE_CACHE/vmlab, outside the tree) by the ``image`` fixture.
 
 Five scenarios boot their VMs once each (module fixtures): 2 VMs; 2 VMs with 1 % loss each
 way; 2 VMs with the ICRC control experiment and a QP failure; 4 VMs; 2 VMs through the engine
