@@ -8,9 +8,9 @@ Data flow (one output beat per cycle sustained)::
     A: assemble output beat j: header bytes, payload bytes moved back to their wire offset
     │  (a window over the previous and the current payload beat), pad, zeros for the ICRC
     ▼       ◄── payload
-    R1: ICRC masks applied to a copy, CRC-32 step (full width, init-0 trick, see .icrc)
+    R1: ICRC masks applied to a copy (init-0 trick, see .icrc)
+    C1, C2: CRC-32 step (full width): per 64-bit chunk parities, then the register
     R2: CRC register = CRC through this beat; un-shift by the zero bytes after the covered end
-    R3: (un-shift, second half)
     R4: ICRC inserted (it may straddle into the next beat) ─► o
 
 All registers advance together when the output can move (``~o.valid | o.ready``); the header
@@ -19,7 +19,7 @@ stage prefetches the next header so that back-to-back frames leave without a gap
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -27,7 +27,14 @@ from netreduce.wire import fields as wf
 from netreduce.wire.frame import MIN_FRAME
 
 from ..stream import beat_layout, beat_signature, bytes_of, check_data_width, tree_sum
-from .icrc import CrcUnshift, crc_input_masks, crc_next, crc_output, crc_rows
+from .icrc import (
+    CRC_CHUNK,
+    crc_input_masks,
+    crc_matrices,
+    crc_output,
+    crc_rows,
+    unshift_matrix,
+)
 from .layout import (
     HDR_CAP,
     L2_TAGGED,
@@ -69,7 +76,7 @@ class Deparser(wiring.Component):
 
     Throughput: one output beat per cycle with back-to-back frames, as long as the inputs keep up
     (the output has more beats than the payload: header, pad and ICRC). Latency: the first beat
-    of a frame leaves 6 cycles after its header is accepted (2 header stages, 4 pipeline stages).
+    of a frame leaves 7 cycles after its header is accepted (2 header stages, A, R1, C1, C2, R2).
     Backpressure: ``o.ready`` low freezes the whole pipeline; ``hdr``/``payload`` are taken only
     when their data can move on.
     """
@@ -180,6 +187,12 @@ class Deparser(wiring.Component):
             for i in range(ck.size):
                 g = l2 + ck.offset + i
                 hb1[g] = Mux(h1_vlan == v, csum.word_select(ck.size - 1 - i, 8), hb1[g])
+        # output beat index of the payload's last beat: ceil(plen / nb) - 1 after the header's
+        # q = hl // nb beats (computed per header, so stage A only compares)
+        hp_lastj = Signal(LEN_BITS + 2 - lb)
+        with m.If(h1_move):
+            m.d.sync += hp_lastj.eq((h1_hl >> lb)
+                                    + Mux(h1_plen == 0, 0, (h1_plen - 1) >> lb))
         with m.If(h1_move):
             m.d.sync += [hp_v.eq(1), hp_bytes.eq(Cat(*hb1)), hp_hl.eq(h1_hl),
                          hp_plen.eq(h1_plen), hp_e.eq(h1_e), hp_len.eq(h1_len),
@@ -259,11 +272,11 @@ class Deparser(wiring.Component):
         a_last = rel_len <= nb
 
         # payload accounting: the payload's last beat must come at index ceil(plen/nb) - 1
-        exp_last = Signal(LEN_BITS + 1 - lb)
-        m.d.comb += exp_last.eq(Mux(plen == 0, 0, (plen - 1) >> lb))
-        pj = jj - q
+        # (output beat q + that: hp_lastj)
+        ah_lastj = Signal(len(hp_lastj))
+        lastj = Mux(start, hp_lastj, ah_lastj)
         pin = self.payload.payload
-        bad_end = pay_take & (pin.last != (pj == exp_last))
+        bad_end = pay_take & (pin.last != (jj == lastj))
         pay_done_n = pdone | (pay_take & pin.last)
         a_err = pay_err & ~start | bad_end | (a_last & ~pay_done_n)
 
@@ -271,6 +284,7 @@ class Deparser(wiring.Component):
             m.d.sync += [busy.eq(~a_last), j.eq(jj + 1)]
             with m.If(start):
                 m.d.sync += [ah_bytes.eq(hp_bytes), ah_hl.eq(hp_hl), ah_plen.eq(hp_plen),
+                             ah_lastj.eq(hp_lastj),
                              ah_e.eq(hp_e), ah_len.eq(hp_len), ah_vlan.eq(hp_vlan)]
             with m.If(pay_take):
                 m.d.sync += prevpay.eq(pin.data)
@@ -314,23 +328,46 @@ class Deparser(wiring.Component):
         masked = Signal(w)
         m.d.comb += masked.eq(Cat(*[Mux(ff_mask[i], 0xFF, Mux(zero_mask[i] | ~covered[i], 0, byte))
                        for i, byte in enumerate(bytes_of(r1.data))]))
-        crc_reg = Signal(32)
+        # ------------------------------------------------------------ C1, C2: the CRC step
+        # C1: the masked beat, registered; C2: the step's data part as one parity per 64-bit
+        # chunk (the step is linear); end of C2: the CRC register. The beat and its metadata
+        # wait alongside (ca, cb), so the register is ready for R2 as before.
         rows = crc_rows(m, w)  # outside the If: the ROM's addresses are constants
-        with m.If(adv & r1_v & r1_feed):
-            m.d.sync += crc_reg.eq(crc_next(Mux(r1.first, 0, crc_reg), masked, rows))
-
-        # ------------------------------------------------------------ R2, R3: un-shift
-        r2_v, r3_v = Signal(), Signal()
-        r2, r3 = Signal(beat_layout(w)), Signal(beat_layout(w))
-        r2_meta = Signal(3 + LEN_BITS + 3 + lb)
-        r3_meta = Signal(len(r2_meta))
+        f_reg, _ = crc_matrices(w)
         r1_meta = Cat(r1_lastfed, r1_ins, r1_feed, r1_rel_e, r1_k)
+        ca_v, cb_v = Signal(), Signal()
+        ca, cb = Signal(beat_layout(w)), Signal(beat_layout(w))
+        ca_meta, cb_meta = Signal(len(r1_meta)), Signal(len(r1_meta))
+        ca_masked = Signal(w)
+        chunks = range(0, w, CRC_CHUNK)
+        cb_part = [Signal(32, name=f"cb_part{c // CRC_CHUNK}") for c in chunks]
         with m.If(adv):
-            m.d.sync += [r2_v.eq(r1_v), r2.eq(r1), r2_meta.eq(r1_meta),
-                         r3_v.eq(r2_v), r3.eq(r2), r3_meta.eq(r2_meta)]
-        m.submodules.unshift = unshift = CrcUnshift(lb, pipeline=(max(lb // 2 - 1, 0),))
+            m.d.sync += [ca_v.eq(r1_v), ca.eq(r1), ca_meta.eq(r1_meta), ca_masked.eq(masked),
+                         cb_v.eq(ca_v), cb.eq(ca), cb_meta.eq(ca_meta)]
+            for c, r in zip(chunks, cb_part, strict=True):
+                word = ca_masked[c: c + CRC_CHUNK]
+                m.d.sync += r.eq(Cat(*[(word & rows[i][c: c + CRC_CHUNK]).xor()
+                                       for i in range(32)]))
+        crc_reg = Signal(32)
+        cb_feed = cb_meta[2]
+        with m.If(adv & cb_v & cb_feed):
+            reg = Mux(cb.first, 0, crc_reg)
+            m.d.sync += crc_reg.eq(Cat(*[(reg & f_reg[i]).xor()
+                                         ^ Cat(*[p[i] for p in cb_part]).xor()
+                                         for i in range(32)]))
+
+        # ------------------------------------------------------------ R2: un-shift
+        r2_v = Signal()
+        r2 = Signal(beat_layout(w))
+        r2_meta = Signal(3 + LEN_BITS + 3 + lb)
+        with m.If(adv):
+            m.d.sync += [r2_v.eq(cb_v), r2.eq(cb), r2_meta.eq(cb_meta)]
         r2_k = r2_meta[-lb:]
-        m.d.comb += [unshift.reg_i.eq(crc_reg), unshift.k.eq(r2_k), unshift.en.eq(adv)]
+        # the un-shift x^(-8k) as one matrix chosen by k: per output bit, the row is a constant
+        # selected by k (one LUT level per bit), then a 32-input parity (two or three levels)
+        unshifted = Cat(*[
+            (crc_reg & Array(Const(unshift_matrix(k)[i], 32) for k in range(nb))[r2_k]).xor()
+            for i in range(32)])
 
         # ------------------------------------------------------------ R4: ICRC insertion
         r4_v = Signal()
@@ -339,8 +376,8 @@ class Deparser(wiring.Component):
         r4_icrc = Signal(32)
         icrc_hold = Signal(32)
         with m.If(adv):
-            m.d.sync += [r4_v.eq(r3_v), r4.eq(r3), r4_meta.eq(r3_meta),
-                         r4_icrc.eq(crc_output(unshift.reg_o))]
+            m.d.sync += [r4_v.eq(r2_v), r4.eq(r2), r4_meta.eq(r2_meta),
+                         r4_icrc.eq(crc_output(unshifted))]
         r4_lastfed, r4_ins = r4_meta[0], r4_meta[1]
         r4_rel_e = r4_meta[3:3 + LEN_BITS + 3].as_signed()
         icrc = Signal(32)

@@ -37,13 +37,15 @@ from netreduce.wire import fields as wf
 from netreduce.wire.frame import MIN_FRAME
 from netreduce.wire.icrc import ICRC_MASKED_BYTES
 
-from ..stream import beat_layout, bytes_of, check_data_width, keep_count, tree_sum
+from ..stream import beat_layout, bytes_of, check_data_width, first_match, keep_count
 from .layout import L2_TAGGED, L2_UNTAGGED, LEN_BITS, MIN_L3_LEN
 
 __all__ = [
     "ALGO_INIT0", "crc_matrices", "crc_next", "crc_rows", "crc_output", "residue_table",
     "unshift_matrix",
-    "CrcUnshift", "IcrcChecker", "check_layout", "crc_input_masks", "reflect32",
+    "BeatIndex", "CRC_CHUNK", "CrcUnshift", "IcrcChecker", "carry_save", "check_layout",
+    "crc_input_masks",
+    "reflect32",
 ]
 
 _E = catalog.CRC32_ETHERNET
@@ -256,16 +258,16 @@ class _ByteTap:
 
     ``get(g)`` is byte ``g`` of the frame: the current beat's lane when the current beat holds it,
     else the value captured when it passed (stale bytes of an earlier frame if it has not arrived;
-    callers only use bytes that have).
+    callers only use bytes that have). ``here(b)``: the current beat is beat ``b`` of its frame.
     """
 
-    def __init__(self, m: Module, beat_data: Value, idx: Value, accept: Value, nbytes: int):
-        self._m, self._data, self._idx, self._acc, self._b = m, beat_data, idx, accept, nbytes
+    def __init__(self, m: Module, beat_data: Value, here, accept: Value, nbytes: int):
+        self._m, self._data, self._here, self._acc, self._b = m, beat_data, here, accept, nbytes
         self._regs: dict[int, Signal] = {}
 
     def get(self, g: int) -> Value:
         b, lane = divmod(g, self._b)
-        here = self._idx == b
+        here = self._here(b)
         cur = self._data[8 * lane: 8 * lane + 8]
         if g not in self._regs:
             r = Signal(8, name=f"tap{g}")
@@ -285,6 +287,52 @@ def ones_complement_fold(x: Value, width: int = 16) -> Value:
     return (lo[:width] + lo[width:])[:width]
 
 
+def carry_save(terms, width: int, until: int = 2) -> list[Value]:
+    """Reduce ``terms`` to at most ``until`` (>= 2) with 3:2 carry-save compressors (bitwise, one
+    LUT level each), sum modulo 2**width unchanged. Written as gates so that Yosys does not merge
+    the adds into one multi-operand ``$macc`` (which ABC maps to a deep chain of wide LUTs)."""
+    terms = [Value.cast(t) for t in terms]
+    mask = Const((1 << width) - 1, width)
+    while len(terms) > until:
+        nxt = []
+        for i in range(0, len(terms) - 2, 3):
+            a, b, c = (t.as_unsigned() for t in terms[i: i + 3])
+            nxt.append((a ^ b ^ c) & mask)
+            nxt.append((((a & b) | (a & c) | (b & c)) << 1) & mask)
+        nxt += terms[len(terms) - len(terms) % 3:] if len(terms) % 3 else []
+        terms = [t[:width] for t in nxt]
+    return terms
+
+
+class BeatIndex:
+    """One-hot position of the input beat in its frame, for the first beats only: ``at(b)`` is a
+    register, high while the beat on the input (if any) is beat ``b`` of its frame. A register
+    instead of a comparison of the byte offset keeps the header taps one LUT from a flip-flop.
+    Call :meth:`build` after the last ``at``."""
+
+    def __init__(self, m: Module, accept: Value, last: Value):
+        self._m, self._acc, self._last = m, accept, last
+        self._at: dict[int, Signal] = {}
+        self._built = False
+
+    def at(self, b: int) -> Signal:
+        if self._built and b not in self._at:
+            raise ValueError(f"beat {b}: BeatIndex.at after build()")
+        for k in range(b + 1):
+            if k not in self._at:
+                self._at[k] = Signal(init=int(k == 0), name=f"at{k}")
+        return self._at[b]
+
+    def build(self):
+        self._built = True
+        with self._m.If(self._acc):
+            for k, r in self._at.items():
+                self._m.d.sync += r.eq(self._last if k == 0 else ~self._last & self._at[k - 1])
+
+
+CRC_CHUNK = 64   # bits of a beat per partial CRC parity (3 LUT levels of XOR)
+
+
 class IcrcChecker(wiring.Component):
     """Receive-side checks of RoCEv2 frames at full beat width, no byte enables.
 
@@ -292,15 +340,24 @@ class IcrcChecker(wiring.Component):
 
     * ``i``: ``In(stream)`` of :func:`~netreduce.hw.stream.beat_layout` beats, always ready: the
       checker never applies backpressure; it sees a beat whenever ``i.valid`` is high.
-    * ``o``: ``Out(stream)`` of :func:`check_layout`, always ready: ``o.valid`` is high for one
-      cycle per frame, **2 cycles after** the frame's last beat (``i.valid & i.payload.last``).
+    * ``o``: ``Out(stream)`` of :func:`check_layout`, always ready, registered: ``o.valid`` is
+      high for one cycle per frame, :attr:`LATENCY` (5) cycles after the frame's last beat
+      (``i.valid & i.payload.last``).
 
     Throughput: one beat per cycle, back-to-back frames of any length, any ``keep`` on the last
     beat. The ICRC covers the IPv4 datagram as given by its total length (not the frame length),
     with the masks of ``netreduce.wire.icrc`` and the 8-byte 0xFF prefix applied on the copy fed
     to the CRC; the CRC runs over whole beats (see the module doc) and is compared against the
     CRC-32 residue shifted by the zero bytes after the datagram's end in its last beat.
+
+    Pipeline (each stage at most 8 LUT levels at 250 MHz, docs/engine.md "Clock plan"): 0 header
+    taps (total length, tag) from the input beat; 1 CRC input masking and the IPv4 checksum's
+    carry-save terms; 2 the CRC step's data part as one parity per 64-bit chunk, the checksum
+    accumulator; 3 the CRC register, the length and checksum checks; 4 the ICRC comparison,
+    registered on ``o``.
     """
+
+    LATENCY = 5
 
     def __init__(self, data_width: int = 512):
         self._w = check_data_width(data_width)
@@ -315,11 +372,10 @@ class IcrcChecker(wiring.Component):
         beat = self.i.payload
         acc = self.i.valid
 
-        # ---- stage 0: frame position, byte taps, CRC input masking
+        # ---- stage 0 (from the input beat): frame position, header taps
         sof = Signal(init=1)              # next beat is a frame's first
         base = Signal(LEN_BITS + 1)       # byte offset of this beat in its frame (saturating)
         base_c = Mux(sof, 0, base)
-        idx_c = base_c // nb
         with m.If(acc):
             m.d.sync += sof.eq(beat.last)
             with m.If(beat.last):
@@ -328,11 +384,11 @@ class IcrcChecker(wiring.Component):
                 m.d.sync += base.eq(base_c + nb)
             with m.Else():
                 m.d.sync += base.eq(base_c)
+        pos = BeatIndex(m, acc, beat.last)
 
-        tap = _ByteTap(m, beat.data, idx_c, acc, nb)
+        tap = _ByteTap(m, beat.data, pos.at, acc, nb)
         tpid = wf.ETH.ethertype
         vlan = tap.word(tpid.offset, tpid.size) == wf.ETHERTYPE_VLAN
-        l2 = Mux(vlan, L2_TAGGED, L2_UNTAGGED)
 
         def ip_word(f):   # IPv4 field value, for both tag variants
             return Mux(vlan, tap.word(L2_TAGGED + f.offset, f.size),
@@ -341,73 +397,125 @@ class IcrcChecker(wiring.Component):
         total = ip_word(wf.IPV4.total_length)
         udp_len = Mux(vlan, tap.word(L2_TAGGED + wf.IPV4.size + wf.UDP.length.offset, 2),
                       tap.word(L2_UNTAGGED + wf.IPV4.size + wf.UDP.length.offset, 2))
-        dgram_end = Signal(LEN_BITS + 1)   # l2 + total length = end of the ICRC
-        m.d.comb += dgram_end.eq(l2 + total)
+        # l2 + total length = end of the ICRC, for both tag variants (selected in stage 1: the
+        # adder does not wait for the tag comparison)
+        ends = [Signal(LEN_BITS + 1, name=f"dgram_end{v}") for v in (0, 1)]
+        m.d.comb += [ends[v].eq(l2v + tap.word(l2v + wf.IPV4.total_length.offset, 2))
+                     for v, l2v in ((0, L2_UNTAGGED), (1, L2_TAGGED))]
 
-        # bytes of the datagram left from this beat's start (>= nb: the whole beat is covered)
-        # (a beat before the one holding the total length is taken as fully covered: the
+        # a beat before the one holding the total length is taken as fully covered (the
         # datagram is at least 44 bytes long, and a shorter one fails ip_len_min anyway)
         tl_end = wf.IPV4.total_length.offset + wf.IPV4.total_length.size - 1
-        total_known = idx_c >= Mux(vlan, (L2_TAGGED + tl_end) // nb, (L2_UNTAGGED + tl_end) // nb)
+
+        def before(b):   # the input beat is one of beats 0 .. b - 1
+            return Cat(*[pos.at(k) for k in range(b)]).any() if b else Const(0)
+
+        knowns = [~before((l2v + tl_end) // nb) for l2v in (L2_UNTAGGED, L2_TAGGED)]
+
+        # where the CRC masks and the IPv4 header words sit: (beat, vlan) -> select bit
+        masks = crc_input_masks(nb)
+        sel_mask = {bv: pos.at(bv[0]) & (vlan == bv[1]) for bv in masks}
+        words = []   # (select, lane offset) of the IPv4 header's 16-bit words
+        for v, hl2 in ((0, L2_UNTAGGED), (1, L2_TAGGED)):
+            for wo in range(0, wf.IPV4.size, 2):
+                b, lane = divmod(hl2 + wo, nb)
+                words.append((pos.at(b) & (vlan == v), 8 * lane))
+        pos.build()
+
+        p_v = Signal()
+        p_first = Signal()
+        p_last = Signal()
+        p_err = Signal()
+        p_data = Signal(w)
+        p_base = Signal(LEN_BITS + 1)
+        p_vlan = Signal()
+        p_ends = [Signal(LEN_BITS + 1, name=f"p_end{v}") for v in (0, 1)]
+        p_knowns = Signal(2)
+        # bytes in the beat (keep_count) in two steps: per group of 8 lanes here, which group
+        # in stage 1 (a 64-lane priority encoder in one stage is 9 levels)
+        groups = [beat.keep[g: g + 8] for g in range(0, nb, 8)]
+        p_grp = Signal(5 * len(groups))
+        p_total = Signal(LEN_BITS)
+        p_udp = Signal(LEN_BITS)
+        p_mask = Signal(len(masks))
+        p_word = Signal(len(words))
+        m.d.sync += [p_v.eq(acc), p_first.eq(sof), p_last.eq(beat.last), p_err.eq(beat.error),
+                     p_data.eq(beat.data), p_base.eq(base_c), p_vlan.eq(vlan),
+                     p_ends[0].eq(ends[0]), p_ends[1].eq(ends[1]), p_knowns.eq(Cat(*knowns)),
+                     p_grp.eq(Cat(*[Cat(g.any(), keep_count(g)) for g in groups])),
+                     p_total.eq(total), p_udp.eq(udp_len),
+                     p_mask.eq(Cat(*sel_mask.values())), p_word.eq(Cat(*[s for s, _ in words]))]
+
+        # ---- stage 1: CRC input masking, IPv4 checksum words of this beat
+        grp = [p_grp[5 * j: 5 * j + 5] for j in range(len(groups))]
+        p_cnt = first_match([(g[0], 8 * j + g[1:]) for j, g in reversed(list(enumerate(grp)))],
+                            0)
+        # bytes of the datagram left from this beat's start (>= nb: the whole beat is covered)
+        p_end = Mux(p_vlan, p_ends[1], p_ends[0])
+        p_known = Mux(p_vlan, p_knowns[1], p_knowns[0])
         left = Signal(LEN_BITS + 2)
-        m.d.comb += left.eq(Mux(~total_known, nb,
-                                Mux(dgram_end > base_c, dgram_end - base_c, 0)))
+        m.d.comb += left.eq(Mux(~p_known, nb, Mux(p_end > p_base, p_end - p_base, 0)))
         feed = left != 0
         covered = Cat(*[left > i for i in range(nb)])
 
         ff_mask = Signal(nb)
         zero_mask = Signal(nb)
-        for (b, v), (f, z) in crc_input_masks(nb).items():
-            with m.If((idx_c == b) & (vlan == v)):
+        for j, (f, z) in enumerate(masks.values()):
+            with m.If(p_mask[j]):
                 m.d.comb += [ff_mask.eq(f), zero_mask.eq(z)]
         masked = Cat(*[
             Mux(ff_mask[i], 0xFF, Mux(zero_mask[i] | ~covered[i], 0, byte))
-            for i, byte in enumerate(bytes_of(beat.data))
+            for i, byte in enumerate(bytes_of(p_data))
         ])
 
-        # IPv4 header checksum: the words of this beat that lie in the IPv4 header
-        psum_terms = []
-        for v, hl2 in ((0, L2_UNTAGGED), (1, L2_TAGGED)):
-            for wo in range(0, wf.IPV4.size, 2):
-                g = hl2 + wo
-                b, lane = divmod(g, nb)
-                lo = 8 * lane
-                word = Cat(beat.data[lo + 8: lo + 16], beat.data[lo: lo + 8])  # big-endian
-                psum_terms.append(Mux((idx_c == b) & (vlan == v), word, 0))
-        psum = Signal(LEN_BITS + 5)
-        m.d.comb += psum.eq(tree_sum(psum_terms))
+        # the checksum words of this beat (big-endian; at most one of the two tag variants'
+        # word i is selected), reduced to 4 carry-save terms, added in stage 2
+        csum_w = LEN_BITS + 6
+        half = len(words) // 2
 
-        nbytes = Signal(LEN_BITS + 1)
-        m.d.comb += nbytes.eq(base_c + keep_count(beat.keep))
+        def hword(j):
+            lo = words[j][1]
+            return Mux(p_word[j], Cat(p_data[lo + 8: lo + 16], p_data[lo: lo + 8]), 0)
 
-        # ---- stage 1 registers
+        psum_terms = carry_save([hword(j) | hword(half + j) for j in range(half)], csum_w,
+                                until=4)
+
         s1_v = Signal()
         s1_first = Signal()
         s1_last = Signal()
         s1_feed = Signal()
         s1_data = Signal(w)
         s1_k = Signal(range(nb))
-        s1_psum = Signal(len(psum))
+        s1_psum = [Signal(csum_w, name=f"s1_psum{j}") for j in range(len(psum_terms))]
         s1_n = Signal(LEN_BITS + 1)
         s1_total = Signal(LEN_BITS)
         s1_udp = Signal(LEN_BITS)
         s1_end = Signal(LEN_BITS + 1)
         s1_err = Signal()
-        m.d.sync += [s1_v.eq(acc), s1_first.eq(sof), s1_last.eq(beat.last), s1_feed.eq(feed),
+        m.d.sync += [s1_v.eq(p_v), s1_first.eq(p_first), s1_last.eq(p_last), s1_feed.eq(feed),
                      s1_data.eq(masked), s1_k.eq(Mux(left < nb, nb - left, 0)),
-                     s1_psum.eq(psum), s1_n.eq(nbytes), s1_total.eq(total), s1_udp.eq(udp_len),
-                     s1_end.eq(dgram_end), s1_err.eq(beat.error)]
+                     *[r.eq(t) for r, t in zip(s1_psum, psum_terms, strict=True)],
+                     s1_n.eq(p_base + p_cnt), s1_total.eq(p_total), s1_udp.eq(p_udp),
+                     s1_end.eq(p_end), s1_err.eq(p_err)]
 
-        # ---- stage 1 -> 2: CRC register, checksum accumulator, per-frame capture
-        crc_reg = Signal(32)
+        # ---- stage 2: the CRC step's data part in chunks (it is linear: per output bit, the
+        # parity of the chunks' parities), checksum accumulator, per-frame capture
         rows = crc_rows(m, w)
-        k_last = Signal(range(nb))
-        csum = Signal(LEN_BITS + 6)
+        f_reg, _ = crc_matrices(w)
+        chunks = range(0, w, CRC_CHUNK)
+        s2_part = [Signal(32, name=f"s2_part{c // CRC_CHUNK}") for c in chunks]
+        for c, r in zip(chunks, s2_part, strict=True):
+            word = s1_data[c: c + CRC_CHUNK]
+            m.d.sync += r.eq(Cat(*[(word & rows[i][c: c + CRC_CHUNK]).xor()
+                                   for i in range(32)]))
+        s2_step = Signal()   # s2_part is a fed beat's
+        s2_first = Signal()
+        s2_k = Signal(range(nb))
+        m.d.sync += [s2_step.eq(s1_v & s1_feed), s2_first.eq(s1_first), s2_k.eq(s1_k)]
+        csum = Signal(csum_w)
         with m.If(s1_v):
-            with m.If(s1_feed):
-                m.d.sync += [crc_reg.eq(crc_next(Mux(s1_first, 0, crc_reg), s1_data, rows)),
-                             k_last.eq(s1_k)]
-            m.d.sync += csum.eq(Mux(s1_first, 0, csum) + s1_psum)
+            acc2 = carry_save([Mux(s1_first, 0, csum), *s1_psum], csum_w)
+            m.d.sync += csum.eq(acc2[0] + acc2[1])
 
         s2_v = Signal()
         s2_n = Signal(LEN_BITS + 1)
@@ -420,17 +528,29 @@ class IcrcChecker(wiring.Component):
             m.d.sync += [s2_n.eq(s1_n), s2_total.eq(s1_total), s2_udp.eq(s1_udp),
                          s2_end.eq(s1_end), s2_err.eq(s1_err)]
 
-        # ---- stage 2 (combinational from registers): the result
+        # ---- stage 3: CRC register; the checks other than the ICRC
+        crc_reg = Signal(32)
         table = Array(Const(v, 32) for v in residue_table(nb))
-        res = self.o.payload
-        m.d.comb += [
-            self.o.valid.eq(s2_v),
-            res.icrc_ok.eq(crc_output(crc_reg) == table[k_last]),
-            res.ip_csum_ok.eq(ones_complement_fold(csum) == 0xFFFF),
-            res.ip_len_min_ok.eq(s2_total >= MIN_L3_LEN),
-            res.ip_len_ok.eq((s2_end <= s2_n) & ~((s2_end < s2_n) & (s2_n > MIN_FRAME))),
-            res.udp_len_ok.eq(s2_udp == s2_total - wf.IPV4.size),
-            res.mac_error.eq(s2_err),
-            res.frame_len.eq(Mux(s2_n >> LEN_BITS, (1 << LEN_BITS) - 1, s2_n)),
+        expect = Signal(32)   # the residue the register must show: that of the last fed beat
+        with m.If(s2_step):
+            reg = Mux(s2_first, 0, crc_reg)
+            m.d.sync += [
+                crc_reg.eq(Cat(*[(reg & f_reg[i]).xor()
+                                 ^ Cat(*[p[i] for p in s2_part]).xor() for i in range(32)])),
+                expect.eq(table[s2_k])]
+        s3_v = Signal()
+        s3 = Signal(check_layout())   # all but icrc_ok
+        m.d.sync += [
+            s3_v.eq(s2_v),
+            s3.ip_csum_ok.eq(ones_complement_fold(csum) == 0xFFFF),
+            s3.ip_len_min_ok.eq(s2_total >= MIN_L3_LEN),
+            s3.ip_len_ok.eq((s2_end <= s2_n) & ~((s2_end < s2_n) & (s2_n > MIN_FRAME))),
+            s3.udp_len_ok.eq(s2_udp == s2_total - wf.IPV4.size),
+            s3.mac_error.eq(s2_err),
+            s3.frame_len.eq(Mux(s2_n >> LEN_BITS, (1 << LEN_BITS) - 1, s2_n)),
         ]
+
+        # ---- stage 4: the ICRC comparison; the result registered on the output
+        m.d.sync += [self.o.valid.eq(s3_v), self.o.payload.eq(s3),
+                     self.o.payload.icrc_ok.eq(crc_output(crc_reg) == expect)]
         return m

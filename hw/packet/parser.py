@@ -3,12 +3,17 @@
 Data flow (one beat per cycle sustained, all outputs buffered by small FIFOs)::
 
     i ─► S0: frame position, header byte capture, payload realign (window of 2 beats)
-         │   IcrcChecker (ICRC, IPv4 checksum, lengths; result 2 cycles after the last beat)
+         │   IcrcChecker (ICRC, IPv4 checksum, lengths; result 5 cycles after the last beat)
          ▼
-         S1: header fields + header checks (from the captured header bytes)
+         S1: header fields + header check conditions (from the captured header bytes)
+         ▼
+         T:  header check reasons (first failing check, in wire.parse order)
          ▼
          S2: push ─► hdr FIFO ─► hdr        (one record per frame)
-                 ─► payload FIFO ─► payload (DATA frames only, payload byte 0 in lane 0)
+         ▼
+         S3, S4: wait for the checker's result
+         ▼
+         S4: push ─► payload FIFO ─► payload (DATA frames only, payload byte 0 in lane 0)
                  ─► frame FIFO ─► frame     (every frame, unchanged: the bypass copy)
                  ─► verdict FIFO ─► verdict (one per frame, final classification)
 
@@ -31,8 +36,8 @@ Ordering contract (what a consumer may rely on):
 
 Backpressure: every output may stall at any time; ``i.ready`` drops when an output FIFO could not
 take what the beats in flight may push (it depends on registered state only). Latency: a beat
-accepted in cycle t is visible on ``frame``/``payload`` in cycle t+3 at the earliest; a frame's
-``hdr`` 3 cycles after its header-completing beat; ``verdict`` 3 cycles after its last beat.
+accepted in cycle t is visible on ``frame``/``payload`` in cycle t+6 at the earliest; a frame's
+``hdr`` 4 cycles after its header-completing beat; ``verdict`` 6 cycles after its last beat.
 """
 
 from __future__ import annotations
@@ -51,9 +56,8 @@ from ..stream import (
     check_data_width,
     first_match,
     keep_count,
-    tree_sum,
 )
-from .icrc import IcrcChecker, ones_complement_fold
+from .icrc import BeatIndex, IcrcChecker, carry_save, ones_complement_fold
 from .layout import (
     BTH_END,
     HDR_CAP,
@@ -124,33 +128,46 @@ class Parser(wiring.Component):
 
         m.submodules.checker = checker = IcrcChecker(w)
         m.d.comb += [checker.i.valid.eq(acc), checker.i.payload.eq(beat)]
+        # S2 + extra: the stage where the checker's result for a frame's last beat is ready
+        extra = IcrcChecker.LATENCY - 3
 
         # ------------------------------------------------------------ output FIFOs and room
         beat_w = len(Cat(beat.as_value()))
         hdr_w = header_record_layout().size
         ver_w = verdict_layout().size
         hdr_beats = -(-HDR_CAP // nb)
-        frame_depth = hdr_beats + 4
+        # (+1 each: `room` is registered, so it counts the beat accepted in the cycle before)
+        frame_depth = hdr_beats + 6 + extra
         m.submodules.frame_fifo = frame_fifo = fifo.SyncFIFO(width=beat_w, depth=frame_depth)
         # the payload FIFOs also absorb the header-length lag of a downstream consumer that waits
         # for `hdr` (e.g. the deparser in a loopback) before it takes payload beats
-        pay_depth = max(4, (hdr_beats + 8) // 2)
+        pay_depth = max(4, (hdr_beats + 8) // 2) + 2 + extra
         m.submodules.pay_fifo0 = pay0 = fifo.SyncFIFO(width=beat_w, depth=pay_depth)
         m.submodules.pay_fifo1 = pay1 = fifo.SyncFIFO(width=beat_w, depth=pay_depth)
-        m.submodules.hdr_fifo = hdr_fifo = fifo.SyncFIFO(width=hdr_w, depth=4)
-        m.submodules.ver_fifo = ver_fifo = fifo.SyncFIFO(width=ver_w, depth=4)
+        hdr_depth, ver_depth = 6, 6 + extra
+        m.submodules.hdr_fifo = hdr_fifo = fifo.SyncFIFO(width=hdr_w, depth=hdr_depth)
+        m.submodules.ver_fifo = ver_fifo = fifo.SyncFIFO(width=ver_w, depth=ver_depth)
 
         # pipeline valid bits (declared here for the room computation)
         s1_v, s2_v = Signal(), Signal()
         s1_hv, s2_hv = Signal(), Signal()      # header event
         s1_ev, s2_ev = Signal(), Signal()      # end-of-frame event
         s1_pn, s2_pn = Signal(range(3)), Signal(range(3))   # payload beats (0..2)
+        # stage T (between S1 and S2, see there)
+        x_t = [Signal(name="t_v"), Signal(name="t_hv"), Signal(name="t_ev"),
+               Signal(range(3), name="t_pn")]
+        x_v = [Signal(name=f"s{3 + k}_v") for k in range(extra)]
+        x_ev = [Signal(name=f"s{3 + k}_ev") for k in range(extra)]
+        x_pn = [Signal(range(3), name=f"s{3 + k}_pn") for k in range(extra)]
+        # registered: room for one more beat in the next cycle, counting what is in the FIFOs
+        # and in flight now and the most the beat accepted now may push (reads ignored)
         room = Signal()
-        m.d.comb += room.eq(
-            (frame_fifo.level + s1_v + s2_v + 1 <= frame_depth)
-            & (pay0.level + pay1.level + s1_pn + s2_pn + 2 <= 2 * pay_depth - 1)
-            & (hdr_fifo.level + s1_hv + s2_hv + 1 <= 4)
-            & (ver_fifo.level + s1_ev + s2_ev + 1 <= 4))
+        m.d.sync += room.eq(
+            (frame_fifo.level + s1_v + x_t[0] + s2_v + sum(x_v) + acc + 1 <= frame_depth)
+            & (pay0.level + pay1.level + s1_pn + x_t[3] + s2_pn + sum(x_pn) + 2 * acc + 2
+               <= 2 * pay_depth - 1)
+            & (hdr_fifo.level + s1_hv + x_t[1] + s2_hv + acc + 1 <= hdr_depth)
+            & (ver_fifo.level + s1_ev + x_t[2] + s2_ev + sum(x_ev) + acc + 1 <= ver_depth))
         m.d.comb += self.i.ready.eq(room)
 
         # ------------------------------------------------------------ S0: position and capture
@@ -172,14 +189,16 @@ class Parser(wiring.Component):
 
         hbuf = [Signal(8, name=f"hbuf{g}") for g in range(HDR_CAP)]
         hcur = []
+        pos = BeatIndex(m, acc, beat.last)   # one-hot beat position: header bytes 1 LUT from FFs
         for g in range(HDR_CAP):
             b, lane = divmod(g, nb)
-            here = idx_c == b
+            here = pos.at(b)
             with m.If(acc & here):
                 m.d.sync += hbuf[g].eq(in_bytes[lane])
             cur = Signal(8, name=f"hcur{g}")
             m.d.comb += cur.eq(Mux(here, in_bytes[lane], hbuf[g]))
             hcur.append(cur)
+        pos.build()
 
         def cur_word(g, size):
             return Cat(*[hcur[g + i] for i in reversed(range(size))])
@@ -187,34 +206,45 @@ class Parser(wiring.Component):
         tpid = wf.ETH.ethertype
         vlan_c = cur_word(tpid.offset, tpid.size) == wf.ETHERTYPE_VLAN
 
-        def cur_field(f, rel):   # field at l2 + rel + f.offset, both tag variants
-            return Mux(vlan_c, cur_word(L2_TAGGED + rel + f.offset, f.size),
-                       cur_word(L2_UNTAGGED + rel + f.offset, f.size))
-
-        def cur_value(f, rel):
-            raw = cur_field(f, rel)
-            return raw[f.shift: f.shift + f.bits] if f.bits else raw
-
-        opcode_c = cur_value(wf.BTH.opcode, _BTH_AT)
-        padcnt_c = cur_value(wf.BTH.padcnt, _BTH_AT)
-        total_c = cur_field(wf.IPV4.total_length, 0)
-
-        # header length by opcode (untagged); an unknown opcode captures the maximum
-        hl_u = Signal(range(HDR_CAP + 1))
-        kk_c = Signal(range(HDR_CAP + 1))   # header bytes after the IPv4 header start + ICRC
-        m.d.comb += [hl_u.eq(HDR_CAP - wf.DOT1Q.size), kk_c.eq(BTH_END + _ICRC)]
-        with m.Switch(opcode_c):
-            for code, info in OPCODES.items():
-                with m.Case(code):
-                    m.d.comb += [hl_u.eq(L2_UNTAGGED + BTH_END + info.ext_len),
-                                 kk_c.eq(BTH_END + info.ext_len + _ICRC)]
+        # The header geometry is decoded from the opcode for both tag variants at once and
+        # selected by the tag last, so the decode does not wait for the tag comparison.
+        # Header length by opcode; an unknown opcode captures the maximum.
+        fit_beats = -(-HDR_CAP // nb) - 1   # beats that may end before the longest header
+        geo = {}
+        for v, l2v in ((0, L2_UNTAGGED), (1, L2_TAGGED)):
+            op = cur_word(l2v + _BTH_AT + wf.BTH.opcode.offset, wf.BTH.opcode.size)
+            pc = cur_word(l2v + _BTH_AT + wf.BTH.padcnt.offset, wf.BTH.padcnt.size)
+            pc = pc[wf.BTH.padcnt.shift: wf.BTH.padcnt.shift + wf.BTH.padcnt.bits]
+            total_v = cur_word(l2v + wf.IPV4.total_length.offset, wf.IPV4.total_length.size)
+            hl_v = Signal(range(HDR_CAP + 1), name=f"hl_v{v}")
+            kk_v = Signal(range(HDR_CAP + 1), name=f"kk_v{v}")   # hdr after IPv4 start + ICRC
+            fit_v = Signal(max(1, fit_beats), name=f"fit_v{v}")  # header complete by beat b
+            hl_max = HDR_CAP - wf.DOT1Q.size + l2v - L2_UNTAGGED
+            m.d.comb += [hl_v.eq(hl_max), kk_v.eq(BTH_END + _ICRC),
+                         fit_v.eq(Cat(*[Const(hl_max <= (b + 1) * nb)
+                                        for b in range(max(1, fit_beats))]))]
+            with m.Switch(op):
+                for code, info in OPCODES.items():
+                    hl = l2v + BTH_END + info.ext_len
+                    with m.Case(code):
+                        m.d.comb += [hl_v.eq(hl), kk_v.eq(BTH_END + info.ext_len + _ICRC),
+                                     fit_v.eq(Cat(*[Const(hl <= (b + 1) * nb)
+                                                    for b in range(max(1, fit_beats))]))]
+            plen_v = Signal(signed(LEN_BITS + 3), name=f"plen_v{v}")
+            m.d.comb += plen_v.eq(total_v - (pc + kk_v))
+            geo[v] = (hl_v, fit_v, plen_v)
         hl_c = Signal(range(HDR_CAP + 1))
-        m.d.comb += hl_c.eq(hl_u + Mux(vlan_c, wf.DOT1Q.size, 0))
+        fit_c = Signal(max(1, fit_beats))
+        m.d.comb += [hl_c.eq(Mux(vlan_c, geo[1][0], geo[0][0])),
+                     fit_c.eq(Mux(vlan_c, geo[1][1], geo[0][1]))]
 
         # header event: the beat that completes hdr_len bytes, or the frame's last beat
         hdr_sent = Signal()
         hdr_ev = Signal()
-        m.d.comb += hdr_ev.eq(acc & ~(hdr_sent & ~sof) & ((base_c + nb >= hl_c) | beat.last))
+        early = Cat(*[pos.at(b) for b in range(fit_beats)]).any() if fit_beats else Const(0)
+        complete = Cat(*[pos.at(b) & fit_c[b] for b in range(fit_beats)]).any() | ~early \
+            if fit_beats else Const(1)
+        m.d.comb += hdr_ev.eq(acc & ~(hdr_sent & ~sof) & (complete | beat.last))
         with m.If(acc):
             m.d.sync += hdr_sent.eq(Mux(beat.last, 0, hdr_ev | (hdr_sent & ~sof)))
 
@@ -225,7 +255,7 @@ class Parser(wiring.Component):
         # frame-end path (the last payload beat taken from the last input beat alone) is
         # finished in S1 from registered values. Both keep the header decode out of S0's paths.
         plen_c = Signal(signed(LEN_BITS + 3))
-        m.d.comb += plen_c.eq(total_c - (padcnt_c + kk_c))
+        m.d.comb += plen_c.eq(Mux(vlan_c, geo[1][2], geo[0][2]))
         hl_r = Signal(range(HDR_CAP + 1))
         plen_r = Signal(signed(LEN_BITS + 3))
         with m.If(acc):
@@ -367,7 +397,7 @@ class Parser(wiring.Component):
         words = [Mux(vlan1, Cat(hb[L2_TAGGED + o + 1], hb[L2_TAGGED + o]),
                      Cat(hb[L2_UNTAGGED + o + 1], hb[L2_UNTAGGED + o]))
                  for o in range(0, wf.IPV4.size, 2)]
-        csum_sum = tree_sum(words)   # folded and compared in S2 (keeps S1 shallow)
+        csum_terms = carry_save(words, LEN_BITS + 5, until=3)   # added in T, folded in S2
 
         ext_len = Signal(range(HDR_CAP))
         has_pay = Signal()
@@ -399,17 +429,50 @@ class Parser(wiring.Component):
             (udp["dport"] != wf.ROCEV2_UDP_PORT, Reason.UDP_PORT),
             (total < MIN_L3_LEN, Reason.IP_LENGTH),
         ]
-        padded = Signal(signed(LEN_BITS + 2))
-        m.d.comb += padded.eq(total - BTH_END - _ICRC - ext_len)
-        # group B: after the frame-length checks, up to PadCnt
-        # (UDP length, then the IPv4 checksum come first: resolved in S2, see below)
+        # (UDP length, then the IPv4 checksum come first in group B: resolved in S2, see below)
         udp_bad = udp["length"] != total - wf.IPV4.size
+        hl1 = Signal(range(HDR_CAP + 1))
+        m.d.comb += hl1.eq(L2_UNTAGGED + BTH_END + ext_len + Mux(vlan1, wf.DOT1Q.size, 0))
+
+        # ------------------------------------------------------------ S1 -> T registers
+        # T: the check conditions are registered before the priority selection (keeps S1 and
+        # T within the depth budget); the beats follow in step
+        t_v, t_hv, t_ev, t_pn = x_t
+        t_beat = Signal(beat_layout(w))
+        t_p0 = Signal(beat_layout(w))
+        t_p1 = Signal(beat_layout(w))
+        t_hbuf = Signal(8 * HDR_CAP)
+        t_ca = Signal(len(chain_a))
+        t_tver_bad = Signal()
+        t_known = Signal()
+        t_has_pay = Signal()
+        t_okind = Signal(Kind)
+        t_total = Signal(LEN_BITS)
+        t_ext_len = Signal(range(HDR_CAP))
+        t_padcnt = Signal(len(bth["padcnt"]))
+        t_udp_bad = Signal()
+        t_hl = Signal(range(HDR_CAP + 1))
+        t_cs = [Signal(LEN_BITS + 5, name=f"t_cs{j}") for j in range(len(csum_terms))]
+        m.d.sync += [t_v.eq(s1_v), t_hv.eq(s1_hv), t_ev.eq(s1_ev), t_pn.eq(s1_pn),
+                     t_beat.eq(s1_beat), t_p0.eq(s1_p0_full), t_p1.eq(s1_extra)]
+        with m.If(s1_hv):
+            m.d.sync += [t_hbuf.eq(s1_hbuf), t_ca.eq(Cat(*[c for c, _ in chain_a])),
+                         t_tver_bad.eq(bth["tver"] != 0), t_known.eq(known),
+                         t_has_pay.eq(has_pay), t_okind.eq(okind), t_total.eq(total),
+                         t_ext_len.eq(ext_len), t_padcnt.eq(bth["padcnt"]),
+                         t_udp_bad.eq(udp_bad), t_hl.eq(hl1),
+                         *[r.eq(v) for r, v in zip(t_cs, csum_terms, strict=True)]]
+
+        # ------------------------------------------------------------ T: reasons
+        padded = Signal(signed(LEN_BITS + 2))
+        m.d.comb += padded.eq(t_total - BTH_END - _ICRC - t_ext_len)
+        # group B: after the frame-length checks, up to PadCnt
         chain_b = [
-            (bth["tver"] != 0, Reason.TVER),
-            (~known, Reason.OPCODE),
+            (t_tver_bad, Reason.TVER),
+            (~t_known, Reason.OPCODE),
             (padded < 0, Reason.TRUNCATED),
-            (~has_pay & ((padded != 0) | (bth["padcnt"] != 0)), Reason.IP_LENGTH),
-            (has_pay & (bth["padcnt"] > padded), Reason.PADCNT),
+            (~t_has_pay & ((padded != 0) | (t_padcnt != 0)), Reason.IP_LENGTH),
+            (t_has_pay & (t_padcnt > padded), Reason.PADCNT),
         ]
 
         def first_of(chain):
@@ -417,10 +480,11 @@ class Parser(wiring.Component):
 
         reason_a = Signal(Reason)
         reason_b_rest = Signal(Reason)
-        m.d.comb += [reason_a.eq(first_of(chain_a)), reason_b_rest.eq(first_of(chain_b))]
+        m.d.comb += [reason_a.eq(first_of([(t_ca[j], r) for j, (_, r) in enumerate(chain_a)])),
+                     reason_b_rest.eq(first_of(chain_b))]
         not_roce = Cat(*[reason_a == r for r in sorted(NOT_ROCE, key=lambda r: r.value)]).any()
-        hl1 = Signal(range(HDR_CAP + 1))
-        m.d.comb += hl1.eq(L2_UNTAGGED + BTH_END + ext_len + Mux(vlan1, wf.DOT1Q.size, 0))
+        cs2 = carry_save(t_cs, LEN_BITS + 5)
+        csum_sum = cs2[0] + cs2[1] if len(cs2) > 1 else cs2[0]
 
         # ------------------------------------------------------------ S1 -> S2 registers
         s2_beat = Signal(beat_layout(w))
@@ -432,16 +496,16 @@ class Parser(wiring.Component):
         s2_udp_bad = Signal()
         s2_not_roce = Signal()
         s2_okind = Signal(Kind)
-        s2_csum = Signal(len(csum_sum))
+        s2_csum = Signal(LEN_BITS + 5)
         s2_hl = Signal(range(HDR_CAP + 1))
         s2_plen_raw = Signal(LEN_BITS)
-        m.d.sync += [s2_v.eq(s1_v), s2_hv.eq(s1_hv), s2_ev.eq(s1_ev), s2_pn.eq(s1_pn),
-                     s2_beat.eq(s1_beat), s2_p0.eq(s1_p0_full), s2_p1.eq(s1_extra)]
-        with m.If(s1_hv):
-            m.d.sync += [s2_hbuf.eq(s1_hbuf), s2_ra.eq(reason_a), s2_rb_rest.eq(reason_b_rest),
-                         s2_udp_bad.eq(udp_bad), s2_not_roce.eq(not_roce), s2_okind.eq(okind),
-                         s2_csum.eq(csum_sum), s2_hl.eq(hl1),
-                         s2_plen_raw.eq(padded - bth["padcnt"])]
+        m.d.sync += [s2_v.eq(t_v), s2_hv.eq(t_hv), s2_ev.eq(t_ev), s2_pn.eq(t_pn),
+                     s2_beat.eq(t_beat), s2_p0.eq(t_p0), s2_p1.eq(t_p1)]
+        with m.If(t_hv):
+            m.d.sync += [s2_hbuf.eq(t_hbuf), s2_ra.eq(reason_a), s2_rb_rest.eq(reason_b_rest),
+                         s2_udp_bad.eq(t_udp_bad), s2_not_roce.eq(not_roce),
+                         s2_okind.eq(t_okind), s2_csum.eq(csum_sum), s2_hl.eq(t_hl),
+                         s2_plen_raw.eq(padded - t_padcnt)]
 
         # ------------------------------------------------------------ S2: header classification
         s2_rb = Signal(Reason)
@@ -467,6 +531,21 @@ class Parser(wiring.Component):
         rb2 = Mux(s2_hv, s2_rb, cur_rb)
         with m.If(s2_hv):
             m.d.sync += [cur_kind.eq(s2_kind), cur_ra.eq(s2_ra), cur_rb.eq(s2_rb)]
+
+        # ------------------------------------------------------------ S3..: wait for the checker
+        # frame beats, payload beats and the header-time classification travel `extra` more
+        # stages, to where the checker's result of a last beat is (IcrcChecker.LATENCY)
+        is_data = kind2 == Kind.DATA
+        push0 = is_data & (s2_pn != 0)
+        push1 = is_data & (s2_pn == 2)
+        st = dict(v=s2_v, ev=s2_ev, pn=s2_pn, beat=s2_beat, p0=s2_p0, p1=s2_p1, push0=push0,
+                  push1=push1, ra=ra2, rb=rb2, kind=kind2)
+        for k in range(extra):
+            nxt = {n: Signal.like(v, name=f"s{3 + k}_{n}") for n, v in st.items()}
+            nxt["v"], nxt["ev"], nxt["pn"] = x_v[k], x_ev[k], x_pn[k]
+            m.d.sync += [nxt[n].eq(v) for n, v in st.items()]
+            st = nxt
+        ra2, rb2, kind2 = st["ra"], st["rb"], st["kind"]
 
         res = checker.o.payload
         final_reason = Signal(Reason)
@@ -532,18 +611,16 @@ class Parser(wiring.Component):
         ver = Signal(verdict_layout())
         m.d.comb += [ver.kind.eq(final_kind), ver.reason.eq(final_reason),
                      ver.frame_len.eq(res.frame_len),
-                     ver_fifo.w_en.eq(s2_ev), ver_fifo.w_data.eq(ver)]
+                     ver_fifo.w_en.eq(st["ev"]), ver_fifo.w_data.eq(ver)]
 
-        m.d.comb += [frame_fifo.w_en.eq(s2_v), frame_fifo.w_data.eq(s2_beat)]
+        m.d.comb += [frame_fifo.w_en.eq(st["v"]), frame_fifo.w_data.eq(st["beat"])]
 
         # payload: two interleaved FIFOs so that two beats can be pushed in one cycle
-        is_data = kind2 == Kind.DATA
         p0 = Signal(beat_layout(w))
         p1 = Signal(beat_layout(w))
-        m.d.comb += [p0.eq(s2_p0), p1.eq(s2_p1),
-                     p0.error.eq(s2_p0.last & bad), p1.error.eq(bad)]
-        push0 = is_data & (s2_pn != 0)
-        push1 = is_data & (s2_pn == 2)
+        m.d.comb += [p0.eq(st["p0"]), p1.eq(st["p1"]),
+                     p0.error.eq(st["p0"].last & bad), p1.error.eq(bad)]
+        push0, push1 = st["push0"], st["push1"]
         wsel = Signal()
         with m.If(wsel):
             m.d.comb += [pay1.w_en.eq(push0), pay1.w_data.eq(p0),
