@@ -1,7 +1,7 @@
 """Aggregation control path: what happens to each frame, given its parsed header.
 
 :class:`AggControl` implements steps 1-6 of the reference model (:mod:`netreduce.sim.model.engine`,
-whose docstring and decisions D1-D16 are the specification) for everything except payload
+whose docstring and decisions D1-D20 are the specification) for everything except payload
 arithmetic and frame bytes: flow lookup, job state and the enable sequencer (D9), slot state, the
 per-frame decision, in-order release, ACK/NAK snooping with freeing, and the CNP rate limiter. It
 is bit-exact with the model: every frame gets the model's disposition, the model's release
