@@ -288,10 +288,10 @@ class NetReduceEngine(wiring.Component):
         # ------------------------------------------------------------ storage
         m.submodules.hdr_store = hstore = HeaderStore(self.slots, self.max_world)
         fwd = []
-        # with lanes a port's TX carries its results at up to a beat per cycle: its forward
-        # queue holds 8 ACK-sized frames (128 bytes each) so that ACKs waiting for the TX do not
-        # stall the port's contributions behind them
-        fwd_depth = 4 if self.lanes == 1 else max(4, 8 * -(-128 // nb))
+        # a port's TX carries its results at up to a beat per cycle: its forward queue holds 8
+        # ACK-sized frames (128 bytes each) so that ACKs waiting for the TX do not stall the
+        # contributions behind them (with one lane, every port's)
+        fwd_depth = max(4, 8 * -(-128 // nb))
         for k in range(P):
             q, q_w, _ = _fifo(m, f"fwd{k}", beat_l, fwd_depth)
             fwd.append((q, q_w))
