@@ -32,6 +32,7 @@ from netreduce.sim.cocotb import build, run, simulator_missing
 from netreduce.sim.cocotb.runner import generate_cached
 from netreduce.sim.model.engine import Engine
 from netreduce.sim.model.kit import RingJob
+from netreduce.sim.verif.scoreboard import WriteRecorder
 from netreduce.sw_driver.control import EngineControl
 
 from netreduce.regmap import Op
@@ -39,24 +40,12 @@ from netreduce.regmap import Op
 PARAMS = dict(ports=1, jobs=2, flows=64, slots=64, max_world=32, pmtu_max=4096, data_width=512)
 
 
-class _Rec:
-    def __init__(self, eng, ops):
-        self.eng, self.ops = eng, ops
-
-    def read(self, a):
-        return self.eng.bus.read(a)
-
-    def write(self, a, v):
-        self.eng.bus.write(a, v)
-        self.ops.append([a, v])
-
-
 def scenario(n: int, pmtu: int, indices: int, seed: int = 1) -> dict:
     eng = Engine(**{k: v for k, v in PARAMS.items() if k != "data_width"})
     ops: list = []
     job = RingJob(job=0, world=n, window=PARAMS["slots"], slot_base=0, pmtu=pmtu,
                   op=Op.SUM_WRAP)
-    EngineControl(_Rec(eng, ops)).add_job(job.config())
+    EngineControl(WriteRecorder(eng.bus, ops)).add_job(job.config())
     ops.append(["sync", 0, eng.regmap.addr("JOB.STATUS", 0)])
     rng = random.Random(seed)
     frames, out, completing, keys = [], [], [], []

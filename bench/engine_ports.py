@@ -38,6 +38,7 @@ from netreduce.sim.model.engine import Engine
 from netreduce.sim.model.kit import RingJob
 from netreduce.sim.rtl.backend import engine_top
 from netreduce.sim.rtl.fastsim import FastSim, verilator_missing
+from netreduce.sim.verif.scoreboard import WriteRecorder, flow_of
 from netreduce.sw_driver.control import EngineControl
 
 from netreduce.regmap import ALL_GLOBAL_COUNTERS, Op, build_regmap
@@ -48,29 +49,6 @@ SLOTS = 64
 def params_for(ports: int, width: int) -> dict:
     return dict(ports=ports, lanes=ports, jobs=2, flows=64, slots=SLOTS, max_world=32,
                 pmtu_max=4096, data_width=width)
-
-
-def flow_of(port: int, f: bytes):
-    """Output flow key: (port, destination IPv4, DestQP, kind) for RoCE, else (port, 'other')."""
-    l2 = 18 if f[12:14] == b"\x81\x00" else 14
-    if len(f) >= l2 + 40 and f[l2 + 9] == 17 and f[l2 + 22:l2 + 24] == b"\x12\xb7":
-        kind = "ctrl" if f[l2 + 28] in (0x11, 0x81) else "data"
-        return (port, f[l2 + 16:l2 + 20], f[l2 + 33:l2 + 36], kind)
-    return (port, "other")
-
-
-class _Rec:
-    """The model's bus, every write recorded for the RTL."""
-
-    def __init__(self, eng, ops):
-        self.eng, self.ops = eng, ops
-
-    def read(self, a):
-        return self.eng.bus.read(a)
-
-    def write(self, a, v):
-        self.eng.bus.write(a, v)
-        self.ops.append((a, v))
 
 
 class Compare:
@@ -108,7 +86,7 @@ def point(top, P: int, n: int, pmtu: int, indices: int, width: int, seed: int = 
     eng = Engine(**{k: v for k, v in prm.items() if k != "data_width"}, data_width=width)
     ops: list = []
     job = RingJob(job=0, world=n, window=SLOTS, slot_base=0, pmtu=pmtu, op=Op.SUM_WRAP)
-    EngineControl(_Rec(eng, ops)).add_job(job.config())
+    EngineControl(WriteRecorder(eng.bus, ops)).add_job(job.config())
     rng = np.random.default_rng(seed)
     cmp = Compare()
     beats = [0] * P

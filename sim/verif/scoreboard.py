@@ -207,6 +207,21 @@ class RecordingEngine:
         return getattr(self.engine, name)
 
 
+class WriteRecorder:
+    """A register bus that passes reads and writes to ``bus`` and appends every write to ``ops``
+    as ``(addr, value)``: a model's configuration, to be replayed on the RTL."""
+
+    def __init__(self, bus, ops: list):
+        self.bus, self.ops = bus, ops
+
+    def read(self, addr: int) -> int:
+        return self.bus.read(addr)
+
+    def write(self, addr: int, value: int) -> None:
+        self.bus.write(addr, value)
+        self.ops.append((addr, value))
+
+
 class _RecordingBus:
     def __init__(self, rec: RecordingEngine):
         self._rec = rec

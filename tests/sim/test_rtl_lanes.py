@@ -21,7 +21,7 @@ from netreduce.sim.model import Engine
 from netreduce.sim.model.kit import RingJob
 from netreduce.sim.rtl.backend import engine_top
 from netreduce.sim.rtl.fastsim import FastSim, verilator_missing
-from netreduce.sim.verif.scoreboard import flow_of
+from netreduce.sim.verif.scoreboard import WriteRecorder, flow_of
 from netreduce.sw_driver.control import EngineControl
 
 from netreduce.regmap import ALL_GLOBAL_COUNTERS, JOB_COUNTERS, Op, build_regmap
@@ -38,18 +38,6 @@ BIG = 2**31 - 1
 @functools.cache
 def _top():
     return engine_top(PARAMS)
-
-
-class _Rec:
-    def __init__(self, eng, ops):
-        self.eng, self.ops = eng, ops
-
-    def read(self, a):
-        return self.eng.bus.read(a)
-
-    def write(self, a, v):
-        self.eng.bus.write(a, v)
-        self.ops.append((a, v))
 
 
 def _port(job, r):
@@ -72,7 +60,7 @@ def test_two_ports_loaded_at_once_lanes():
     eng = Engine(**{k: v for k, v in PARAMS.items() if k != "data_width"},
                  data_width=PARAMS["data_width"])
     ops: list = []
-    ctl = EngineControl(_Rec(eng, ops))
+    ctl = EngineControl(WriteRecorder(eng.bus, ops))
     for j in (A, B):
         ctl.add_job(j.config())
     x = _payloads(np.random.default_rng(17))
