@@ -33,8 +33,9 @@ def test_default_limits_agree_with_the_engine():
 
 
 def test_board_build_is_consistent():
-    shell = BoardShell(VCU118Platform(), EngineCore(2, netlist="instance"), ports=[0, 1])
-    _never_elaborated(shell)
+    core = EngineCore(2, netlist="instance")
+    shell = BoardShell(VCU118Platform(), core, ports=[0, 1])
+    _never_elaborated(shell, core)
     lim = shell.limits
     assert shell.rx_fifo_depth == shell.tx_fifo_depth == lim.fifo_depth
     for c in shell.ports:
