@@ -31,7 +31,7 @@ from netreduce.wire.view import DPORT_AT, DST_IP_AT, IPV4_OFF, PROTO_AT
 
 from .csr.axil import AXI4LiteSignature
 from .mgmt import MGMT_COUNTERS, MgmtAgent
-from .stream import beat_layout, beat_signature, check_data_width, keep_count
+from .stream import LookAhead, beat_layout, beat_signature, check_data_width
 
 _IPV4_IHL5 = 0x45  # IPv4 version 4, IHL 5 (no options)
 
@@ -94,41 +94,9 @@ class MgmtSplitter(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         w, D = self.width, self.depth
-        nb = w // 8
-        bl = beat_layout(w)
-        buf = [Signal(bl, name=f"buf{j}") for j in range(D)]
-        count = Signal(range(D + 1))
-        in_first = Signal(init=1)  # the next input beat starts a frame
-
-        push, pop = Signal(), Signal()
-        m.d.comb += [self.i.ready.eq((count < D) | pop), push.eq(self.i.valid & self.i.ready)]
-        inc = Signal(bl)
-        m.d.comb += [inc.eq(self.i.payload), inc.first.eq(in_first)]
-        with m.If(push):
-            m.d.sync += in_first.eq(self.i.payload.last)
-        for j in range(D):
-            with m.If(pop):
-                if j + 1 < D:
-                    m.d.sync += buf[j].eq(buf[j + 1])
-                with m.If(push & (count == j + 1)):
-                    m.d.sync += buf[j].eq(inc)
-            with m.Elif(push & (count == j)):
-                m.d.sync += buf[j].eq(inc)
-        m.d.sync += count.eq(count + push - pop)
-
         # ---- the match, from the head beat (a frame's first) and the beats behind it
-        def byte(i: int):
-            return buf[i // nb].data.word_select(i % nb, 8)
-
-        def be16(i: int):
-            return Cat(byte(i + 1), byte(i))
-
-        ends = [buf[j].last & (count > j) for j in range(D)]
-        ended = Cat(*ends).any()
-        n = Signal(range(D * nb + 1))  # frame length if it ends inside the window
-        for j in reversed(range(D)):
-            with m.If(ends[j]):
-                m.d.comb += n.eq(j * nb + keep_count(buf[j].keep))
+        win = LookAhead(m, self.i, w, D)
+        byte, be16, n, ended, pop = win.byte, win.be16, win.n, win.ended, win.pop
 
         def shorter(x: int):
             return ended & (n < x)
@@ -149,9 +117,7 @@ class MgmtSplitter(wiring.Component):
             (be16(et) == ETHERTYPE_IPV4) & l3_rule(IPV4_OFF)))
 
         # ---- routing: the decision is taken once per frame and held (stable while stalled)
-        head = buf[0]
-        decidable = (count == D) | ended
-        head_ok = (count != 0) & (~head.first | decidable)
+        head, head_ok = win.head, win.head_ok
         held, route = Signal(), Signal()
         to_mgmt = Mux(held, route, live)
         with m.If(head_ok & ~held):

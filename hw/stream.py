@@ -21,12 +21,12 @@ A stream of these beats is :func:`beat_signature` (``amaranth.lib.stream``, read
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Mux, Value
+from amaranth.hdl import Cat, Mux, Signal, Value
 from amaranth.lib import data, stream
 
 __all__ = [
     "DEFAULT_DATA_WIDTH", "beat_layout", "beat_signature", "keep_count", "keep_from_count",
-    "bytes_of", "check_data_width", "tree_sum", "first_match",
+    "bytes_of", "check_data_width", "tree_sum", "first_match", "LookAhead",
 ]
 
 DEFAULT_DATA_WIDTH = 512
@@ -108,3 +108,57 @@ def first_match(pairs, default) -> Value:
     half = len(pairs) // 2
     lo, hi = pairs[:half], pairs[half:]
     return Mux(Cat(*[c for c, _ in lo]).any(), first_match(lo, default), first_match(hi, default))
+
+
+class LookAhead:
+    """A shift window over the next ``depth`` beats of the beat stream ``i``, built into ``m``, so
+    that a frame can be classified from its first ``depth * width / 8`` bytes before its head
+    beat leaves. ``i`` is taken whenever the window has room or its head leaves.
+
+    * ``buf[0]`` (``head``) is the oldest beat; ``first`` is set on every beat that starts a frame.
+    * ``pop`` (driven by the caller): the head beat leaves this cycle.
+    * ``byte(k)`` / ``be16(k)``: byte ``k`` of the window / the big-endian 16-bit field there.
+    * ``ended``: a frame's last beat is inside the window; ``n`` its length in bytes then.
+    * ``head_ok``: the head is valid and, at a frame's first beat, enough of the frame is in the
+      window to decide it (the window is full or the frame ended).
+    """
+
+    def __init__(self, m, i, width: int, depth: int):
+        nb, D = width // 8, depth
+        bl = beat_layout(width)
+        self.nb = nb
+        self.buf = buf = [Signal(bl, name=f"buf{j}") for j in range(D)]
+        count = Signal(range(D + 1))
+        in_first = Signal(init=1)  # the next input beat starts a frame
+        push, self.pop = Signal(), Signal()
+        pop = self.pop
+        m.d.comb += [i.ready.eq((count < D) | pop), push.eq(i.valid & i.ready)]
+        inc = Signal(bl)
+        m.d.comb += [inc.eq(i.payload), inc.first.eq(in_first)]
+        with m.If(push):
+            m.d.sync += in_first.eq(i.payload.last)
+        for j in range(D):
+            with m.If(pop):
+                if j + 1 < D:
+                    m.d.sync += buf[j].eq(buf[j + 1])
+                with m.If(push & (count == j + 1)):
+                    m.d.sync += buf[j].eq(inc)
+            with m.Elif(push & (count == j)):
+                m.d.sync += buf[j].eq(inc)
+        m.d.sync += count.eq(count + push - pop)
+
+        ends = [buf[j].last & (count > j) for j in range(D)]
+        self.ended = Cat(*ends).any()
+        self.n = Signal(range(D * nb + 1))
+        for j in reversed(range(D)):
+            with m.If(ends[j]):
+                m.d.comb += self.n.eq(j * nb + keep_count(buf[j].keep))
+        self.head = buf[0]
+        decidable = (count == D) | self.ended
+        self.head_ok = (count != 0) & (~self.head.first | decidable)
+
+    def byte(self, k: int):
+        return self.buf[k // self.nb].data.word_select(k % self.nb, 8)
+
+    def be16(self, k: int):
+        return Cat(self.byte(k + 1), self.byte(k))

@@ -26,7 +26,7 @@ from netreduce.wire.linklocal import (
     LinkLocal,
 )
 
-from ..stream import beat_layout, beat_signature, check_data_width, keep_count
+from ..stream import LookAhead, beat_signature, check_data_width
 
 __all__ = ["LL_COUNTERS", "LinkLocalFilter", "LinkLocalHooks", "attach_linklocal",
            "pause_layout"]
@@ -74,39 +74,8 @@ class LinkLocalFilter(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         w, D = self.width, self.depth
-        nb = w // 8
-        bl = beat_layout(w)
-        buf = [Signal(bl, name=f"buf{j}") for j in range(D)]
-        count = Signal(range(D + 1))
-        in_first = Signal(init=1)
-        push, pop = Signal(), Signal()
-        m.d.comb += [self.i.ready.eq((count < D) | pop), push.eq(self.i.valid & self.i.ready)]
-        inc = Signal(bl)
-        m.d.comb += [inc.eq(self.i.payload), inc.first.eq(in_first)]
-        with m.If(push):
-            m.d.sync += in_first.eq(self.i.payload.last)
-        for j in range(D):
-            with m.If(pop):
-                if j + 1 < D:
-                    m.d.sync += buf[j].eq(buf[j + 1])
-                with m.If(push & (count == j + 1)):
-                    m.d.sync += buf[j].eq(inc)
-            with m.Elif(push & (count == j)):
-                m.d.sync += buf[j].eq(inc)
-        m.d.sync += count.eq(count + push - pop)
-
-        def byte(i: int):
-            return buf[i // nb].data.word_select(i % nb, 8)
-
-        def be16(i: int):
-            return Cat(byte(i + 1), byte(i))
-
-        ends = [buf[j].last & (count > j) for j in range(D)]
-        ended = Cat(*ends).any()
-        n = Signal(range(D * nb + 1))
-        for j in reversed(range(D)):
-            with m.If(ends[j]):
-                m.d.comb += n.eq(j * nb + keep_count(buf[j].keep))
+        win = LookAhead(m, self.i, w, D)
+        byte, be16, n, ended, pop = win.byte, win.be16, win.n, win.ended, win.pop
 
         def atleast(x: int):
             return ~(ended & (n < x))
@@ -134,9 +103,7 @@ class LinkLocalFilter(wiring.Component):
             m.d.comb += req.quanta[p].eq(Mux(is_pause, be16(16), be16(18 + 2 * p)))
 
         # ---- one decision per frame, held until its last beat leaves
-        head = buf[0]
-        decidable = (count == D) | ended
-        head_ok = (count != 0) & (~head.first | decidable)
+        head, head_ok = win.head, win.head_ok
         held = Signal()
         hkind = Signal(LinkLocal)
         hreq = Signal(pause_layout())
