@@ -18,6 +18,10 @@ Engine sets (``--sets``):
 * ``vcu108-1p`` / ``vcu108-2p``: the VCU108 build parameters
   (:data:`netreduce.hw.boards.project.BOARD_PARAMS`: 512 slots, max_world 32; the xcvu095 has no
   URAM) on the xcvu095 (``xcu``);
+* ``lanes-2p`` / ``lanes-4p``: per-port contribution lanes (``lanes = ports``) with 2 / 4 ports
+  on the xcvu9p, 512 slots x max_world 32 / 256 slots x max_world 64 (docs/engine.md's lane
+  memory table: one SLR each); ``vcu108-lanes-2p``: 2 lanes on the xcvu095, 256 slots x
+  max_world 32;
 * ``ci-small``: the CI parameter set (64 bits, 1 port, 8 slots) on the xcvu9p.
 
 Usage::
@@ -52,6 +56,12 @@ SETS = {
     "default-2p": ("xcup", {"ports": 2}),
     "vcu108-1p": ("xcu", dict(BOARD_PARAMS["vcu108"], ports=1)),
     "vcu108-2p": ("xcu", dict(BOARD_PARAMS["vcu108"], ports=2)),
+    # per-port contribution lanes (lanes = ports, docs/engine.md "Every port at line rate") with
+    # the memory sizes of docs/engine.md's lane memory table: one SLR of the xcvu9p each; on the
+    # xcvu095 256 slots (4 block-RAM copies of the slot memory)
+    "lanes-2p": ("xcup", dict(ports=2, lanes=2, slots=512, max_world=32)),
+    "lanes-4p": ("xcup", dict(ports=4, lanes=4, slots=256, max_world=64)),
+    "vcu108-lanes-2p": ("xcu", dict(BOARD_PARAMS["vcu108"], ports=2, lanes=2, slots=256)),
     # the CI parameter set of tests/hw/test_boards_estimate.py (64 bits, 8 slots): minutes, not
     # hours, so its per-block figures follow every design change
     "ci-small": ("xcup", dict(data_width=64, ports=1, jobs=2, flows=8, slots=8, pmtu_max=256,
