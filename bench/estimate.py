@@ -95,7 +95,7 @@ def _brief(e: Estimate) -> dict:
     return d
 
 
-def run_set(name: str, out: Path, command: str, timeout: float) -> dict:
+def run_set(name: str, out: Path, command: str, timeout: float, skip=()) -> dict:
     family, params = SETS[name]
     cap = type(platform_for(BOARD[family])).capacity
     p = dict({"data_width": 512}, **params)
@@ -107,7 +107,11 @@ def run_set(name: str, out: Path, command: str, timeout: float) -> dict:
     t0 = time.monotonic()
 
     def progress(label, r):
-        if isinstance(r, Estimate):
+        if r == "skipped":
+            entry["blocks"][label] = {"skipped": "not run (--skip): the set's command without "
+                                                 "--skip runs it"}
+            print(f"  {name} {label:16s} skipped", flush=True)
+        elif isinstance(r, Estimate):
             entry["blocks"][label] = _brief(r)
             print(f"  {name} {label:16s} LUT={r.resources['LUT']} FF={r.resources['FF']} "
                   f"BRAM36={r.resources['BRAM36']} URAM={r.resources['URAM']} "
@@ -121,12 +125,16 @@ def run_set(name: str, out: Path, command: str, timeout: float) -> dict:
     print(f"{name}: {family} {cap.part} {p} (design {entry['design_digest']})", flush=True)
     try:
         total, _ = estimate_design("core", family=family, capacity=cap, timeout=timeout,
-                                   progress=progress, **p)
+                                   progress=progress, skip=skip, **p)
         entry.update(status="ok", total=_brief(total), yosys=total.yosys,
                      logic_depth={k: entry["blocks"][k]["logic_depth"] for k in CRITICAL
                                   if k in entry["blocks"]})
     except YosysError as e:
-        entry.update(status="error", error=str(e)[-2000:])
+        skipped = [k for k, b in entry["blocks"].items() if "skipped" in b]
+        if skipped and not any("error" in b for b in entry["blocks"].values()):
+            entry.update(status="partial", not_run=skipped)
+        else:
+            entry.update(status="error", error=str(e)[-2000:])
     entry["wall_seconds"] = round(time.monotonic() - t0, 1)
     _store_engine(out, entry)
     if entry["status"] == "ok":
@@ -165,6 +173,9 @@ def main(argv=None):
     ap.add_argument("--runs", default="", help="single designs design:family,...")
     ap.add_argument("--data-width", type=int, default=512, help="for --runs")
     ap.add_argument("--timeout", type=float, default=7200, help="seconds per Yosys run")
+    ap.add_argument("--skip", default="",
+                    help="engine block labels not to synthesise unless cached (e.g. bank,ctl,"
+                         "ctl.ft: the slow ones); such a set is recorded as partial")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--markdown", action="store_true",
                     help="print the README tables from --out and exit (no Yosys run)")
@@ -178,7 +189,8 @@ def main(argv=None):
     for name in [s for s in args.sets.split(",") if s]:
         if name not in SETS:
             ap.error(f"unknown set {name!r}; expected one of {sorted(SETS)}")
-        run_set(name, args.out, command.strip(), args.timeout)
+        run_set(name, args.out, command.strip(), args.timeout,
+                skip=[b for b in args.skip.split(",") if b])
     for run in [r for r in args.runs.split(",") if r]:
         design, _, family = run.partition(":")
         run_design(design, family or "xcup", args.out, command.strip(), args.data_width,

@@ -367,7 +367,7 @@ def estimate_verilog(verilog: str, top: str, *, family: str = "xcup", design: st
 def estimate_rtlil(rtlil: str, top: str, *, family: str = "xcup", design: str | None = None,
                    capacity=None, workdir=None, timeout: float = 3600,
                    params: dict | None = None, blackboxes: tuple[str, ...] = (),
-                   cache: bool = True) -> Estimate:
+                   cache: bool = True, cached_only: bool = False) -> Estimate | None:
     """Like :func:`estimate_verilog` for Amaranth's RTLIL (``amaranth.back.rtlil``), which the
     native Yosys reads directly: no Verilog conversion (Amaranth's own WebAssembly Yosys takes
     many minutes on the 512-bit engine).
@@ -375,7 +375,8 @@ def estimate_rtlil(rtlil: str, top: str, *, family: str = "xcup", design: str | 
     With ``cache`` the result is kept in ``cache_dir("estimate")`` keyed by the SHA-256 of the
     RTLIL text, top, family, Yosys version and :data:`SCRIPT_VERSION`: a rerun of an unchanged
     block is instant and gives the same figures (the stored :class:`Estimate`, with the
-    ``seconds`` of the run that made it).
+    ``seconds`` of the run that made it). ``cached_only``: None instead of a Yosys run when
+    there is no cached result.
     """
     _, version = find_yosys()
     key = hashlib.sha256(json.dumps([rtlil, top, family, version, SCRIPT_VERSION,
@@ -389,6 +390,8 @@ def estimate_rtlil(rtlil: str, top: str, *, family: str = "xcup", design: str | 
         est.device = capacity.as_dict() if capacity is not None else None
         est.utilisation = _utilisation(est.resources, capacity)
         return est
+    if cached_only:
+        return None
     est = _run_yosys(rtlil, "design.il", "read_rtlil", _rtlil_id(top), family=family,
                      design=design or top, capacity=capacity, workdir=workdir,
                      timeout=timeout, params=params, blackboxes=blackboxes)
@@ -421,11 +424,12 @@ def estimate(component, *, name: str = "top", family: str = "xcup", capacity=Non
 
 
 def estimate_design(spec: str, *, family: str = "xcup", capacity=None, timeout: float = 7200,
-                    progress=None, **params) -> tuple[Estimate, dict]:
+                    progress=None, skip=(), **params) -> tuple[Estimate, dict]:
     """Estimate the design ``spec`` (:func:`make_design`) with build parameters ``params``.
 
     ``core`` (the engine) goes block by block through :func:`estimate_blocks` and returns
-    ``(total, blocks)``; anything else is one :func:`estimate` run (``blocks`` empty). The
+    ``(total, blocks)`` (``skip``: block labels not to run, see :func:`estimate_blocks`); anything
+    else is one :func:`estimate` run (``blocks`` empty). The
     total's ``params`` hold the parameters and ``design_digest`` (:func:`design_digest`) of an
     engine. Raises :class:`YosysError` if a block fails (the message names it).
     """
@@ -435,7 +439,8 @@ def estimate_design(spec: str, *, family: str = "xcup", capacity=None, timeout: 
         rec = dict(kw, design_digest=design_digest(kw))
         path = engine_rtlil(kw)
         total, blocks = estimate_blocks(path.read_text(), family=family, capacity=capacity,
-                                        timeout=timeout, params=rec, progress=progress)
+                                        timeout=timeout, params=rec, progress=progress,
+                                        skip=skip)
         if total is None:
             bad = {k: v for k, v in blocks.items() if not isinstance(v, Estimate)}
             raise YosysError(f"core: blocks {sorted(bad)} failed: "
@@ -755,12 +760,14 @@ def sum_estimates(parts: list[Estimate], *, design: str, capacity=None,
 
 def estimate_blocks(rtlil_text: str, *, family: str = "xcup", capacity=None,
                     timeout: float = 7200, params: dict | None = None, top: str = ENGINE_TOP,
-                    progress=None) -> tuple[Estimate | None, dict]:
+                    progress=None, skip=()) -> tuple[Estimate | None, dict]:
     """Estimate the engine RTLIL block by block (see the section comment above).
 
     Returns ``(total, blocks)``: ``blocks`` maps each label to its :class:`Estimate` or to the
     error text of a block that failed or timed out; ``total`` is :func:`sum_estimates` of all
     blocks, or None if one failed. ``progress(label, result)`` is called after every block.
+    Blocks whose label is in ``skip`` are not run (no Yosys; a cached result is still used):
+    their entry is the text "skipped", and ``total`` is None.
     """
     mods = split_rtlil(rtlil_text)
     parts = engine_blocks(mods, top)
@@ -774,8 +781,8 @@ def estimate_blocks(rtlil_text: str, *, family: str = "xcup", capacity=None,
         try:
             est = estimate_rtlil(text, BLOCK_TOP, family=family, design=label,
                                  capacity=capacity, timeout=timeout, params=params,
-                                 blackboxes=boxes)
-            blocks[label] = est
+                                 blackboxes=boxes, cached_only=label in skip)
+            blocks[label] = "skipped" if est is None else est
         except YosysError as e:
             blocks[label] = str(e)[-2000:]
         if progress is not None:
