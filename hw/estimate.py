@@ -437,7 +437,8 @@ def estimate_design(spec: str, *, family: str = "xcup", capacity=None, timeout: 
     if spec == "core":
         kw = _engine_kw(p)
         rec = dict(kw, design_digest=design_digest(kw))
-        path = engine_rtlil(kw)
+        # a device without UltraRAM gets the block-RAM style, as its board build does
+        path = engine_rtlil(kw, ram_style="block" if family == "xcu" else "ultra")
         total, blocks = estimate_blocks(path.read_text(), family=family, capacity=capacity,
                                         timeout=timeout, params=rec, progress=progress,
                                         skip=skip)
@@ -620,18 +621,20 @@ def no_zero_meminit():
         yield
 
 
-def engine_rtlil(params: dict | None = None) -> Path:
-    """RTLIL of the engine (module ``netreduce_engine``) for ``params``, cached in
-    ``cache_dir("rtlil")`` by :func:`design_digest`; all-zero memory contents are left out
-    (:func:`no_zero_meminit`)."""
+def engine_rtlil(params: dict | None = None, ram_style: str = "ultra") -> Path:
+    """RTLIL of the engine (module ``netreduce_engine``) for ``params``, its large RAMs in
+    ``ram_style`` (:func:`netreduce.hw.rams.large_ram_style`), cached in ``cache_dir("rtlil")``
+    by :func:`design_digest`; all-zero memory contents are left out (:func:`no_zero_meminit`)."""
     from amaranth.back import rtlil
 
     from .engine import engine_for
+    from .rams import large_ram_style
 
-    path = cache_dir("rtlil") / f"engine-{RTLIL_VERSION}-{design_digest(params)}.il"
+    style = "" if ram_style == "ultra" else f"-{ram_style}"
+    path = cache_dir("rtlil") / f"engine-{RTLIL_VERSION}-{design_digest(params)}{style}.il"
     if path.exists():
         return path
-    with no_zero_meminit():
+    with no_zero_meminit(), large_ram_style(ram_style):
         text = rtlil.convert(engine_for(**(params or {})), name=ENGINE_TOP, emit_src=False)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
