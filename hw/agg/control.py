@@ -456,8 +456,12 @@ class AggControl(wiring.Component):
         hdr, dec_o = hdr_skid.o, dec_skid.i
         advance = Signal()
         block4 = Signal()
-        v1, v2, v3, v4 = (Signal(name=f"v{i}") for i in range(1, 5))
-        h1, h2, h3, h4 = (Signal(self.hdr_layout, name=f"h{i}") for i in range(1, 5))
+        # stages 1..S: the flow lookup (the key is compared from the input register, stage 0;
+        # S = the table's lookup latency); stage S + 1: decide
+        S = ft.lk_latency
+        vs = [Signal(name=f"v{i}") for i in range(1, S + 2)]
+        hs = [Signal(self.hdr_layout, name=f"h{i}") for i in range(1, S + 2)]
+        h3, v4, h4 = hs[S - 1], vs[S], hs[S]
         ov = Signal()  # output register valid
         m.d.comb += [
             hdr.ready.eq(advance & ~quiesce),
@@ -465,16 +469,18 @@ class AggControl(wiring.Component):
             advance.eq((~ov | dec_o.ready) & ~(v4 & block4)),
         ]
         with m.If(advance):
-            m.d.sync += [v1.eq(hdr.valid & hdr.ready), h1.eq(hdr.payload),
-                         v2.eq(v1), h2.eq(h1), v3.eq(v2), h3.eq(h2), v4.eq(v3), h4.eq(h3)]
-        pipe_empty = ~(v1 | v2 | v3 | v4)
+            m.d.sync += [vs[0].eq(hdr.valid & hdr.ready), hs[0].eq(hdr.payload)]
+            m.d.sync += [vs[i].eq(vs[i - 1]) for i in range(1, S + 1)]
+            m.d.sync += [hs[i].eq(hs[i - 1]) for i in range(1, S + 1)]
+        pipe_empty = ~Cat(*vs).any()
 
         def is_ctrl(h):
             return (h.opcode == OP_ACK) | (h.opcode == OP_CNP)
 
-        # stage 1: CAM compare; stage 2: encode + entry RAM; stage 3: results
-        m.d.comb += [ft.lk_en.eq(advance), ft.lk_ip.eq(h1.src_ip), ft.lk_qpn.eq(h1.dqpn),
-                     ft.lk_rev.eq(is_ctrl(h1))]
+        # the flow table compares the key of the header being accepted (a flip-flop output of the
+        # input skid buffer; a header not taken is compared too, and its result ignored)
+        m.d.comb += [ft.lk_en.eq(advance), ft.lk_ip.eq(hdr.payload.src_ip),
+                     ft.lk_qpn.eq(hdr.payload.dqpn), ft.lk_rev.eq(is_ctrl(hdr.payload))]
 
         # ------------------------------------------------------------ stage 3
         fd = ft.lk_data
