@@ -80,10 +80,11 @@ than 1).
 Timing
 ------
 * Latency: header accepted in cycle t -> decision valid in cycle t + 7 (registers: input
-  skid, input, CAM match, entry RAM data, index/slot + slot RAM data, decision, output skid), when
-  nothing stalls. Counter increments and status set strobes are registered from the same
-  clock edge: they are valid in the cycle the decision becomes valid (chained releases and
-  free_j results count when they happen).
+  skid, input + key chunk compares, CAM match, entry RAM data, index/slot + slot RAM data,
+  decision, output skid; one more lookup stage, t + 8, with more than 16 flow entries), when
+  nothing stalls. Counter increments and status set strobes are registered one clock edge
+  later, from the decision's registered strobes: they are valid in the cycle after the decision
+  becomes valid (chained releases and free_j results count one cycle after they happen).
 * Throughput: one header per cycle (so back-to-back minimum-size frames of one 512-bit beat are
   decided at line rate), including back-to-back headers to the same slot or flow: the slot,
   CNP and fast-retransmit RAM reads (issued one stage before the decision) are forwarded from
@@ -102,10 +103,11 @@ Timing
   - while the sequencer commits or discards a job (it stops taking headers until the pipeline
     is empty).
 * Enable: ``JOB.CTRL.enable`` 0 -> 1 is seen one cycle after the bank's write; the sequencer
-  checks the job registers (1 cycle), scans the ``flows`` flow entries (one per cycle; the
-  bank's flow RAM is addressed one entry ahead, from the check cycle on, so its read latency
-  adds no cycle), clears the job's W slots, then commits (enabled). Until then, frames of the
-  job are unregistered. A refused job gets ``JOB.STATUS.error`` (model D9; the bank's
+  checks the job registers (3 cycles), scans the ``flows`` flow entries (one per cycle, an
+  entry of the job 1 + the flow table's ``chk_latency``; the bank's flow RAM is addressed one
+  entry ahead, from the check cycle on, so its read latency adds no cycle), clears the job's W
+  slots, then commits (enabled). Until then, frames of the job are unregistered. A refused job
+  gets ``JOB.STATUS.error`` (model D9; the bank's
   ``JOB.CTRL.enable`` keeps reading 1, the model's reads 0). Bus writes to the job's registers
   during the sequence race with it (the model latches at the write).
 
@@ -296,7 +298,7 @@ class AggControl(wiring.Component):
         self.disp_bits = _bits(len(Disp))
         # cycles a job's headers wait after an ACK/NAK that advanced acked_f (min tree stages)
         levels = ceil_log2(self.max_world)
-        self.free_latency = 2 + max(0, (levels - 1) // free_levels)
+        self.free_latency = 3 + max(0, (levels - 1) // free_levels)
 
         self.hdr_layout = data.StructLayout({
             "cls": HdrClass, "err": FrameError, "src_ip": 32, "dqpn": 24, "opcode": 8,
@@ -748,36 +750,52 @@ class AggControl(wiring.Component):
             bound = ft.live[e]
             m.d.comb += [self.flow_status[e].status.bound.eq(bound),
                          self.flow_status[e].acked.index.eq(Mux(bound, acked_e[e], 0))]
-        for j in range(J):
-            m.d.sync += self.job_set[j].status.mismatch.eq(cj[j] & mismatch)
+        # counter increments and status set strobes: one cycle after the decision, from its
+        # registered strobes (off the decision stage's paths)
+        def q(v, name):
+            r = Signal.like(v, name=f"{name}_q")
+            m.d.sync += r.eq(v)
+            return r
 
-        nres = JobRoles.results(n_cur, leaf4)
+        cj_q, disp_q = q(cj, "cj"), q(disp, "disp")
+        mismatch_q, rx_data_q, ack_stale_q = q(mismatch, "mismatch"), q(rx_data, "rx_data"), \
+            q(ack_stale, "ack_stale")
+        cnp_send_q, cnp_supp_q = q(cnp_send, "cnp_send"), q(cnp_supp, "cnp_supp")
+        release_q, up_q = q(release_now, "release_now"), q(up_now, "up_now")
+        nak_q, solicit_q = q(nak_fire, "nak_fire"), q(solicit, "solicit")
+        nres_q = q(JobRoles.results(n_cur, leaf4), "nres")
+        commit_q = q(commit, "commit")
+        sch_rel_q, sch_up_q = q(sch_rel_job, "sch_rel_job"), q(sch.up_job, "sch_up_job")
+        freed_q = [q(Mux(a_valid & (a_job == j), step, 0), f"freed{j}") for j in range(J)]
+        for j in range(J):
+            m.d.sync += self.job_set[j].status.mismatch.eq(cj_q[j] & mismatch_q)
+
         disp_names = {d.value: name for d, name in zip(Disp, DISPOSITIONS, strict=True)}
         job_disp = [d for d in Disp if disp_names[d.value] in self.job_inc_layout.members]
         for j in range(J):
             inc = self.job_cnt_inc[j]
-            dj = cj[j]
+            dj = cj_q[j]
             for d in job_disp:
-                m.d.sync += inc[disp_names[d.value]].eq(dj & (disp == d.value))
+                m.d.sync += inc[disp_names[d.value]].eq(dj & (disp_q == d.value))
             m.d.sync += [
-                inc.rx_data.eq(dj & rx_data),
-                inc.ack_stale.eq(dj & ack_stale),
-                inc.cnp_sent.eq(dj & cnp_send),
-                inc.cnp_suppressed.eq(dj & cnp_supp),
-                inc.released.eq((dj & release_now) + sch_rel_job[j]),
-                inc.results_sent.eq(Mux(dj & release_now, nres, 0)
-                                    + Mux(sch_rel_job[j], JobRoles.results(j_n[j], jr.leaf[j]),
+                inc.rx_data.eq(dj & rx_data_q),
+                inc.ack_stale.eq(dj & ack_stale_q),
+                inc.cnp_sent.eq(dj & cnp_send_q),
+                inc.cnp_suppressed.eq(dj & cnp_supp_q),
+                inc.released.eq((dj & release_q) + sch_rel_q[j]),
+                inc.results_sent.eq(Mux(dj & release_q, nres_q, 0)
+                                    + Mux(sch_rel_q[j], JobRoles.results(j_n[j], jr.leaf[j]),
                                           0)),
-                inc.partials_up.eq((dj & up_now) + sch.up_job[j]),
-                inc.freed.eq(Mux(a_valid & (a_job == j), step, 0)),
+                inc.partials_up.eq((dj & up_q) + sch_up_q[j]),
+                inc.freed.eq(freed_q[j]),
                 inc.saturations.eq(0),
-                inc.fast_retx.eq(dj & nak_fire),
-                inc.fast_retx_probes.eq(dj & solicit),
+                inc.fast_retx.eq(dj & nak_q),
+                inc.fast_retx_probes.eq(dj & solicit_q),
             ]
         g = self.cnt_inc
         m.d.sync += [
-            g.rx_frames.eq(commit),
-            g.fwd_not_roce.eq(commit & (disp == Disp.FWD_NOT_ROCE)),
-            g.fwd_unregistered.eq(commit & (disp == Disp.FWD_UNREGISTERED)),
+            g.rx_frames.eq(commit_q),
+            g.fwd_not_roce.eq(commit_q & (disp_q == Disp.FWD_NOT_ROCE)),
+            g.fwd_unregistered.eq(commit_q & (disp_q == Disp.FWD_UNREGISTERED)),
         ]
         return m

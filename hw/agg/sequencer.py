@@ -47,9 +47,10 @@ class EnableSequencer(wiring.Component):
     ``scrub_want`` / ``scrub_addr`` (clear this slot word); ``ft`` (the flow table's bind side).
 
     Contract: latency: a change of ``enable`` is seen one cycle after the bank's write; CHECK
-    takes 1 cycle, SCAN one per flow entry (+1; an entry of the job 1 + ``ft.chk_latency``: the
-    key check is pipelined), VERDICT 1, SCRUB one per slot of the window
-    (while the decision stage writes no slot), COMMIT waits for an empty pipeline. Disables go
+    takes 3 cycles (the job's registers and the verdict are registered), SCAN one per flow
+    entry (+1; an entry of the job 1 + ``ft.chk_latency``: the key check is pipelined),
+    VERDICT 1, SCRUB one per slot of the window (while the decision stage writes no slot),
+    COMMIT waits for an empty pipeline. Disables go
     before enables (a 1 -> 0 -> 1 bounce discards and restarts the job). Errors: a refused job
     gets ``set_err`` with the model's JobError, in the model's check order; nothing else changes.
     Flow roles (model D17): with ``ctl.roles`` a job whose roles fit neither a leaf (one UP, one
@@ -93,7 +94,10 @@ class EnableSequencer(wiring.Component):
         m.d.sync += [req_en.eq((req_en & ~clr_en) | rise), req_dis.eq((req_dis & ~clr_dis) | fall)]
 
         sq = self.job
-        qcfg = cfg[sq]
+        # the job's registers, registered (a jobs:1 mux off the checks' paths); the checks'
+        # verdict is registered too: CHECK acts in its third cycle
+        qcfg = Signal(c.job_cfg_layout)
+        m.d.sync += qcfg.eq(cfg[sq])
         enabled = self.enabled
         # job-level checks, in the model's order
         c_n, c_w, c_base = qcfg.world.n, qcfg.window.w, qcfg.slot_base.base
@@ -117,6 +121,9 @@ class EnableSequencer(wiring.Component):
             m.d.comb += job_err.eq(JobError.PMTU)
         with m.Elif(c_op > 2):
             m.d.comb += job_err.eq(JobError.OP)
+        job_err_q = Signal(8)
+        m.d.sync += job_err_q.eq(job_err)
+        chk_cnt = Signal(2)
 
         # the latched n / base / W of the job being enabled (the values loaded into the job)
         l_n, l_w, l_base = Signal(c.n_bits), Signal(c.w_bits), Signal(c.slot_bits)
@@ -187,11 +194,14 @@ class EnableSequencer(wiring.Component):
                         m.next = "IDLE"
             with m.State("CHECK"):
                 m.d.comb += [self.busy.eq(1), self.flow_rd.addr.eq(0)]
-                with m.If(~level_en.bit_select(sq, 1) | enabled.bit_select(sq, 1)):
+                m.d.sync += chk_cnt.eq(Mux(chk_cnt == 2, 0, chk_cnt + 1))
+                with m.If(chk_cnt != 2):
+                    pass
+                with m.Elif(~level_en.bit_select(sq, 1) | enabled.bit_select(sq, 1)):
                     m.d.comb += clr_en.eq(1 << sq)
                     m.next = "IDLE"
-                with m.Elif(job_err != 0):
-                    m.d.comb += [clr_en.eq(1 << sq), self.set_err.eq(1), self.err.eq(job_err)]
+                with m.Elif(job_err_q != 0):
+                    m.d.comb += [clr_en.eq(1 << sq), self.set_err.eq(1), self.err.eq(job_err_q)]
                     m.next = "IDLE"
                 with m.Else():
                     # a new attempt: an error of an earlier refused one no longer applies
