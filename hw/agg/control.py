@@ -158,7 +158,7 @@ from netreduce.wire import ETHERTYPE_IPV4, IP_PROTO_UDP, ROCEV2_UDP_PORT
 
 from ..csr.bank import cfg_read_signature
 from ..skid import SkidBuffer
-from .decide import OP_ACK, OP_CNP, Decide
+from .decide import OP_ACK, OP_CNP, Decide, pre_layout, precheck
 from .flowtable import FlowTable
 from .release import FreeMinTree, ReleaseScheduler
 from .roles import MARK_PARTIAL, JobRoles
@@ -363,14 +363,16 @@ class AggControl(wiring.Component):
     _no_forwarding: frozenset[str] = frozenset()
 
     # ------------------------------------------------------------------ helpers
-    def _rmw_read(self, m, mem_rd, addr_now, advance, last_wr, name):
+    def _rmw_read(self, m, mem_rd, same, advance, last_wr, name):
         """Resolve a synchronous RAM read for the decision stage: data of the read issued in the
         cycle the header entered the stage, forwarded from the write committed in that same
-        cycle, and held while the stage is stalled."""
+        cycle (by the decision in front: ``last_wr`` = its registered enable and data; ``same``:
+        registered when the header entered, its address is that decision's), and held while the
+        stage is stalled. The select is three flip-flops: one LUT per data bit."""
         loaded = Signal(name=f"{name}_loaded")
         m.d.sync += loaded.eq(advance)
-        wr_en, wr_addr, wr_data = last_wr
-        raw = Mux(wr_en & (wr_addr == addr_now), wr_data, mem_rd.data)
+        wr_en, wr_data = last_wr
+        raw = Mux(wr_en & same, wr_data, mem_rd.data)
         if name in self._no_forwarding:
             raw = mem_rd.data
         hold = Signal.like(mem_rd.data, name=f"{name}_hold")
@@ -503,26 +505,37 @@ class AggControl(wiring.Component):
         slot4 = Signal(self.slot_bits)
         rq4 = Signal(24)
         st4 = Signal(PSN_BITS)
+        # the decision's header checks, registered with the frame (off the slot word's path)
+        pre3, pre4 = Signal(pre_layout(self)), Signal(pre_layout(self))
+        precheck(m, self, pre3, h3, ft.lk_hit, Array(enabled)[fd.job], j_pmtu[fd.job],
+                 Cat(*(jr.any_roles(j) for j in range(J))).bit_select(fd.job, 1),
+                 JobRoles.role(fd.rank, Array(jr.leaf)[fd.job], Array(jr.up)[fd.job],
+                               Array(jr.down)[fd.job], Array(jr.rack)[fd.job]),
+                 Array(j_full[j] & j_masks[j][0] for j in range(J))[fd.job])
         with m.If(advance):
             m.d.sync += [hit4.eq(ft.lk_hit), e4.eq(ft.lk_entry), j4.eq(fd.job), r4.eq(fd.rank),
-                         k4.eq(k3), slot4.eq(slot3), rq4.eq(fd.rev_qpn), st4.eq(fd.start)]
+                         k4.eq(k3), slot4.eq(slot3), rq4.eq(fd.rev_qpn), st4.eq(fd.start),
+                         pre4.eq(pre3)]
 
         # ------------------------------------------------------------ stage 4: decide
-        # last writes of the slot and CNP RAMs (for forwarding into the decision stage)
-        sw_en, sw_addr = Signal(), Signal(self.slot_bits)
-        sw_data = Signal(self.slot_layout)
-        cw_en, cw_addr, cw_data = Signal(), Signal(len(c_wr.addr)), Signal(TB)
-        m.d.sync += [sw_en.eq(s_wr.en), sw_addr.eq(s_wr.addr), sw_data.eq(s_wr.data),
-                     cw_en.eq(c_wr.en), cw_addr.eq(c_wr.addr), cw_data.eq(c_wr.data)]
+        # the last writes of the decision in front (forwarded into the decision stage: the slot
+        # scrub needs none, it clears slots of a job whose frames are unregistered) and whether
+        # the header entering the stage has that decision's slot / flow (compared at stage 3)
+        same_slot, same_flow = Signal(), Signal()
+        with m.If(advance):
+            m.d.sync += [same_slot.eq(slot3 == slot4),
+                         same_flow.eq(Cat(fd.rank, fd.job) == Cat(r4, j4))]
+        sw_en, sw_data = Signal(), Signal(self.slot_layout)
+        cw_en, cw_data = Signal(), Signal(TB)
+        xw_en, xw_data = Signal(), Signal(self.rtx_layout)
+        m.d.sync += [sw_en.eq(s_wr.en & ~seq.scrub_go), sw_data.eq(s_wr.data),
+                     cw_en.eq(c_wr.en), cw_data.eq(c_wr.data),
+                     xw_en.eq(x_wr.en), xw_data.eq(x_wr.data)]
         slot_cur = data.View(self.slot_layout,
-                             self._rmw_read(m, s_rd, slot4, advance, (sw_en, sw_addr, sw_data),
+                             self._rmw_read(m, s_rd, same_slot, advance, (sw_en, sw_data),
                                             "slot"))
-        cnp_last = self._rmw_read(m, c_rd, Cat(r4, j4), advance, (cw_en, cw_addr, cw_data),
-                                  "cnp")
-        xw_en, xw_addr = Signal(), Signal(len(x_wr.addr))
-        xw_data = Signal(self.rtx_layout)
-        m.d.sync += [xw_en.eq(x_wr.en), xw_addr.eq(x_wr.addr), xw_data.eq(x_wr.data)]
-        rtx_raw = self._rmw_read(m, x_rd, Cat(r4, j4), advance, (xw_en, xw_addr, xw_data), "rtx")
+        cnp_last = self._rmw_read(m, c_rd, same_flow, advance, (cw_en, cw_data), "cnp")
+        rtx_raw = self._rmw_read(m, x_rd, same_flow, advance, (xw_en, xw_data), "rtx")
 
         n_cur = j_n[j4]
         # acked_f is read one stage early (a jobs x max_world mux off the decision path) and
@@ -530,9 +543,9 @@ class AggControl(wiring.Component):
         acked_rd = Signal(PSN_BITS)
         with m.If(advance):
             m.d.sync += acked_rd.eq(acked[fd.job][fd.rank])
-        aw_en, aw_addr, aw_data = Signal(), Signal(len(Cat(r4, j4))), Signal(PSN_BITS)
-        acked_cur = self._rmw_read(m, _Port(acked_rd), Cat(r4, j4), advance,
-                                   (aw_en, aw_addr, aw_data), "acked")
+        aw_en, aw_data = Signal(), Signal(PSN_BITS)
+        acked_cur = self._rmw_read(m, _Port(acked_rd), same_flow, advance, (aw_en, aw_data),
+                                   "acked")
         registered = v4 & (h4.cls == HdrClass.ROCE) & hit4 & enabled[j4]
         onehot_r = Signal(WD)
         m.d.comb += onehot_r.eq((Const(1, WD) << r4)[:WD])
@@ -551,7 +564,7 @@ class AggControl(wiring.Component):
             dk.free.eq(free[j4]), dk.rel.eq(rel[j4]), dk.pmtu.eq(j_pmtu[j4]),
             dk.cnp_interval.eq(j_cnp[j4]), dk.fast_en.eq(fast_en), dk.slot.eq(slot_cur),
             dk.rtx.eq(Mux(rtx_seen[j4].bit_select(r4, 1), rtx_raw, 0)),
-            dk.acked.eq(acked_cur), dk.cnp_last.eq(cnp_last),
+            dk.acked.eq(acked_cur), dk.cnp_last.eq(cnp_last), dk.pre.eq(pre4),
             dk.cnp_seen.eq(cnp_seen[j4].bit_select(r4, 1)),
         ]
         disp, action, rx_data = dk.disp, dk.action, dk.rx_data
@@ -575,8 +588,7 @@ class AggControl(wiring.Component):
             | (scrub_want & scrub_turn))
         commit = Signal()
         m.d.comb += commit.eq(v4 & advance)
-        m.d.sync += [aw_en.eq(commit & registered & ack_take), aw_addr.eq(Cat(r4, j4)),
-                     aw_data.eq(cand)]
+        m.d.sync += [aw_en.eq(commit & registered & ack_take), aw_data.eq(cand)]
         cj = Signal(J)  # commit for job j, registered frame
         m.d.comb += cj.eq(Mux(commit & registered, 1 << j4, 0))
 
