@@ -535,7 +535,13 @@ class AggControl(wiring.Component):
                              self._rmw_read(m, s_rd, same_slot, advance, (sw_en, sw_data),
                                             "slot"))
         cnp_last = self._rmw_read(m, c_rd, same_flow, advance, (cw_en, cw_data), "cnp")
-        rtx_raw = self._rmw_read(m, x_rd, same_flow, advance, (xw_en, xw_data), "rtx")
+        # the flow's word counts only once written since the enable (rtx_seen, read at stage 3;
+        # the decision in front's write sets it and is forwarded with the word)
+        rtx_seen3 = Signal()
+        with m.If(advance):
+            m.d.sync += rtx_seen3.eq(rtx_seen[fd.job].bit_select(fd.rank, 1))
+        rtx_cur = self._rmw_read(m, _Port(Mux(rtx_seen3, x_rd.data, 0)), same_flow, advance,
+                                 (xw_en, xw_data), "rtx")
 
         n_cur = j_n[j4]
         # acked_f is read one stage early (a jobs x max_world mux off the decision path) and
@@ -563,7 +569,7 @@ class AggControl(wiring.Component):
             dk.rank.eq(r4), dk.onehot_r.eq(onehot_r), dk.n.eq(n_cur), dk.w.eq(j_w[j4]),
             dk.free.eq(free[j4]), dk.rel.eq(rel[j4]), dk.pmtu.eq(j_pmtu[j4]),
             dk.cnp_interval.eq(j_cnp[j4]), dk.fast_en.eq(fast_en), dk.slot.eq(slot_cur),
-            dk.rtx.eq(Mux(rtx_seen[j4].bit_select(r4, 1), rtx_raw, 0)),
+            dk.rtx.eq(rtx_cur),
             dk.acked.eq(acked_cur), dk.cnp_last.eq(cnp_last), dk.pre.eq(pre4),
             dk.cnp_seen.eq(cnp_seen[j4].bit_select(r4, 1)),
         ]
