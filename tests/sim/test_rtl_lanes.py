@@ -3,8 +3,8 @@ once, against the model (decision D20).
 
 Two jobs whose ranks are split across the two ports (A: N=4, SUM_SAT with values that clip;
 B: N=3, MAX, PMTU 1024). All frames of the first phase are queued on both ports at once, so the
-two lanes and the two deparsers work concurrently; a contribution of each job is lost (resent
-later) and one of each is duplicated, a result of each is re-emitted, every receiver ACKs at the
+two lanes and the two deparsers work concurrently; contributions are lost on both ports (resent
+later) and duplicated on both ports, a result of each job is re-emitted, every receiver ACKs at the
 end. Traffic is chosen so that no disposition depends on how the two ports interleave (a
 duplicate is of an index still incomplete; re-emits and ACKs come after the engine went idle),
 so the model may take each phase in any order. Checks: frames per output port and flow equal the
@@ -68,8 +68,10 @@ def test_two_ports_loaded_at_once_lanes():
     def data(job, r, k):
         return (_port(job, r), job.data_bytes(r, k, x[job.job][k, r]))
 
-    lost = {(A.job, 1, 3), (B.job, 2, 2)}
-    dup = {(A.job, 0, 3), (B.job, 0, 2)}  # their index stays incomplete until the resend
+    lost = {(A.job, 1, 3), (B.job, 2, 2), (A.job, 2, 4)}   # ports 1, 1 and 0
+    dup = {(A.job, 0, 3), (B.job, 0, 2)}  # ports 0 and 1; incomplete until the resend
+    assert {_port(j, r) for j, r in ((A, 1), (B, 2), (A, 2))} == {0, 1}
+    assert {_port(A, 0), _port(B, 0)} == {0, 1}
     phase1 = []
     for k in range(K):
         for job in (A, B):
@@ -80,7 +82,7 @@ def test_two_ports_loaded_at_once_lanes():
                 if (job.job, r, k) in dup:
                     phase1.append(data(job, r, k))
     phases = [phase1,
-              [data(A, 1, 3), data(B, 2, 2)],                       # the lost ones, resent
+              [data(A, 1, 3), data(B, 2, 2), data(A, 2, 4)],        # the lost ones, resent
               [data(A, 0, 1), data(B, 1, 4)],                       # after release: re-emits
               [(_port(j, r), j.ack(r, K - 1)) for j in (A, B) for r in range(j.world)]]
     want = []
