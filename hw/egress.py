@@ -65,7 +65,9 @@ class RoundEmitter(wiring.Component):
       cycle to start and one cycle per port and round to plan.
     * Backpressure: a round's beat moves only when every port of the round can take it
       (``dep_payload<k>.ready`` must be a register output, e.g. a skid buffer's); one held port
-      holds the rounds it is in. Never drops. Errors: none.
+      holds the rounds it is in (the engine bounds that: a port held longer than
+      ``PORT.FC_CTRL.tx_hold`` allows drops its frames at its
+      :class:`~netreduce.hw.txhold.TxHoldGate`, model D21). Never drops. Errors: none.
     """
 
     def __init__(self, width: int, *, ports: int, slots: int, max_world: int, rel_layout,
