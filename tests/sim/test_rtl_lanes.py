@@ -21,14 +21,14 @@ from netreduce.sim.model import Engine
 from netreduce.sim.model.kit import RingJob
 from netreduce.sim.rtl.backend import engine_top
 from netreduce.sim.rtl.fastsim import FastSim, verilator_missing
+from netreduce.sim.rtl.soak_rtl import soak_params
 from netreduce.sim.verif.scoreboard import WriteRecorder, flow_of
 from netreduce.sw_driver.control import EngineControl
 
 from netreduce.regmap import ALL_GLOBAL_COUNTERS, JOB_COUNTERS, Op, build_regmap
 
-# the 64-bit two-port build of bench/engine_ports.py (shared cache)
-PARAMS = dict(ports=2, lanes=2, jobs=2, flows=64, slots=64, max_world=32, pmtu_max=4096,
-              data_width=64)
+# the 64-bit two-port lanes build of the RTL soak and fuzzing (one Verilator build for all three)
+PARAMS = soak_params(lanes=2)
 A = RingJob(job=0, world=4, window=8, slot_base=0, pmtu=256, op=Op.SUM_SAT)
 B = RingJob(job=1, world=3, window=8, slot_base=8, pmtu=1024, op=Op.MAX)
 K = 6
@@ -52,7 +52,7 @@ def _payloads(rng):
     return {A.job: xa.astype(np.int32), B.job: xb.astype(np.int32)}
 
 
-@pytest.mark.xdist_group("fastsim_lanes")
+@pytest.mark.xdist_group("fastsim_lanes_soak")
 def test_two_ports_loaded_at_once_lanes():
     why = verilator_missing()
     if why:
