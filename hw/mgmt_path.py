@@ -75,9 +75,9 @@ class MgmtSplitter(wiring.Component):
       of it or its last beat; later beats follow the decision, latched with the first.
     * Latency: ``depth`` cycles from a beat in to the same beat out when the frame is longer
       than ``depth`` beats (a frame end makes it earlier); throughput one beat per cycle.
-    * Backpressure: ``i.ready`` is high while the FIFO has room or its head leaves this cycle;
-      the head waits for the ready of the output it is routed to (the other output stalls
-      nothing). ``i.ready`` depends combinationally on the outputs' ``ready``.
+    * Backpressure: ``i.ready`` is high while the FIFO (``depth`` + 1 beats) has room, a
+      register output (:class:`~netreduce.hw.stream.LookAhead`); the head waits for the ready of
+      the output it is routed to (the other output stalls nothing).
     * Reset: synchronous, empty, next beat starts a frame.
     """
 
@@ -96,10 +96,10 @@ class MgmtSplitter(wiring.Component):
         w, D = self.width, self.depth
         # ---- the match, from the head beat (a frame's first) and the beats behind it
         win = LookAhead(m, self.i, w, D)
-        byte, be16, n, ended, pop = win.byte, win.be16, win.n, win.ended, win.pop
+        byte, be16, pop = win.byte, win.be16, win.pop
 
         def shorter(x: int):
-            return ended & (n < x)
+            return win.shorter(x)
 
         def l3_rule(l3: int):
             unreadable = ((byte(l3) != _IPV4_IHL5) | (be16(l3 + IPV4.flags_frag.offset)[:13] != 0)

@@ -113,7 +113,7 @@ def first_match(pairs, default) -> Value:
 class LookAhead:
     """A shift window over the next ``depth`` beats of the beat stream ``i``, built into ``m``, so
     that a frame can be classified from its first ``depth * width / 8`` bytes before its head
-    beat leaves. ``i`` is taken whenever the window has room or its head leaves.
+    beat leaves.
 
     * ``buf[0]`` (``head``) is the oldest beat; ``first`` is set on every beat that starts a frame.
     * ``pop`` (driven by the caller): the head beat leaves this cycle.
@@ -121,41 +121,57 @@ class LookAhead:
     * ``ended``: a frame's last beat is inside the window; ``n`` its length in bytes then.
     * ``head_ok``: the head is valid and, at a frame's first beat, enough of the frame is in the
       window to decide it (the window is full or the frame ended).
+    * ``i.ready`` is a function of the beat count register only (no path from ``pop``, i.e. from
+      the caller's decision and its outputs' ``ready``): the shift register has one beat more
+      than the window, taken while the head waits, so one beat per cycle flows while the head
+      leaves every cycle.
     """
 
     def __init__(self, m, i, width: int, depth: int):
         nb, D = width // 8, depth
         bl = beat_layout(width)
         self.nb = nb
-        self.buf = buf = [Signal(bl, name=f"buf{j}") for j in range(D)]
-        count = Signal(range(D + 1))
+        # D window beats + 1 spare (the beat taken in the cycle the full window does not move)
+        self.buf = buf = [Signal(bl, name=f"buf{j}") for j in range(D + 1)]
+        count = Signal(range(D + 2))
         in_first = Signal(init=1)  # the next input beat starts a frame
         push, self.pop = Signal(), Signal()
         pop = self.pop
-        m.d.comb += [i.ready.eq((count < D) | pop), push.eq(i.valid & i.ready)]
+        m.d.comb += [i.ready.eq(count <= D), push.eq(i.valid & i.ready)]
         inc = Signal(bl)
         m.d.comb += [inc.eq(i.payload), inc.first.eq(in_first)]
         with m.If(push):
             m.d.sync += in_first.eq(i.payload.last)
-        for j in range(D):
+        # the input beat is written into the first free entry whether or not it is valid (an
+        # entry at or above ``count`` holds nothing): the beats' path does not go through
+        # ``valid`` and ``push`` only moves ``count``
+        for j in range(D + 1):
             with m.If(pop):
-                if j + 1 < D:
-                    m.d.sync += buf[j].eq(buf[j + 1])
-                with m.If(push & (count == j + 1)):
+                if j < D:
+                    m.d.sync += buf[j].eq(Mux(count == j + 1, inc, buf[j + 1]))
+                else:
                     m.d.sync += buf[j].eq(inc)
-            with m.Elif(push & (count == j)):
+            with m.Elif(count == j):
                 m.d.sync += buf[j].eq(inc)
         m.d.sync += count.eq(count + push - pop)
 
-        ends = [buf[j].last & (count > j) for j in range(D)]
+        self._ends = ends = [buf[j].last & (count > j) for j in range(D)]
         self.ended = Cat(*ends).any()
         self.n = Signal(range(D * nb + 1))
         for j in reversed(range(D)):
             with m.If(ends[j]):
                 m.d.comb += self.n.eq(j * nb + keep_count(buf[j].keep))
         self.head = buf[0]
-        decidable = (count == D) | self.ended
+        decidable = (count >= D) | self.ended
         self.head_ok = (count != 0) & (~self.head.first | decidable)
+
+    def shorter(self, x: int):
+        """A frame's last beat is in the window and it has fewer than ``x`` bytes (``ended & (n
+        < x)``, for ``0 < x <= depth * width / 8``), from the window's registers in two LUT
+        levels: byte ``x - 1`` is absent exactly when a beat before its beat ended the frame, or
+        its beat did without keeping it (``keep`` counts up from lane 0)."""
+        jb, lane = divmod(x - 1, self.nb)
+        return Cat(*self._ends[:jb]).any() | (self._ends[jb] & ~self.buf[jb].keep[lane])
 
     def byte(self, k: int):
         return self.buf[k // self.nb].data.word_select(k % self.nb, 8)

@@ -56,7 +56,7 @@ class LinkLocalFilter(wiring.Component):
     * Decision: a shift register holds ``depth = ceil(34 / (width / 8))`` beats (5 at 64 bits,
       1 at 512); a frame is decided once it holds ``depth`` beats of it or its last beat.
       Latency ``depth`` cycles; throughput one beat per cycle; ``i.ready`` is high while the
-      register has room or its head leaves this cycle.
+      register (``depth`` + 1 beats) has room, a register output.
     * Reset: synchronous, empty.
     """
 
@@ -75,10 +75,10 @@ class LinkLocalFilter(wiring.Component):
         m = Module()
         w, D = self.width, self.depth
         win = LookAhead(m, self.i, w, D)
-        byte, be16, n, ended, pop = win.byte, win.be16, win.n, win.ended, win.pop
+        byte, be16, pop = win.byte, win.be16, win.pop
 
         def atleast(x: int):
-            return ~(ended & (n < x))
+            return ~win.shorter(x)
 
         mc = atleast(14) & (be16(12) == ETHERTYPE_MAC_CONTROL)
         op = be16(14)
