@@ -517,9 +517,9 @@ def _slotmem(p):
 
 
 def _hstore(p):
-    from .hstore import HeaderStore
+    from .hstore import READ_LATENCY, HeaderStore
     rm = _regmap(p)
-    return HeaderStore(rm.params["slots"], rm.params["max_world"])
+    return HeaderStore(rm.params["slots"], rm.params["max_world"], read_latency=READ_LATENCY)
 
 
 def _rxfifo(p):

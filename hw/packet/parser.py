@@ -430,7 +430,12 @@ class Parser(wiring.Component):
             (total < MIN_L3_LEN, Reason.IP_LENGTH),
         ]
         # (UDP length, then the IPv4 checksum come first in group B: resolved in S2, see below)
-        udp_bad = udp["length"] != total - wf.IPV4.size
+        # per tag variant from fixed bytes, then selected: the subtraction does not wait for
+        # the tag comparison
+        udp_bad_v = [field_value(wf.UDP.length, lambda g: hb[g], l2 + wf.IPV4.size)
+                     != field_value(wf.IPV4.total_length, lambda g: hb[g], l2) - wf.IPV4.size
+                     for l2 in (L2_UNTAGGED, L2_TAGGED)]
+        udp_bad = Mux(vlan1, udp_bad_v[1], udp_bad_v[0])
         hl1 = Signal(range(HDR_CAP + 1))
         m.d.comb += hl1.eq(L2_UNTAGGED + BTH_END + ext_len + Mux(vlan1, wf.DOT1Q.size, 0))
 
