@@ -354,10 +354,11 @@ class MgmtAgent(wiring.Component):
         r = Signal(11)  # response frame byte index
         rl3 = Signal(5)
         m.d.comb += rl3.eq(Mux(vlan, _L3_TAGGED, _L3))
+        # rq = r - rl3 kept as a register stepping with r (no subtraction before the byte mux)
         rq = Signal(11)
-        m.d.comb += rq.eq(r - rl3)
+        in_r3_r = Signal()   # r >= rl3, registered likewise
         in_r3 = Signal()
-        m.d.comb += in_r3.eq(r >= rl3)
+        m.d.comb += in_r3.eq(in_r3_r)
         # rend, the checksum: registered (their inputs are set while receiving; they are read
         # from RESP on, many cycles later)
         rend = Signal(11)
@@ -702,8 +703,8 @@ class MgmtAgent(wiring.Component):
 
             # ---- response pass 1: hash and checksum of the response (tag field zero)
             with m.State("RESP"):
-                m.d.sync += [r.eq(rl3 + _AUTH_FROM), rsum.eq(0), hw_n.eq(0), oi.eq(0), ob2.eq(0),
-                             tag_tx.eq(0)]
+                m.d.sync += [r.eq(rl3 + _AUTH_FROM), rq.eq(_AUTH_FROM), in_r3_r.eq(1),
+                             rsum.eq(0), hw_n.eq(0), oi.eq(0), ob2.eq(0), tag_tx.eq(0)]
                 m.next = "HASH2"
             with m.State("HASH2"):
                 m.d.comb += resp_phase.eq(1)
@@ -711,7 +712,9 @@ class MgmtAgent(wiring.Component):
                 add16(rsum, rbyte, ~rq[0])
                 advance_op_byte()
                 # skip the UDP length and checksum (not in the pseudo-header the tag covers)
-                m.d.sync += r.eq(Mux(rq == _AUTH_TO - 1, r + 1 + _MG_AT - _AUTH_TO, r + 1))
+                skip = rq == _AUTH_TO - 1
+                m.d.sync += [r.eq(Mux(skip, r + 1 + _MG_AT - _AUTH_TO, r + 1)),
+                             rq.eq(Mux(skip, rq + 1 + _MG_AT - _AUTH_TO, rq + 1))]
                 with m.If(r == rend - 1):
                     m.next = "HASH2_LAST"
             with m.State("HASH2_LAST"):
@@ -731,7 +734,8 @@ class MgmtAgent(wiring.Component):
                 m.d.comb += c1.eq(c0[:16] + c0[16:])
                 c2 = Signal(16)
                 m.d.comb += c2.eq(~(c1[:16] + c1[16:])[:16])
-                m.d.sync += [rck.eq(Mux(c2 == 0, 0xFFFF, c2)), r.eq(0), oi.eq(0), ob2.eq(0),
+                m.d.sync += [rck.eq(Mux(c2 == 0, 0xFFFF, c2)), r.eq(0), rq.eq(-rl3),
+                             in_r3_r.eq(0), oi.eq(0), ob2.eq(0),
                              onext.eq(0), okeep.eq(0), ofirst.eq(1)]
                 m.next = "EMIT"
 
@@ -739,7 +743,8 @@ class MgmtAgent(wiring.Component):
             with m.State("EMIT"):
                 m.d.comb += resp_phase.eq(1)
                 m.d.sync += [obeat.word_select(onext, 8).eq(rbyte), okeep.bit_select(onext, 1)
-                             .eq(1), onext.eq(onext + 1), r.eq(r + 1)]
+                             .eq(1), onext.eq(onext + 1), r.eq(r + 1), rq.eq(rq + 1),
+                             in_r3_r.eq(in_r3_r | (r + 1 == rl3))]
                 advance_op_byte()
                 with m.If((onext == 7) | (r == rend - 1)):
                     m.next = "OUT"

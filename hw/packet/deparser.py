@@ -191,10 +191,13 @@ class Deparser(wiring.Component):
         # q = hl // nb beats (computed per header, so stage A only compares)
         hp_lastj = Signal(LEN_BITS + 2 - lb)
         hp_pend = Signal(LEN_BITS + 1)   # end of the payload bytes (hl + plen)
+        hp_hin = Signal()                # the header ends in the frame's first beat
+        hp_lin = Signal()                # the frame ends in its first beat
         with m.If(h1_move):
             m.d.sync += [hp_lastj.eq((h1_hl >> lb)
                                      + Mux(h1_plen == 0, 0, (h1_plen - 1) >> lb)),
-                         hp_pend.eq(h1_hl + h1_plen)]
+                         hp_pend.eq(h1_hl + h1_plen),
+                         hp_hin.eq(h1_hl < nb), hp_lin.eq(h1_len <= nb)]
         with m.If(h1_move):
             m.d.sync += [hp_v.eq(1), hp_bytes.eq(Cat(*hb1)), hp_hl.eq(h1_hl),
                          hp_plen.eq(h1_plen), hp_e.eq(h1_e), hp_len.eq(h1_len),
@@ -231,11 +234,15 @@ class Deparser(wiring.Component):
         for r, first_v, a_r in zip((rel_h, rel_p, rel_len, rel_e),
                                    (hp_hl, hp_pend, hp_len, hp_e), ah_rel, strict=True):
             m.d.comb += r.eq(Mux(start, first_v, a_r))
+        # rel_h < nb (this beat index >= hl // nb) and rel_len <= nb (the frame's last beat),
+        # also kept as registers one beat ahead
+        ah_hin, ah_lin = Signal(), Signal()
+        h_in = Mux(start, hp_hin, ah_hin)
         s = hl[:lb]
         pdone = pay_done & ~start
 
         have_frame = busy | hp_v
-        need_pay = (rel_h < nb) & ~pdone   # beat index >= hl // nb
+        need_pay = h_in & ~pdone
         can = Signal()
         m.d.comb += can.eq(have_frame & ~draining & (~need_pay | self.payload.valid))
         go = Signal()
@@ -268,7 +275,7 @@ class Deparser(wiring.Component):
         a_data = Cat(*[Mux(hdr_lanes[i], hbb[i], Mux(pay_lanes[i], wb[i], 0))
                        for i in range(nb)])
         a_keep = _therm(rel_len, nb)
-        a_last = rel_len <= nb
+        a_last = Mux(start, hp_lin, ah_lin)
 
         # payload accounting: the payload's last beat must come at index ceil(plen/nb) - 1
         # (output beat q + that: hp_lastj)
@@ -283,6 +290,7 @@ class Deparser(wiring.Component):
             m.d.sync += [busy.eq(~a_last), j.eq(jj + 1)]
             m.d.sync += [a_r.eq(r - nb) for r, a_r in zip((rel_h, rel_p, rel_len, rel_e), ah_rel,
                                                            strict=True)]
+            m.d.sync += [ah_hin.eq(rel_h < 2 * nb), ah_lin.eq(rel_len <= 2 * nb)]
             with m.If(start):
                 m.d.sync += [ah_bytes.eq(hp_bytes), ah_hl.eq(hp_hl), ah_lastj.eq(hp_lastj),
                              ah_vlan.eq(hp_vlan)]

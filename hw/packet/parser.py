@@ -502,6 +502,8 @@ class Parser(wiring.Component):
         s2_not_roce = Signal()
         s2_okind = Signal(Kind)
         s2_csum = Signal(LEN_BITS + 5)
+        s2_bad_rest = Signal()   # a reason other than the IPv4 checksum's (not NOT_ROCE's)
+        s2_data = Signal()       # the opcode kind is DATA
         s2_hl = Signal(range(HDR_CAP + 1))
         s2_plen_raw = Signal(LEN_BITS)
         m.d.sync += [s2_v.eq(t_v), s2_hv.eq(t_hv), s2_ev.eq(t_ev), s2_pn.eq(t_pn),
@@ -510,6 +512,9 @@ class Parser(wiring.Component):
             m.d.sync += [s2_hbuf.eq(t_hbuf), s2_ra.eq(reason_a), s2_rb_rest.eq(reason_b_rest),
                          s2_udp_bad.eq(t_udp_bad), s2_not_roce.eq(not_roce),
                          s2_okind.eq(t_okind), s2_csum.eq(csum_sum), s2_hl.eq(t_hl),
+                         s2_bad_rest.eq((reason_a != Reason.NONE) | t_udp_bad
+                                        | (reason_b_rest != Reason.NONE)),
+                         s2_data.eq(~not_roce & (t_okind == Kind.DATA)),
                          s2_plen_raw.eq(padded - t_padcnt)]
 
         # ------------------------------------------------------------ S2: header classification
@@ -540,7 +545,8 @@ class Parser(wiring.Component):
         # ------------------------------------------------------------ S3..: wait for the checker
         # frame beats, payload beats and the header-time classification travel `extra` more
         # stages, to where the checker's result of a last beat is (IcrcChecker.LATENCY)
-        is_data = kind2 == Kind.DATA
+        # (kind2 == DATA, spelt out so that the checksum test is the only late input)
+        is_data = Mux(s2_hv, s2_data & ~s2_bad_rest & csum_ok, cur_kind == Kind.DATA)
         push0 = is_data & (s2_pn != 0)
         push1 = is_data & (s2_pn == 2)
         st = dict(v=s2_v, ev=s2_ev, pn=s2_pn, beat=s2_beat, p0=s2_p0, p1=s2_p1, push0=push0,
