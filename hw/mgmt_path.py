@@ -73,9 +73,10 @@ class MgmtSplitter(wiring.Component):
     * Decision: a shift-register FIFO holds ``depth = ceil(42 / (width / 8))`` beats (6 at 64
       bits, 3 at 128, 1 at 512); a frame's first beat leaves once the FIFO holds ``depth`` beats
       of it or its last beat; later beats follow the decision, latched with the first.
-    * Latency: ``depth`` cycles from a beat in to the same beat out when the frame is longer
-      than ``depth`` beats (a frame end makes it earlier); throughput one beat per cycle.
-    * Backpressure: ``i.ready`` is high while the FIFO (``depth`` + 1 beats) has room, a
+    * Latency: ``depth`` + 1 cycles from a beat in to the same beat out when the frame is longer
+      than ``depth`` beats (a frame end makes it earlier; the match is registered, see
+      :meth:`~netreduce.hw.stream.LookAhead.registered`); throughput one beat per cycle.
+    * Backpressure: ``i.ready`` is high while the FIFO (``depth`` + 2 beats) has room, a
       register output (:class:`~netreduce.hw.stream.LookAhead`); the head waits for the ready of
       the output it is routed to (the other output stalls nothing).
     * Reset: synchronous, empty, next beat starts a frame.
@@ -96,37 +97,48 @@ class MgmtSplitter(wiring.Component):
         w, D = self.width, self.depth
         # ---- the match, from the head beat (a frame's first) and the beats behind it
         win = LookAhead(m, self.i, w, D)
-        byte, be16, pop = win.byte, win.be16, win.pop
+        pop = win.pop
 
-        def shorter(x: int):
-            return win.shorter(x)
+        def match(off: int):   # the rule on the window at buf[off] (see LookAhead.registered)
+            def byte(k):
+                return win.byte(k, off)
 
-        def l3_rule(l3: int):
-            unreadable = ((byte(l3) != _IPV4_IHL5) | (be16(l3 + IPV4.flags_frag.offset)[:13] != 0)
-                          | shorter(l3 + DPORT_AT + 2))
-            return ((byte(l3 + PROTO_AT) == IP_PROTO_UDP)
-                    & (Cat(*[byte(l3 + DST_IP_AT + 3 - i) for i in range(4)]) == self.ip)
-                    & (unreadable | (be16(l3 + DPORT_AT) == self.port)))
+            def be16(k):
+                return win.be16(k, off)
 
-        et = ETH.ethertype.offset
-        tagged = be16(et) == ETHERTYPE_VLAN
-        live = Signal()
-        m.d.comb += live.eq(self.enable & ~shorter(IPV4_OFF + IPV4.size) & Mux(
-            tagged, ~shorter(IPV4_OFF + IPV4.size + DOT1Q.size)
-            & (be16(et + DOT1Q.size) == ETHERTYPE_IPV4) & l3_rule(IPV4_OFF + DOT1Q.size),
-            (be16(et) == ETHERTYPE_IPV4) & l3_rule(IPV4_OFF)))
+            def shorter(x: int):
+                return win.shorter(x, off)
+
+            def l3_rule(l3: int):
+                unreadable = ((byte(l3) != _IPV4_IHL5)
+                              | (be16(l3 + IPV4.flags_frag.offset)[:13] != 0)
+                              | shorter(l3 + DPORT_AT + 2))
+                return ((byte(l3 + PROTO_AT) == IP_PROTO_UDP)
+                        & (Cat(*[byte(l3 + DST_IP_AT + 3 - i) for i in range(4)]) == self.ip)
+                        & (unreadable | (be16(l3 + DPORT_AT) == self.port)))
+
+            et = ETH.ethertype.offset
+            tagged = be16(et) == ETHERTYPE_VLAN
+            return self.enable & ~shorter(IPV4_OFF + IPV4.size) & Mux(
+                tagged, ~shorter(IPV4_OFF + IPV4.size + DOT1Q.size)
+                & (be16(et + DOT1Q.size) == ETHERTYPE_IPV4) & l3_rule(IPV4_OFF + DOT1Q.size),
+                (be16(et) == ETHERTYPE_IPV4) & l3_rule(IPV4_OFF))
+
+        # the match from registers (computed the cycle before): it ends in flip-flops
+        fresh, live = win.registered(match)
 
         # ---- routing: the decision is taken once per frame and held (stable while stalled)
         head, head_ok = win.head, win.head_ok
         held, route = Signal(), Signal()
         to_mgmt = Mux(held, route, live)
-        with m.If(head_ok & ~held):
+        ok = head_ok & (held | fresh)
+        with m.If(head_ok & ~held & fresh):
             m.d.sync += [held.eq(1), route.eq(live)]
         with m.If(pop & head.last):
             m.d.sync += held.eq(0)
         m.d.comb += [
             self.o.payload.eq(head), self.o_mgmt.payload.eq(head),
-            self.o.valid.eq(head_ok & ~to_mgmt), self.o_mgmt.valid.eq(head_ok & to_mgmt),
+            self.o.valid.eq(ok & ~to_mgmt), self.o_mgmt.valid.eq(ok & to_mgmt),
             pop.eq((self.o.valid & self.o.ready) | (self.o_mgmt.valid & self.o_mgmt.ready)),
         ]
         return m

@@ -394,10 +394,11 @@ class Parser(wiring.Component):
         l2_1 = Mux(vlan1, L2_TAGGED, L2_UNTAGGED)
 
         # IPv4 header checksum over the captured bytes
-        words = [Mux(vlan1, Cat(hb[L2_TAGGED + o + 1], hb[L2_TAGGED + o]),
-                     Cat(hb[L2_UNTAGGED + o + 1], hb[L2_UNTAGGED + o]))
-                 for o in range(0, wf.IPV4.size, 2)]
-        csum_terms = carry_save(words, LEN_BITS + 5, until=3)   # added in T, folded in S2
+        # (per tag variant from fixed bytes, selected after the carry-save steps)
+        csum_v = [carry_save([Cat(hb[l2 + o + 1], hb[l2 + o]) for o in range(0, wf.IPV4.size, 2)],
+                             LEN_BITS + 5, until=3)   # added in T, folded in S2
+                  for l2 in (L2_UNTAGGED, L2_TAGGED)]
+        csum_terms = [Mux(vlan1, t, u) for u, t in zip(*csum_v, strict=True)]
 
         ext_len = Signal(range(HDR_CAP))
         has_pay = Signal()
