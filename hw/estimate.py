@@ -595,7 +595,7 @@ def make_design(spec: str, **params):
 ENGINE_TOP = "netreduce_engine"
 # direct children of the engine top estimated on their own (fnmatch patterns), and below them
 ENGINE_BLOCKS = ("ctl", "ctl.ft", "bank", "parser*", "parser*.checker", "slotmem", "deparser",
-                 "dispatch", "emitter", "txarb*", "lane_split", "lane_combine")
+                 "dispatch", "emitter", "txarb*", "lane_split", "lane_combine", "mgmt_path.agent")
 
 
 @contextlib.contextmanager

@@ -60,7 +60,7 @@ class HeaderStore(wiring.Component):
                      rd.en.eq(self.r_en), rd.addr.eq(self.r_addr)]
         out = rd.data
         for i in range(1, self.read_latency):
-            reg = Signal(self.layout, name=f"r_data_reg{i}")
+            reg = Signal(self.layout, name=f"r_data_reg{i}", reset_less=True)
             m.d.sync += reg.eq(out)
             out = reg
         m.d.comb += self.r_data.eq(out)

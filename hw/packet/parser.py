@@ -242,7 +242,19 @@ class Parser(wiring.Component):
         hdr_sent = Signal()
         hdr_ev = Signal()
         early = Cat(*[pos.at(b) for b in range(fit_beats)]).any() if fit_beats else Const(0)
-        complete = Cat(*[pos.at(b) & fit_c[b] for b in range(fit_beats)]).any() | ~early \
+        # When the opcode (and the tag) always arrive in a beat before the earliest one that can
+        # complete a header (64 and 128 bits), the fit is taken from a register loaded at the
+        # previous beat: the opcode decode then ends in flip-flops, not in hdr_ev's enables
+        # (before its beat, every fit bit is 0 whatever the opcode)
+        op_beat = (L2_TAGGED + _BTH_AT + wf.BTH.opcode.offset) // nb
+        if fit_beats and op_beat < (L2_UNTAGGED + BTH_END - 1) // nb:
+            fit_r = Signal(fit_beats)
+            with m.If(acc):
+                m.d.sync += fit_r.eq(fit_c)
+            fit_sel = fit_r
+        else:
+            fit_sel = fit_c
+        complete = Cat(*[pos.at(b) & fit_sel[b] for b in range(fit_beats)]).any() | ~early \
             if fit_beats else Const(1)
         m.d.comb += hdr_ev.eq(acc & ~(hdr_sent & ~sof) & (complete | beat.last))
         with m.If(acc):
