@@ -118,14 +118,16 @@ class MgmtSplitter(wiring.Component):
                         & (unreadable | (be16(l3 + DPORT_AT) == self.port)))
 
             et = ETH.ethertype.offset
-            tagged = be16(et) == ETHERTYPE_VLAN
-            return self.enable & ~shorter(IPV4_OFF + IPV4.size) & Mux(
-                tagged, ~shorter(IPV4_OFF + IPV4.size + DOT1Q.size)
-                & (be16(et + DOT1Q.size) == ETHERTYPE_IPV4) & l3_rule(IPV4_OFF + DOT1Q.size),
-                (be16(et) == ETHERTYPE_IPV4) & l3_rule(IPV4_OFF))
+            return Cat(be16(et) == ETHERTYPE_VLAN,
+                       ~shorter(IPV4_OFF + IPV4.size + DOT1Q.size)
+                       & (be16(et + DOT1Q.size) == ETHERTYPE_IPV4)
+                       & l3_rule(IPV4_OFF + DOT1Q.size),
+                       ~shorter(IPV4_OFF + IPV4.size) & (be16(et) == ETHERTYPE_IPV4)
+                       & l3_rule(IPV4_OFF))
 
-        # the match from registers (computed the cycle before): it ends in flip-flops
-        fresh, live = win.registered(match)
+        # the match's parts from registers (computed the cycle before): they end in flip-flops
+        fresh, parts = win.registered(match)
+        live = self.enable & Mux(parts[0], parts[1], parts[2])
 
         # ---- routing: the decision is taken once per frame and held (stable while stalled)
         head, head_ok = win.head, win.head_ok

@@ -408,7 +408,7 @@ class Parser(wiring.Component):
         # IPv4 header checksum over the captured bytes
         # (per tag variant from fixed bytes, selected after the carry-save steps)
         csum_v = [carry_save([Cat(hb[l2 + o + 1], hb[l2 + o]) for o in range(0, wf.IPV4.size, 2)],
-                             LEN_BITS + 5, until=3)   # added in T, folded in S2
+                             LEN_BITS + 5, until=5)   # reduced and added in T, folded in S2
                   for l2 in (L2_UNTAGGED, L2_TAGGED)]
         csum_terms = [Mux(vlan1, t, u) for u, t in zip(*csum_v, strict=True)]
 
