@@ -109,25 +109,28 @@ class MgmtSplitter(wiring.Component):
             def shorter(x: int):
                 return win.shorter(x, off)
 
-            def l3_rule(l3: int):
+            def rule(l2: int, et_at: int):   # the rule's terms behind a tag of l2 bytes
+                l3 = IPV4_OFF + l2
                 unreadable = ((byte(l3) != _IPV4_IHL5)
                               | (be16(l3 + IPV4.flags_frag.offset)[:13] != 0)
                               | shorter(l3 + DPORT_AT + 2))
-                return ((byte(l3 + PROTO_AT) == IP_PROTO_UDP)
-                        & (Cat(*[byte(l3 + DST_IP_AT + 3 - i) for i in range(4)]) == self.ip)
-                        & (unreadable | (be16(l3 + DPORT_AT) == self.port)))
+                return Cat(~shorter(l3 + IPV4.size), be16(et_at) == ETHERTYPE_IPV4,
+                           byte(l3 + PROTO_AT) == IP_PROTO_UDP,
+                           Cat(*[byte(l3 + DST_IP_AT + 3 - i) for i in range(4)]) == self.ip,
+                           unreadable, be16(l3 + DPORT_AT) == self.port)
 
             et = ETH.ethertype.offset
-            return Cat(be16(et) == ETHERTYPE_VLAN,
-                       ~shorter(IPV4_OFF + IPV4.size + DOT1Q.size)
-                       & (be16(et + DOT1Q.size) == ETHERTYPE_IPV4)
-                       & l3_rule(IPV4_OFF + DOT1Q.size),
-                       ~shorter(IPV4_OFF + IPV4.size) & (be16(et) == ETHERTYPE_IPV4)
-                       & l3_rule(IPV4_OFF))
+            return Cat(be16(et) == ETHERTYPE_VLAN, rule(DOT1Q.size, et + DOT1Q.size),
+                       rule(0, et))
 
-        # the match's parts from registers (computed the cycle before): they end in flip-flops
+        # the rule's terms from registers (computed the cycle before): they end in flip-flops;
+        # enable, the terms' AND and the tag choice come after
         fresh, parts = win.registered(match)
-        live = self.enable & Mux(parts[0], parts[1], parts[2])
+
+        def holds(t):
+            return t[0] & t[1] & t[2] & t[3] & (t[4] | t[5])
+
+        live = self.enable & Mux(parts[0], holds(parts[1:7]), holds(parts[7:13]))
 
         # ---- routing: the decision is taken once per frame and held (stable while stalled)
         head, head_ok = win.head, win.head_ok

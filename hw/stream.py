@@ -157,7 +157,11 @@ class LookAhead:
                     m.d.sync += buf[j].eq(inc)
             with m.Elif(count == j):
                 m.d.sync += buf[j].eq(inc)
-        m.d.sync += count.eq(count + push - pop)
+        # (pop, from the caller's decision, only selects among the three next counts)
+        with m.If(push & ~pop):
+            m.d.sync += count.eq(count + 1)
+        with m.Elif(pop & ~push):
+            m.d.sync += count.eq(count - 1)
 
         self._ends = [[buf[off + j].last & (count > off + j) for j in range(D)] for off in (0, 1)]
         ends = self._ends[0]
