@@ -307,10 +307,9 @@ class Parser(wiring.Component):
                         m.d.comb += out.eq(Cat(lo, hi)[sh: sh + nb])
             return out
 
-        off = Signal(LEN_BITS + 2)
-        m.d.comb += off.eq(nemit_c << lb)
+        # normal_left = plen_r - (nemit_c << lb): both are loaded at the previous beat, so it is
+        # a register loaded there too (the subtraction ends in flip-flops, not in the beat mux)
         normal_left = Signal(signed(LEN_BITS + 4))
-        m.d.comb += normal_left.eq(plen_r - off)
         # bytes present: the previous beat is full, the current one has `keep` (a thermometer,
         # so shifting it like the data clips at the frame's end without arithmetic)
         normal_keep = Signal(nb)
@@ -319,6 +318,9 @@ class Parser(wiring.Component):
         normal = Signal()
         m.d.comb += normal.eq(acc & ~done_c & (idx_c > q_r) & (normal_left > 0))
         normal_final = normal_left <= nb
+        with m.If(acc):
+            m.d.sync += normal_left.eq(
+                plen_c - (((nemit_c + normal)[:len(nemit)] << lb)[:LEN_BITS + 2]))
         normal_data = window(prev, beat.data, s_r)
         last_in = acc & beat.last
 
