@@ -141,10 +141,12 @@ class Parser(wiring.Component):
         m.submodules.frame_fifo = frame_fifo = fifo.SyncFIFO(width=beat_w, depth=frame_depth)
         # the payload FIFOs also absorb the header-length lag of a downstream consumer that waits
         # for `hdr` (e.g. the deparser in a loopback) before it takes payload beats
-        pay_depth = max(4, (hdr_beats + 8) // 2) + 2 + extra
+        # (+1 more for payload and header: their in-flight counts below over-count the beat
+        # accepted in the cycle before, see `room`)
+        pay_depth = max(4, (hdr_beats + 8) // 2) + 3 + extra
         m.submodules.pay_fifo0 = pay0 = fifo.SyncFIFO(width=beat_w, depth=pay_depth)
         m.submodules.pay_fifo1 = pay1 = fifo.SyncFIFO(width=beat_w, depth=pay_depth)
-        hdr_depth, ver_depth = 6, 6 + extra
+        hdr_depth, ver_depth = 7, 6 + extra
         m.submodules.hdr_fifo = hdr_fifo = fifo.SyncFIFO(width=hdr_w, depth=hdr_depth)
         m.submodules.ver_fifo = ver_fifo = fifo.SyncFIFO(width=ver_w, depth=ver_depth)
 
@@ -161,13 +163,29 @@ class Parser(wiring.Component):
         x_pn = [Signal(range(3), name=f"s{3 + k}_pn") for k in range(extra)]
         # registered: room for one more beat in the next cycle, counting what is in the FIFOs
         # and in flight now and the most the beat accepted now may push (reads ignored)
+        # What is in flight (stages S1 .. S<3 + extra>) is itself a register, loaded with the
+        # stages' next contents (they shift every cycle): the sums end in flip-flops. The
+        # payload beats and the header event of the beat accepted now are over-counted there
+        # (2 * acc, acc: their exact values come from S0's deep logic) until it reaches S1.
+        n_stages = 3 + extra
+        infl_f = Signal(range(n_stages + 1))
+        infl_p = Signal(range(2 * n_stages + 1))
+        infl_h = Signal(range(4))
+        infl_e = Signal(range(n_stages + 1))
+        last_acc = Signal()
+        m.d.comb += last_acc.eq(acc & beat.last)
+        chains = ((infl_f, [acc, s1_v, x_t[0], s2_v, *x_v]),
+                  (infl_p, [2 * acc, s1_pn, x_t[3], s2_pn, *x_pn]),
+                  (infl_h, [acc, s1_hv, x_t[1], s2_hv]),
+                  (infl_e, [last_acc, s1_ev, x_t[2], s2_ev, *x_ev]))
+        # (each chain: the stages in order; the last one's content leaves into its FIFO)
+        m.d.sync += [r.eq(sum(c[:-1])) for r, c in chains]
         room = Signal()
         m.d.sync += room.eq(
-            (frame_fifo.level + s1_v + x_t[0] + s2_v + sum(x_v) + acc + 1 <= frame_depth)
-            & (pay0.level + pay1.level + s1_pn + x_t[3] + s2_pn + sum(x_pn) + 2 * acc + 2
-               <= 2 * pay_depth - 1)
-            & (hdr_fifo.level + s1_hv + x_t[1] + s2_hv + acc + 1 <= hdr_depth)
-            & (ver_fifo.level + s1_ev + x_t[2] + s2_ev + sum(x_ev) + acc + 1 <= ver_depth))
+            (frame_fifo.level + infl_f + acc + 1 <= frame_depth)
+            & (pay0.level + pay1.level + infl_p + 2 * acc + 2 <= 2 * pay_depth - 1)
+            & (hdr_fifo.level + infl_h + acc + 1 <= hdr_depth)
+            & (ver_fifo.level + infl_e + acc + 1 <= ver_depth))
         m.d.comb += self.i.ready.eq(room)
 
         # ------------------------------------------------------------ S0: position and capture
