@@ -69,6 +69,7 @@ from .dispatch import Dispatcher, head_layout, icrc_delta_columns
 from .egress import RoundEmitter
 from .emitter import SEQ_BITS as _SEQ_BITS
 from .emitter import Emitter
+from .hstore import READ_LATENCY as HS_LATENCY
 from .hstore import HeaderStore
 from .lanes import attach_lanes
 from .mgmt_path import PATH_COUNTERS, attach_mgmt
@@ -290,7 +291,10 @@ class NetReduceEngine(wiring.Component):
             m.d.sync += rr.eq(Mux(pick == P - 1, 0, pick + 1))
 
         # ------------------------------------------------------------ storage
-        m.submodules.hdr_store = hstore = HeaderStore(self.slots, self.max_world)
+        # registered read (READ_LATENCY 2) for the Emitter; the lanes build's RoundEmitter
+        # reads with latency 1
+        m.submodules.hdr_store = hstore = HeaderStore(
+            self.slots, self.max_world, read_latency=HS_LATENCY if self.lanes == 1 else 1)
         fwd = []
         # a port's TX carries its results at up to a beat per cycle: its forward queue holds 8
         # ACK-sized frames (128 bytes each) so that ACKs waiting for the TX do not stall the
@@ -364,7 +368,7 @@ class NetReduceEngine(wiring.Component):
                 w, ports=P, slots=self.slots, max_world=self.max_world,
                 rel_layout=ctl.rel_layout, hs_layout=hstore.layout,
                 req_layout=slotmem.result_req_layout, res_layout=slotmem.result_layout,
-                read_latency=rl, roles=self.roles)
+                read_latency=rl, roles=self.roles, hs_latency=hstore.read_latency)
             m.d.comb += [em.jobs.valid.eq(jq.r_rdy), em.jobs.payload.eq(jq.r_data),
                          jq.r_en.eq(em.jobs.ready)]
             wiring.connect(m, em.req, slotmem.result_req)

@@ -517,9 +517,9 @@ def _slotmem(p):
 
 
 def _hstore(p):
-    from .hstore import HeaderStore
+    from .hstore import READ_LATENCY, HeaderStore
     rm = _regmap(p)
-    return HeaderStore(rm.params["slots"], rm.params["max_world"])
+    return HeaderStore(rm.params["slots"], rm.params["max_world"], read_latency=READ_LATENCY)
 
 
 def _rxfifo(p):
@@ -595,7 +595,7 @@ def make_design(spec: str, **params):
 ENGINE_TOP = "netreduce_engine"
 # direct children of the engine top estimated on their own (fnmatch patterns), and below them
 ENGINE_BLOCKS = ("ctl", "ctl.ft", "bank", "parser*", "parser*.checker", "slotmem", "deparser",
-                 "dispatch", "emitter", "txarb*")
+                 "dispatch", "emitter", "txarb*", "lane_split", "lane_combine", "mgmt_path.agent")
 
 
 @contextlib.contextmanager
