@@ -7,10 +7,13 @@ stored under the key "verilator" (each run keeps the other's figures).
     .venv/bin/python bench/soak.py --hours 4 --workers 2          # the real soak (model)
     .venv/bin/python bench/soak.py --minutes 2 --profile ci       # a quick look
     .venv/bin/python bench/soak.py --backend verilator --hours 1  # the RTL (profile "rtl")
+    .venv/bin/python bench/soak.py --backend verilator --lanes 2 --minutes 30  # 2-port lanes
 
 The RTL backend runs the 64-bit engine build of netreduce.sim.rtl.soak_rtl.soak_params
 (built once, cached under build/fastsim/) with the "rtl" profile: scenarios sized for that build
 (2 jobs, N <= 8, PMTU <= 1024, short QP timeouts), since the RTL simulates every cycle.
+``--lanes 2``: the 2-port per-port-lanes build instead (``soak_params(lanes=2)``, model D20),
+stored under the key "verilator-lanes2".
 
 Reproduce one scenario: ``run_scenario(random_scenario(seed, profile))`` (RTL: pass
 ``netreduce.sim.rtl.soak_rtl.rtl_backend()`` as the backend). Exit status 1 if any scenario broke
@@ -30,13 +33,13 @@ from pathlib import Path
 from netreduce.sim.verif.soak import PROFILES, model_backend, random_scenario, run_scenario
 
 
-def one(seed: int, profile: str, backend: str = "model") -> dict:
+def one(seed: int, profile: str, backend: str = "model", lanes: int = 1) -> dict:
     sc = random_scenario(seed, profile)
     try:
         if backend == "verilator":
-            from netreduce.sim.rtl.soak_rtl import rtl_backend
+            from netreduce.sim.rtl.soak_rtl import rtl_backend, soak_params
 
-            rep = run_scenario(sc, rtl_backend())
+            rep = run_scenario(sc, rtl_backend(soak_params(lanes=lanes)))
         else:
             rep = run_scenario(sc, model_backend)
     except Exception as e:  # a crash of the model or the harness is a finding too
@@ -69,10 +72,15 @@ def main() -> int:
     ap.add_argument("--backend", choices=("model", "verilator"), default="model")
     ap.add_argument("--profile", choices=PROFILES, default=None,
                     help="default: soak (model), rtl (verilator)")
+    ap.add_argument("--lanes", type=int, default=1,
+                    help="verilator: > 1 runs the per-port-lanes build of that many ports")
     ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--max-scenarios", type=int, default=0, help="0: until the time is up")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "soak.json"))
     a = ap.parse_args()
+    if a.lanes < 1 or (a.lanes > 1 and a.backend != "verilator"):
+        ap.error(f"--lanes {a.lanes}: a positive number of lanes, > 1 only with --backend "
+                 "verilator")
     if a.profile is None:
         a.profile = "rtl" if a.backend == "verilator" else "soak"
     if a.backend == "verilator":
@@ -86,7 +94,7 @@ def main() -> int:
         except BackendUnavailable as e:
             print(f"bench/soak.py: {e}", file=sys.stderr)
             return 2
-        build_fastsim(engine_top(soak_params()))  # once, before the workers start
+        build_fastsim(engine_top(soak_params(lanes=a.lanes)))  # once, before the workers start
     budget = a.hours * 3600 + a.minutes * 60 or 600.0
     t0 = time.time()
     seed = a.first_seed
@@ -96,7 +104,7 @@ def main() -> int:
         while True:
             while (len(running) < a.workers and time.time() - t0 < budget
                    and (not a.max_scenarios or seed - a.first_seed < a.max_scenarios)):
-                running.add(ex.submit(one, seed, a.profile, a.backend))
+                running.add(ex.submit(one, seed, a.profile, a.backend, a.lanes))
                 seed += 1
             if not running:
                 break
@@ -139,13 +147,15 @@ def main() -> int:
         old = json.loads(p.read_text())
     except (OSError, ValueError):
         old = {}
+    key = "verilator" if a.lanes <= 1 else f"verilator-lanes{a.lanes}"
     if a.backend == "verilator":
-        out = {**old, "verilator": rtl}
-    elif "verilator" in old:
-        out["verilator"] = old["verilator"]
+        out = {**old, key: rtl}
+    else:
+        out.update({k: v for k, v in old.items() if k.startswith("verilator")})
     p.write_text(json.dumps(out, indent=1) + "\n")
-    run = out["verilator"] if a.backend == "verilator" else out
-    print(json.dumps({k: v for k, v in run.items() if k not in ("results", "verilator")},
+    run = out[key] if a.backend == "verilator" else out
+    print(json.dumps({k: v for k, v in run.items()
+                      if k != "results" and not k.startswith("verilator")},
                      indent=1))
     return 1 if bad else 0
 

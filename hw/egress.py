@@ -62,10 +62,12 @@ class RoundEmitter(wiring.Component):
     * Throughput: one header per 2 cycles (store read, hand-over) over all ports; a round's
       payload one beat per cycle to all its ports at once, so with B payload beats per frame and
       P ports the headers keep up while B >= 2 (ranks per round); a release command takes one
-      cycle per port and round to plan.
+      cycle to start and one cycle per port and round to plan.
     * Backpressure: a round's beat moves only when every port of the round can take it
       (``dep_payload<k>.ready`` must be a register output, e.g. a skid buffer's); one held port
-      holds the rounds it is in. Never drops. Errors: none.
+      holds the rounds it is in (the engine bounds that: a port held longer than
+      ``PORT.FC_CTRL.tx_hold`` allows drops its frames at its
+      :class:`~netreduce.hw.txhold.TxHoldGate`, model D21). Never drops. Errors: none.
     """
 
     def __init__(self, width: int, *, ports: int, slots: int, max_world: int, rel_layout,
@@ -128,6 +130,15 @@ class RoundEmitter(wiring.Component):
                    for l2 in (L2_UNTAGGED, L2_TAGGED)}
         # release planning: per port the ranks of the index still to send
         rem = [Signal(nw, name=f"rem{k}") for k in range(P)]
+        # per port its lowest remaining rank, kept a cycle ahead (registered), so that a round
+        # step only clears a decoded bit: no priority search over max_world bits in the step
+        low = [Signal(rank_bits, name=f"low{k}") for k in range(P)]
+        low_dec = [Signal(nw, name=f"low_dec{k}") for k in range(P)]
+        for k in range(P):
+            m.d.comb += low_dec[k].eq(Const(1, nw) << low[k])
+        rest = [Signal(nw, name=f"rest{k}") for k in range(P)]   # rem without its lowest
+        for k in range(P):
+            m.d.comb += rest[k].eq(rem[k] & ~low_dec[k])
         pi = Signal(range(P), name="round_port")
         first_round = Signal()
         rmask = Signal(P, name="round_mask")
@@ -147,7 +158,11 @@ class RoundEmitter(wiring.Component):
                     for k in range(P):
                         m.d.sync += rem[k].eq(Cat(*[(r < rel.n) & (rel.ports[r] == k)
                                                     & rel.mask[r] for r in range(nw)]))
-                    m.next = "RESULTS"
+                    m.next = "PLAN"
+            with m.State("PLAN"):
+                # one cycle for the first lowest ranks (kept registered from here on)
+                m.d.sync += [low[k].eq(_lowest(rem[k], nw)) for k in range(P)]
+                m.next = "RESULTS"
             with m.State("JOB_FRAME"):
                 vl = is_vlan(ejob.raw)
                 probe = ejob.kind == JOB_PROBE
@@ -189,10 +204,9 @@ class RoundEmitter(wiring.Component):
                 # cycle pi of a round: the round's payload command at pi == 0, then port pi's
                 # header command (its lowest remaining rank) if it has one
                 has = Cat(*[r.any() for r in rem])
-                cur_rem = Signal(nw)
-                m.d.comb += cur_rem.eq(Cat(*rem).word_select(pi, nw))
-                rank = _lowest(cur_rem, nw)
-                mine = cur_rem.any()
+                rank = Signal(rank_bits)
+                m.d.comb += rank.eq(Cat(*low).word_select(pi, rank_bits))
+                mine = has.bit_select(pi, 1)
                 m.d.comb += [
                     hq_w.store.eq(1), hq_w.addr.eq(Cat(rank[:rank_bits], erel.slot[:slot_bits])),
                     hq_w.plen.eq(erel.plen), hq_w.ce.eq(1), hq_w.port.eq(pi),
@@ -201,18 +215,23 @@ class RoundEmitter(wiring.Component):
                     pc_w.mask.eq(Mux(pi == 0, has, rmask)),
                 ]
                 ok = Mux(pi == 0, both, hq.w_rdy)
-                rem_next = [Signal(nw, name=f"rem_next{k}") for k in range(P)]
+                # a step takes port pi's lowest rank; its next lowest, lowest(rest), is a
+                # function of registers only, so no search sits behind the step's decision
+                step = [Signal(name=f"step{k}") for k in range(P)]
+                left = [Signal(name=f"left{k}") for k in range(P)]
                 for k in range(P):
-                    m.d.comb += rem_next[k].eq(Mux((pi == k) & mine,
-                                                   rem[k] & ~(Const(1, nw) << rank), rem[k]))
+                    m.d.comb += [step[k].eq((pi == k) & mine),
+                                 left[k].eq(Mux(pi == k, rest[k].any(), rem[k].any()))]
                 with m.If(ok):
                     m.d.comb += [hq.w_en.eq(mine), pcq.w_en.eq(pi == 0)]
                     with m.If(pi == 0):
                         m.d.sync += rmask.eq(has)
-                    m.d.sync += [rem[k].eq(rem_next[k]) for k in range(P)]
+                    for k in range(P):
+                        with m.If(step[k]):
+                            m.d.sync += [rem[k].eq(rest[k]), low[k].eq(_lowest(rest[k], nw))]
                     with m.If(pi == P - 1):
                         m.d.sync += [pi.eq(0), first_round.eq(0)]
-                        with m.If(~Cat(*[r.any() for r in rem_next]).any()):
+                        with m.If(~Cat(*left).any()):
                             m.next = "IDLE"
                     with m.Else():
                         m.d.sync += pi.eq(pi + 1)

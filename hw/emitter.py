@@ -110,7 +110,8 @@ class Emitter(wiring.Component):
     Members: ``jobs`` (In, stream of :func:`frame_job_layout`), ``rel`` (In, stream of the
     control path's release layout), ``done_seen`` (In: decisions whose payload writes are visible
     to the slot memory's result port), ``hs_en`` / ``hs_addr`` -> ``hs_data`` (the header store's
-    read port, data one cycle after), ``dep_hdr`` / ``dep_payload`` (Out: the deparser's inputs),
+    read port, data ``hs_latency`` cycles after), ``dep_hdr`` / ``dep_payload`` (Out: the
+    deparser's inputs),
     ``port`` (Out, stream: the output port of each deparser frame, in order), ``req`` / ``res``
     (the slot memory's result port).
 
@@ -122,17 +123,24 @@ class Emitter(wiring.Component):
       leaf's total, D17) also waits until ``done_seen`` is past its own ``seq``.
     * Throughput: one header command per cycle into a 4-deep queue (a release command makes
       one per rank of its ``mask``, a cycle per rank outside it; D17: ``total`` reads the slot's
-      total buffer, ``mark`` sets that stage mark on the stored header); headers take 2 cycles
-      each (store read, deparser hand-over);
+      total buffer, ``mark`` sets that stage mark on the stored header); the header store read
+      is issued with the command and pipelined (``hs_latency`` cycles, one read per cycle), the
+      entry and its command wait in a header queue of ``hs_latency + 3`` (its credits count the
+      reads in flight), so the deparser can take a header every cycle;
       payload one beat per cycle (slot reads pipelined through the result port).
-    * Latency: release command accepted in cycle t -> first header command t + 1, deparser
-      header t + 3 (queue, store read).
+    * Latency: a command is taken at the earliest the cycle after it (and ``done_seen`` for
+      it) is offered; release command accepted in cycle t -> first header command and store read
+      t + 1, deparser header t + 3 + ``hs_latency`` (store read, queue).
     * Backpressure: from the deparser and the port FIFO; never drops. Errors: none.
     """
 
     def __init__(self, width: int, *, ports: int, slots: int, max_world: int, rel_layout,
-                 hs_layout, req_layout, res_layout, read_latency: int, roles: bool = False):
+                 hs_layout, req_layout, res_layout, read_latency: int, roles: bool = False,
+                 hs_latency: int = 1):
         self.roles = roles  # flow roles (D17): slot addresses have a total-buffer bit
+        if not isinstance(hs_latency, int) or hs_latency < 1:
+            raise ValueError(f"emitter hs_latency = {hs_latency!r}: must be >= 1")
+        self.hs_latency = hs_latency  # the header store's read latency
         self.width, self.ports, self.slots, self.max_world = width, ports, slots, max_world
         self.read_latency = read_latency
         self.job_layout = frame_job_layout(ports, slots)
@@ -175,21 +183,42 @@ class Emitter(wiring.Component):
             m.submodules[name] = f
             return f, data.View(layout, f.w_data), data.View(layout, f.r_data)
 
-        hq, hq_w, hq_r = q("hcmdq", hcmd_layout, 4)
+        hl = self.hs_latency
+        # header queue: commands whose store entry has been read (hdr_depth credits cover the
+        # reads in flight), the deparser's header straight from its output register
+        hdr_layout = data.StructLayout({"raw": raw_layout, "hdr_len": range(HDR_CAP + 1),
+                                        "plen": 16, "ce": 1, "port": pb})
+        hdr_depth = hl + 3
+        hq, hq_w, hq_r = q("hdrq", hdr_layout, hdr_depth)
+        hcmd = Signal(hcmd_layout, name="hcmd")   # the command pushed this cycle
         pcq, pc_w, pc_r = q("pcmdq", pcmd_layout, 4)
         jobs, jq_r = self.jobs, self.jobs.payload
         rel = self.rel.payload
         ejob = Signal(self.job_layout, name="ejob")
         erel = Signal(self.rel_layout, name="erel")
         rank = Signal(rank_bits + 1)
-        can_push = hq.w_rdy & pcq.w_rdy
+        credit = Signal(range(hdr_depth + 1), init=hdr_depth)
+        can_push = (credit != 0) & pcq.w_rdy
         push = Signal()
-        m.d.comb += [hq.w_en.eq(push), pcq.w_en.eq(push)]
-        # D17: a total's re-emit waits for its own decision's payload (done_seen past its seq)
-        job_wait = jq_r.wait & seq_before(self.done_seen, (jq_r.seq + 1)[:SEQ_BITS])
-        job_first = (jobs.valid & ~job_wait
-                     & (~self.rel.valid | seq_before(jq_r.seq, rel.seq)))
-        rel_ok = self.rel.valid & ~job_first & ~seq_before(self.done_seen, rel.seq)
+        m.d.comb += pcq.w_en.eq(push)
+        m.d.sync += credit.eq(credit - push + hq.r_en)
+        # The choice between the heads of jobs and rel uses their sequence comparisons
+        # registered from the cycle before (the carry chains end in flip-flops); they count
+        # while both heads are the same as then (same valid, nothing taken: a stream's payload
+        # holds while valid). done_seen only grows, so a cycle-old comparison with it only waits.
+        c_jw, c_jb, c_rd = Signal(), Signal(), Signal()
+        c_jv, c_rv, c_took = Signal(), Signal(), Signal()
+        m.d.sync += [
+            # D17: a total's re-emit waits for its own decision's payload (done_seen past its seq)
+            c_jw.eq(seq_before(self.done_seen, (jq_r.seq + 1)[:SEQ_BITS])),
+            c_jb.eq(seq_before(jq_r.seq, rel.seq)),
+            c_rd.eq(~seq_before(self.done_seen, rel.seq)),
+            c_jv.eq(jobs.valid), c_rv.eq(self.rel.valid),
+            c_took.eq(jobs.ready | self.rel.ready)]
+        fresh = (c_jv == jobs.valid) & (c_rv == self.rel.valid) & ~c_took
+        job_wait = jq_r.wait & c_jw
+        job_first = fresh & jobs.valid & ~job_wait & (~self.rel.valid | c_jb)
+        rel_ok = fresh & self.rel.valid & ~job_first & c_rd
 
         def put_raw(dst, byte_list_u, byte_list_t, vlan):
             return [dst[i].eq(Mux(vlan, byte_list_t[i], byte_list_u[i])) for i in range(HDR_CAP)]
@@ -213,19 +242,19 @@ class Emitter(wiring.Component):
                 vl = is_vlan(ejob.raw)
                 probe = ejob.kind == JOB_PROBE
                 m.d.comb += [
-                    hq_w.store.eq(0), hq_w.port.eq(ejob.port),
+                    hcmd.store.eq(0), hcmd.port.eq(ejob.port),
                     pc_w.slot.eq(slot_addr(ejob.slot, ejob.total)),
-                    hq_w.plen.eq(Mux(probe, 0, ejob.plen)), hq_w.ce.eq(~probe),
-                    hq_w.hdr_len.eq(Mux(probe, Mux(vl, bth_len[L2_TAGGED],
+                    hcmd.plen.eq(Mux(probe, 0, ejob.plen)), hcmd.ce.eq(~probe),
+                    hcmd.hdr_len.eq(Mux(probe, Mux(vl, bth_len[L2_TAGGED],
                                                    bth_len[L2_UNTAGGED]), ejob.hdr_len)),
                     pc_w.from_slot.eq(~probe), pc_w.plen.eq(Mux(probe, 0, ejob.plen)),
                 ]
                 pu = _probe_bytes(ejob.raw, L2_UNTAGGED, ejob.ov, ejob.psn)
                 pt = _probe_bytes(ejob.raw, L2_TAGGED, ejob.ov, ejob.psn)
                 with m.If(probe):
-                    m.d.comb += put_raw(hq_w.raw, pu, pt, vl)
+                    m.d.comb += put_raw(hcmd.raw, pu, pt, vl)
                 with m.Else():
-                    m.d.comb += hq_w.raw.eq(ejob.raw)
+                    m.d.comb += hcmd.raw.eq(ejob.raw)
                 with m.If(can_push):
                     m.d.comb += push.eq(1)
                     m.next = "JOB_CNP"
@@ -236,10 +265,10 @@ class Emitter(wiring.Component):
                 cu = _cnp_bytes(ejob.raw, L2_UNTAGGED, ejob.rev_qpn)
                 ct = _cnp_bytes(ejob.raw, L2_TAGGED, ejob.rev_qpn)
                 m.d.comb += [
-                    hq_w.store.eq(0), hq_w.port.eq(ejob.port), hq_w.plen.eq(16), hq_w.ce.eq(0),
-                    hq_w.hdr_len.eq(Mux(vl, bth_len[L2_TAGGED], bth_len[L2_UNTAGGED])),
+                    hcmd.store.eq(0), hcmd.port.eq(ejob.port), hcmd.plen.eq(16), hcmd.ce.eq(0),
+                    hcmd.hdr_len.eq(Mux(vl, bth_len[L2_TAGGED], bth_len[L2_UNTAGGED])),
                     pc_w.from_slot.eq(0), pc_w.plen.eq(16),
-                    *put_raw(hq_w.raw, cu, ct, vl),
+                    *put_raw(hcmd.raw, cu, ct, vl),
                 ]
                 with m.If(can_push):
                     m.d.comb += push.eq(1)
@@ -247,9 +276,9 @@ class Emitter(wiring.Component):
             with m.State("RESULTS"):
                 ports_r = (erel.ports[rank[:rank_bits]] if P > 1 else Const(0, 1))
                 m.d.comb += [
-                    hq_w.store.eq(1), hq_w.addr.eq(Cat(rank[:rank_bits], erel.slot[:slot_bits])),
-                    hq_w.plen.eq(erel.plen), hq_w.ce.eq(1), hq_w.port.eq(ports_r),
-                    hq_w.mark.eq(erel.mark), pc_w.from_slot.eq(1),
+                    hcmd.store.eq(1), hcmd.addr.eq(Cat(rank[:rank_bits], erel.slot[:slot_bits])),
+                    hcmd.plen.eq(erel.plen), hcmd.ce.eq(1), hcmd.port.eq(ports_r),
+                    hcmd.mark.eq(erel.mark), pc_w.from_slot.eq(1),
                     pc_w.slot.eq(slot_addr(erel.slot, erel.total)), pc_w.plen.eq(erel.plen),
                 ]
                 # D17: only the ranks of the command's mask get a result (a cycle per other)
@@ -260,31 +289,35 @@ class Emitter(wiring.Component):
                     with m.If(rank + 1 >= erel.n):
                         m.next = "IDLE"
 
-        # header path: header store read (1 cycle) -> deparser header + output port
-        hcur = Signal(hcmd_layout, name="hcur")
+        # header path: the store read is issued with the command (address from registers), its
+        # entry comes back hl cycles later and joins the command in the header queue; the
+        # deparser's header and port come from the queue's output register
+        hsc = Signal(hcmd_layout, name="hs_cmd")
+        m.d.comb += [self.hs_en.eq(push & hcmd.store), self.hs_addr.eq(hcmd.addr)]
+        pv, pc = push, hcmd.as_value()
+        for i in range(hl):
+            v_i, c_i = Signal(name=f"hs_v{i}"), Signal(hcmd_layout, name=f"hs_c{i}")
+            m.d.sync += [v_i.eq(pv), c_i.eq(pc)]
+            pv, pc = v_i, c_i
+        m.d.comb += hsc.eq(pc)
         hs_data = self.hs_data
+        hraw = Signal(raw_layout)
+        m.d.comb += hraw.eq(Mux(hsc.store, hs_data.raw.as_value(), hsc.raw.as_value()))
+        if self.roles:  # D17: a partial's stored UP header gets MARK_PARTIAL
+            hraw = remarked(m, hraw, hsc.mark != 0, hsc.mark, name="hraw_marked")
+        m.d.comb += [hq.w_en.eq(pv), hq_w.raw.eq(hraw),
+                     hq_w.hdr_len.eq(Mux(hsc.store, hs_data.hdr_len, hsc.hdr_len)),
+                     hq_w.plen.eq(hsc.plen), hq_w.ce.eq(hsc.ce),
+                     hq_w.port.eq(hsc.port)]
         dh = self.dep_hdr.payload
-        with m.FSM(name="hdr"):
-            with m.State("IDLE"):
-                with m.If(hq.r_rdy):
-                    m.d.comb += [hq.r_en.eq(1), self.hs_en.eq(1), self.hs_addr.eq(hq_r.addr)]
-                    m.d.sync += hcur.eq(hq_r)
-                    m.next = "OUT"
-            with m.State("OUT"):
-                hraw = Signal(raw_layout)
-                m.d.comb += hraw.eq(Mux(hcur.store, hs_data.raw.as_value(), hcur.raw.as_value()))
-                if self.roles:  # D17: a partial's stored UP header gets MARK_PARTIAL
-                    hraw = remarked(m, hraw, hcur.mark != 0, hcur.mark, name="hraw_marked")
-                m.d.comb += [
-                    self.dep_hdr.valid.eq(self.port.ready),
-                    dh.raw.eq(hraw),
-                    dh.hdr_len.eq(Mux(hcur.store, hs_data.hdr_len, hcur.hdr_len)),
-                    dh.plen.eq(hcur.plen), dh.ce_to_ect0.eq(hcur.ce),
-                    self.port.payload.eq(hcur.port),
-                ]
-                with m.If(self.dep_hdr.ready & self.port.ready):
-                    m.d.comb += self.port.valid.eq(1)
-                    m.next = "IDLE"
+        hgo = hq.r_rdy & self.dep_hdr.ready & self.port.ready
+        m.d.comb += [
+            self.dep_hdr.valid.eq(hq.r_rdy & self.port.ready),
+            dh.raw.eq(hq_r.raw), dh.hdr_len.eq(hq_r.hdr_len),
+            dh.plen.eq(hq_r.plen), dh.ce_to_ect0.eq(hq_r.ce),
+            self.port.payload.eq(hq_r.port),
+            self.port.valid.eq(hgo), hq.r_en.eq(hgo),
+        ]
 
         # payload path: slot beats through the result port, or zero beats (probe, CNP)
         pcur = Signal(pcmd_layout, name="pcur")

@@ -33,7 +33,9 @@ Contract (the reference model :class:`netreduce.sim.model.Engine` is the specifi
   differently from the model (forwarded frames take their own path to the TX arbiter).
 * Backpressure: ``i_p.ready`` drops when the port's buffers are full (nothing is dropped by the
   core; a board shell puts a dropping frame FIFO in front of a MAC that cannot wait). Outputs may
-  stall at any time.
+  stall at any time; with two or more ports, an output that takes no beat for
+  ``2**PORT.FC_CTRL.tx_hold`` cycles is *held*, and while it is its frames are dropped and counted
+  (:class:`~netreduce.hw.txhold.TxHoldGate`, model D21) so that it does not stall the others.
 * Frames longer than ``max_frame`` bytes are cut there and flagged ``error`` (the parser then
   treats them as MAC errors): a frame must fit the per-port buffer of ``max_frame`` bytes, which
   is what lets the control path wait for a frame's verdict (ICRC) before deciding.
@@ -67,6 +69,7 @@ from .dispatch import Dispatcher, head_layout, icrc_delta_columns
 from .egress import RoundEmitter
 from .emitter import SEQ_BITS as _SEQ_BITS
 from .emitter import Emitter
+from .hstore import READ_LATENCY as HS_LATENCY
 from .hstore import HeaderStore
 from .lanes import attach_lanes
 from .mgmt_path import PATH_COUNTERS, attach_mgmt
@@ -78,6 +81,7 @@ from .ports import SHELL_LAYOUT, attach_ports, fc_layout
 from .skid import SkidBuffer
 from .stream import beat_layout, beat_signature
 from .txarb import TxArbiter
+from .txhold import TxHoldGate
 from .verilog import AxisTop, generate
 
 __all__ = ["NetReduceEngine", "engine_for", "engine_verilog", "DEFAULT_MAX_FRAME",
@@ -184,7 +188,8 @@ class NetReduceEngine(wiring.Component):
         # link-local frames (PAUSE, PFC, LLDP, STP, ...) are consumed here (model D18)
         ll = attach_linklocal(m, [getattr(self, f"i_p{k}") if mg is None else mg.rx[k]
                                   for k in range(P)], w)
-        attach_ports(m, self, bank, ll.pause_valid)   # PORT table: per-port counters
+        # PORT table: per-port counters
+        self._pstats = attach_ports(m, self, bank, ll.pause_valid)
         rl = self.read_latency
         pb = _bits(P)
         job_bits = ctl.job_bits
@@ -286,7 +291,10 @@ class NetReduceEngine(wiring.Component):
             m.d.sync += rr.eq(Mux(pick == P - 1, 0, pick + 1))
 
         # ------------------------------------------------------------ storage
-        m.submodules.hdr_store = hstore = HeaderStore(self.slots, self.max_world)
+        # registered read (READ_LATENCY 2) for the Emitter; the lanes build's RoundEmitter
+        # reads with latency 1
+        m.submodules.hdr_store = hstore = HeaderStore(
+            self.slots, self.max_world, read_latency=HS_LATENCY if self.lanes == 1 else 1)
         fwd = []
         # a port's TX carries its results at up to a beat per cycle: its forward queue holds 8
         # ACK-sized frames (128 bytes each) so that ACKs waiting for the TX do not stall the
@@ -360,7 +368,7 @@ class NetReduceEngine(wiring.Component):
                 w, ports=P, slots=self.slots, max_world=self.max_world,
                 rel_layout=ctl.rel_layout, hs_layout=hstore.layout,
                 req_layout=slotmem.result_req_layout, res_layout=slotmem.result_layout,
-                read_latency=rl, roles=self.roles)
+                read_latency=rl, roles=self.roles, hs_latency=hstore.read_latency)
             m.d.comb += [em.jobs.valid.eq(jq.r_rdy), em.jobs.payload.eq(jq.r_data),
                          jq.r_en.eq(em.jobs.ready)]
             wiring.connect(m, em.req, slotmem.result_req)
@@ -424,7 +432,14 @@ class NetReduceEngine(wiring.Component):
         for k in range(P):
             o = getattr(self, f"o_p{k}") if mg is None else mg.tx[k]
             m.submodules[f"txarb{k}"] = arb = TxArbiter(w)
-            m.submodules[f"tx_skid{k}"] = tx_skid = SkidBuffer(beat_l)
+            if P > 1:
+                # a held port drops its frames instead of stalling the others (model D21)
+                m.submodules[f"tx_gate{k}"] = tx_skid = TxHoldGate(w)
+                cfg = bank.port_cfg[k]
+                m.d.comb += [tx_skid.hold.eq(cfg.fc_ctrl.tx_hold),
+                             self._pstats[k].hold_drop.eq(tx_skid.drop)]
+            else:
+                m.submodules[f"tx_skid{k}"] = tx_skid = SkidBuffer(beat_l)
             fq_k = fwd[k][0]
             m.d.comb += [arb.fwd.valid.eq(fq_k.r_rdy), arb.fwd.payload.eq(fq_k.r_data),
                          fq_k.r_en.eq(arb.fwd.ready)]

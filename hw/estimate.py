@@ -523,9 +523,9 @@ def _slotmem(p):
 
 
 def _hstore(p):
-    from .hstore import HeaderStore
+    from .hstore import READ_LATENCY, HeaderStore
     rm = _regmap(p)
-    return HeaderStore(rm.params["slots"], rm.params["max_world"])
+    return HeaderStore(rm.params["slots"], rm.params["max_world"], read_latency=READ_LATENCY)
 
 
 def _rxfifo(p):
@@ -603,7 +603,7 @@ ENGINE_TOP = "netreduce_engine"
 # (a lanes build has one ``slotmem<k>``, ``dispatch<k>`` and ``deparser<k>`` per port, and its
 # ``lane_split`` / ``lane_combine``; a one-lane build's partition is the same as without them)
 ENGINE_BLOCKS = ("ctl", "ctl.ft", "bank", "parser*", "parser*.checker", "slotmem*", "deparser*",
-                 "dispatch*", "emitter", "txarb*", "lane_split", "lane_combine")
+                 "dispatch*", "emitter", "txarb*", "lane_split", "lane_combine", "mgmt_path.agent")
 
 
 @contextlib.contextmanager

@@ -242,7 +242,7 @@ class MgmtAgent(wiring.Component):
       ``MGMT_SRC`` configuration outputs. (``MGMT.CTRL.enable`` gates the packet path's match.)
     * ``last_seq`` (Out): per entry, to the bank's ``MGMT_SRC.LAST_SEQ`` status inputs.
     * ``inc`` (Out): a one-cycle strobe per counter event (:data:`MGMT_COUNTERS`), for the bank's
-      ``cnt_inc``.
+      ``cnt_inc``, registered (the cycle after the event).
     * ``busy`` (Out): a frame is being processed or answered.
 
     Latency (cycles, ``n`` frame bytes, ``c`` ops): reading ~``n``; tag ~``3n/8``; decision
@@ -276,7 +276,11 @@ class MgmtAgent(wiring.Component):
         op_rd = ops.read_port(domain="comb")
         op_wr = ops.write_port()
         op_opcode, op_addr, op_value = op_rd.data[64:72], op_rd.data[32:64], op_rd.data[:32]
-        inc, bus = self.inc, self.bus
+        bus = self.bus
+        # counter strobes registered (one cycle later): the decision logic ends here, not in
+        # the register bank's counter adders
+        inc = Signal.like(self.inc, name="inc_c")
+        m.d.sync += self.inc.eq(inc)
 
         # ------------------------------------------------------------ request state
         pos = Signal(11)  # bytes of the frame seen (saturating)
@@ -319,10 +323,12 @@ class MgmtAgent(wiring.Component):
         k = Signal(7)
         last_seq = Signal(data.ArrayLayout(32, self.nsrc))
         m.d.comb += self.last_seq.eq(last_seq)
+        # registered: the source fields are complete at RX_END, the hit is read from HASH_WAIT
+        # on (several cycles of hashing later)
         hit = Signal(self.nsrc)
         for e in range(self.nsrc):
             s = self.src[e]
-            m.d.comb += hit[e].eq(s.valid & (s.ip == src_ip)
+            m.d.sync += hit[e].eq(s.valid & (s.ip == src_ip)
                                   & (~s.match_mac | (s.mac == src_mac))
                                   & (~s.match_port | (s.port == sport)))
         first_hit = Signal(range(nsel))
@@ -348,22 +354,26 @@ class MgmtAgent(wiring.Component):
         r = Signal(11)  # response frame byte index
         rl3 = Signal(5)
         m.d.comb += rl3.eq(Mux(vlan, _L3_TAGGED, _L3))
+        # rq = r - rl3 kept as a register stepping with r (no subtraction before the byte mux)
         rq = Signal(11)
-        m.d.comb += rq.eq(r - rl3)
+        in_r3_r = Signal()   # r >= rl3, registered likewise
         in_r3 = Signal()
-        m.d.comb += in_r3.eq(r >= rl3)
+        m.d.comb += in_r3.eq(in_r3_r)
+        # rend, the checksum: registered (their inputs are set while receiving; they are read
+        # from RESP on, many cycles later)
         rend = Signal(11)
-        m.d.comb += rend.eq(rl3 + total)
+        m.d.sync += rend.eq(rl3 + total)
         rbyte = Signal(8)
         ob2 = Signal(4)
         tag_tx = Signal(64)
         rck = Signal(16)
         ipck = Signal(16)
         s0 = Signal(20)  # response IPv4 header words (checksum field 0)
-        m.d.comb += s0.eq(_IP_CONST_SUM + (dscp << 2) + total + dst_ip[16:]
+        m.d.sync += s0.eq(_IP_CONST_SUM + (dscp << 2) + total + dst_ip[16:]
                           + dst_ip[:16] + src_ip[16:] + src_ip[:16])
         s1 = Signal(17)
-        m.d.comb += [s1.eq(s0[:16] + s0[16:]), ipck.eq(~(s1[:16] + s1[16:])[:16])]
+        m.d.comb += s1.eq(s0[:16] + s0[16:])
+        m.d.sync += ipck.eq(~(s1[:16] + s1[16:])[:16])
         rsum = Signal(32)
         resp_phase = Signal()
         m.d.comb += op_rd.addr.eq(Mux(resp_phase, oi, k))
@@ -450,7 +460,8 @@ class MgmtAgent(wiring.Component):
         bad_set = Signal()  # a defect seen this cycle (several checks may fire at once)
         m.d.sync += bad.eq(bad | bad_set)  # before the FSM: IDLE's clear comes later and wins
         with m.FSM(name="state") as fsm:
-            m.d.comb += self.busy.eq(~fsm.ongoing("IDLE"))
+            # (and while a registered counter strobe is out, the cycle after the frame's end)
+            m.d.comb += self.busy.eq(~fsm.ongoing("IDLE") | self.inc.as_value().any())
             with m.State("IDLE"):
                 m.d.sync += [pos.eq(0), q.eq(0), in_l3.eq(0), vlan.eq(0), bad.eq(0), bi.eq(0),
                              ipsum.eq(0), usum.eq(0), ob.eq(0), oi.eq(0), hw_n.eq(0),
@@ -692,8 +703,8 @@ class MgmtAgent(wiring.Component):
 
             # ---- response pass 1: hash and checksum of the response (tag field zero)
             with m.State("RESP"):
-                m.d.sync += [r.eq(rl3 + _AUTH_FROM), rsum.eq(0), hw_n.eq(0), oi.eq(0), ob2.eq(0),
-                             tag_tx.eq(0)]
+                m.d.sync += [r.eq(rl3 + _AUTH_FROM), rq.eq(_AUTH_FROM), in_r3_r.eq(1),
+                             rsum.eq(0), hw_n.eq(0), oi.eq(0), ob2.eq(0), tag_tx.eq(0)]
                 m.next = "HASH2"
             with m.State("HASH2"):
                 m.d.comb += resp_phase.eq(1)
@@ -701,7 +712,9 @@ class MgmtAgent(wiring.Component):
                 add16(rsum, rbyte, ~rq[0])
                 advance_op_byte()
                 # skip the UDP length and checksum (not in the pseudo-header the tag covers)
-                m.d.sync += r.eq(Mux(rq == _AUTH_TO - 1, r + 1 + _MG_AT - _AUTH_TO, r + 1))
+                skip = rq == _AUTH_TO - 1
+                m.d.sync += [r.eq(Mux(skip, r + 1 + _MG_AT - _AUTH_TO, r + 1)),
+                             rq.eq(Mux(skip, rq + 1 + _MG_AT - _AUTH_TO, rq + 1))]
                 with m.If(r == rend - 1):
                     m.next = "HASH2_LAST"
             with m.State("HASH2_LAST"):
@@ -721,7 +734,8 @@ class MgmtAgent(wiring.Component):
                 m.d.comb += c1.eq(c0[:16] + c0[16:])
                 c2 = Signal(16)
                 m.d.comb += c2.eq(~(c1[:16] + c1[16:])[:16])
-                m.d.sync += [rck.eq(Mux(c2 == 0, 0xFFFF, c2)), r.eq(0), oi.eq(0), ob2.eq(0),
+                m.d.sync += [rck.eq(Mux(c2 == 0, 0xFFFF, c2)), r.eq(0), rq.eq(-rl3),
+                             in_r3_r.eq(0), oi.eq(0), ob2.eq(0),
                              onext.eq(0), okeep.eq(0), ofirst.eq(1)]
                 m.next = "EMIT"
 
@@ -729,7 +743,8 @@ class MgmtAgent(wiring.Component):
             with m.State("EMIT"):
                 m.d.comb += resp_phase.eq(1)
                 m.d.sync += [obeat.word_select(onext, 8).eq(rbyte), okeep.bit_select(onext, 1)
-                             .eq(1), onext.eq(onext + 1), r.eq(r + 1)]
+                             .eq(1), onext.eq(onext + 1), r.eq(r + 1), rq.eq(rq + 1),
+                             in_r3_r.eq(in_r3_r | (r + 1 == rl3))]
                 advance_op_byte()
                 with m.If((onext == 7) | (r == rend - 1)):
                     m.next = "OUT"

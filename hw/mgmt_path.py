@@ -73,11 +73,12 @@ class MgmtSplitter(wiring.Component):
     * Decision: a shift-register FIFO holds ``depth = ceil(42 / (width / 8))`` beats (6 at 64
       bits, 3 at 128, 1 at 512); a frame's first beat leaves once the FIFO holds ``depth`` beats
       of it or its last beat; later beats follow the decision, latched with the first.
-    * Latency: ``depth`` cycles from a beat in to the same beat out when the frame is longer
-      than ``depth`` beats (a frame end makes it earlier); throughput one beat per cycle.
-    * Backpressure: ``i.ready`` is high while the FIFO has room or its head leaves this cycle;
-      the head waits for the ready of the output it is routed to (the other output stalls
-      nothing). ``i.ready`` depends combinationally on the outputs' ``ready``.
+    * Latency: ``depth`` + 1 cycles from a beat in to the same beat out when the frame is longer
+      than ``depth`` beats (a frame end makes it earlier; the match is registered, see
+      :meth:`~netreduce.hw.stream.LookAhead.registered`); throughput one beat per cycle.
+    * Backpressure: ``i.ready`` is high while the FIFO (``depth`` + 2 beats) has room, a
+      register output (:class:`~netreduce.hw.stream.LookAhead`); the head waits for the ready of
+      the output it is routed to (the other output stalls nothing).
     * Reset: synchronous, empty, next beat starts a frame.
     """
 
@@ -96,37 +97,53 @@ class MgmtSplitter(wiring.Component):
         w, D = self.width, self.depth
         # ---- the match, from the head beat (a frame's first) and the beats behind it
         win = LookAhead(m, self.i, w, D)
-        byte, be16, n, ended, pop = win.byte, win.be16, win.n, win.ended, win.pop
+        pop = win.pop
 
-        def shorter(x: int):
-            return ended & (n < x)
+        def match(off: int):   # the rule on the window at buf[off] (see LookAhead.registered)
+            def byte(k):
+                return win.byte(k, off)
 
-        def l3_rule(l3: int):
-            unreadable = ((byte(l3) != _IPV4_IHL5) | (be16(l3 + IPV4.flags_frag.offset)[:13] != 0)
-                          | shorter(l3 + DPORT_AT + 2))
-            return ((byte(l3 + PROTO_AT) == IP_PROTO_UDP)
-                    & (Cat(*[byte(l3 + DST_IP_AT + 3 - i) for i in range(4)]) == self.ip)
-                    & (unreadable | (be16(l3 + DPORT_AT) == self.port)))
+            def be16(k):
+                return win.be16(k, off)
 
-        et = ETH.ethertype.offset
-        tagged = be16(et) == ETHERTYPE_VLAN
-        live = Signal()
-        m.d.comb += live.eq(self.enable & ~shorter(IPV4_OFF + IPV4.size) & Mux(
-            tagged, ~shorter(IPV4_OFF + IPV4.size + DOT1Q.size)
-            & (be16(et + DOT1Q.size) == ETHERTYPE_IPV4) & l3_rule(IPV4_OFF + DOT1Q.size),
-            (be16(et) == ETHERTYPE_IPV4) & l3_rule(IPV4_OFF)))
+            def shorter(x: int):
+                return win.shorter(x, off)
+
+            def rule(l2: int, et_at: int):   # the rule's terms behind a tag of l2 bytes
+                l3 = IPV4_OFF + l2
+                unreadable = ((byte(l3) != _IPV4_IHL5)
+                              | (be16(l3 + IPV4.flags_frag.offset)[:13] != 0)
+                              | shorter(l3 + DPORT_AT + 2))
+                return Cat(~shorter(l3 + IPV4.size), be16(et_at) == ETHERTYPE_IPV4,
+                           byte(l3 + PROTO_AT) == IP_PROTO_UDP,
+                           Cat(*[byte(l3 + DST_IP_AT + 3 - i) for i in range(4)]) == self.ip,
+                           unreadable, be16(l3 + DPORT_AT) == self.port)
+
+            et = ETH.ethertype.offset
+            return Cat(be16(et) == ETHERTYPE_VLAN, rule(DOT1Q.size, et + DOT1Q.size),
+                       rule(0, et))
+
+        # the rule's terms from registers (computed the cycle before): they end in flip-flops;
+        # enable, the terms' AND and the tag choice come after
+        fresh, parts = win.registered(match)
+
+        def holds(t):
+            return t[0] & t[1] & t[2] & t[3] & (t[4] | t[5])
+
+        live = self.enable & Mux(parts[0], holds(parts[1:7]), holds(parts[7:13]))
 
         # ---- routing: the decision is taken once per frame and held (stable while stalled)
         head, head_ok = win.head, win.head_ok
         held, route = Signal(), Signal()
         to_mgmt = Mux(held, route, live)
-        with m.If(head_ok & ~held):
+        ok = head_ok & (held | fresh)
+        with m.If(head_ok & ~held & fresh):
             m.d.sync += [held.eq(1), route.eq(live)]
         with m.If(pop & head.last):
             m.d.sync += held.eq(0)
         m.d.comb += [
             self.o.payload.eq(head), self.o_mgmt.payload.eq(head),
-            self.o.valid.eq(head_ok & ~to_mgmt), self.o_mgmt.valid.eq(head_ok & to_mgmt),
+            self.o.valid.eq(ok & ~to_mgmt), self.o_mgmt.valid.eq(ok & to_mgmt),
             pop.eq((self.o.valid & self.o.ready) | (self.o_mgmt.valid & self.o_mgmt.ready)),
         ]
         return m

@@ -5,7 +5,8 @@
 * engine side (the reference model counts the same, :mod:`netreduce.sim.model.ports`):
   ``rx_frames`` / ``rx_bytes`` at the engine's input ``i_p<k>`` (every frame, management and
   link-local ones included), ``tx_frames`` / ``tx_bytes`` at its output ``o_p<k>`` (bytes without
-  FCS), ``pause_rx`` (PAUSE/PFC frames acted on, from the link-local filter);
+  FCS), ``pause_rx`` (PAUSE/PFC frames acted on, from the link-local filter), ``tx_drop_held``
+  (frames the port's :class:`~netreduce.hw.txhold.TxHoldGate` dropped or cut, input ``hold_drop``);
 * shell side, from the engine's ``shell`` input (:data:`SHELL_LAYOUT` per port, driven by the
   board shell around the MAC; 0 when nothing drives it): ``link_up``, ``rsfec_lock``,
   ``tx_paused``, ``xoff`` and ``congested`` levels for ``PORT.STATUS``, and one-cycle strobes
@@ -48,13 +49,14 @@ def fc_layout(bank):
 
 class PortStats(wiring.Component):
     """One port's counters. Inputs: ``rx_beat`` / ``tx_beat`` (a beat handshaked on the port:
-    ``valid``, ``keep``, ``last``), ``pause`` (strobe), ``shell`` (:data:`SHELL_LAYOUT`),
-    ``clear``; output ``value``: the bank's ``port_status`` entry layout."""
+    ``valid``, ``keep``, ``last``), ``pause`` and ``hold_drop`` (strobes), ``shell``
+    (:data:`SHELL_LAYOUT`), ``clear``; output ``value``: the bank's ``port_status`` entry layout."""
 
     def __init__(self, width: int, status_layout):
         self.width = width
         beat = data.StructLayout({"valid": 1, "keep": width // 8, "last": 1})
         super().__init__({"rx_beat": In(beat), "tx_beat": In(beat), "pause": In(1),
+                          "hold_drop": In(1),
                           "shell": In(SHELL_LAYOUT), "clear": In(1),
                           "value": Out(status_layout)})
 
@@ -74,6 +76,7 @@ class PortStats(wiring.Component):
         count("tx_frames", tx.valid & tx.last)
         count("tx_bytes", Mux(tx.valid, keep_count(tx.keep), 0))
         count("pause_rx", self.pause)
+        count("tx_drop_held", self.hold_drop)
         for n in SHELL_STROBES:
             count(n, getattr(self.shell, n))
         m.d.sync += [getattr(v.status, n).eq(getattr(self.shell, n)) for n in SHELL_LEVELS]

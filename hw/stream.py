@@ -113,52 +113,95 @@ def first_match(pairs, default) -> Value:
 class LookAhead:
     """A shift window over the next ``depth`` beats of the beat stream ``i``, built into ``m``, so
     that a frame can be classified from its first ``depth * width / 8`` bytes before its head
-    beat leaves. ``i`` is taken whenever the window has room or its head leaves.
+    beat leaves.
 
     * ``buf[0]`` (``head``) is the oldest beat; ``first`` is set on every beat that starts a frame.
     * ``pop`` (driven by the caller): the head beat leaves this cycle.
-    * ``byte(k)`` / ``be16(k)``: byte ``k`` of the window / the big-endian 16-bit field there.
+    * ``byte(k, off)`` / ``be16(k, off)`` / ``shorter(x, off)``: byte ``k`` of the window that
+      starts at ``buf[off]`` (0: the head; 1: the head after a pop) / the big-endian 16-bit field
+      there / its frame ended before byte ``x``.
     * ``ended``: a frame's last beat is inside the window; ``n`` its length in bytes then.
     * ``head_ok``: the head is valid and, at a frame's first beat, enough of the frame is in the
       window to decide it (the window is full or the frame ended).
+    * :meth:`registered`: a decision on the head frame from registers (computed in the cycle
+      before, for both windows), so that the caller's decision logic ends in flip-flops.
+    * ``i.ready`` is a function of the beat count register only (no path from ``pop``, i.e. from
+      the caller's decision and its outputs' ``ready``): the shift register has two beats more
+      than the window (the beat taken while the head waits, and the next frame's window behind a
+      leaving head), so one beat per cycle flows while the head leaves every cycle.
     """
 
     def __init__(self, m, i, width: int, depth: int):
         nb, D = width // 8, depth
         bl = beat_layout(width)
-        self.nb = nb
-        self.buf = buf = [Signal(bl, name=f"buf{j}") for j in range(D)]
-        count = Signal(range(D + 1))
+        self.nb, self.depth, self.m = nb, D, m
+        E = D + 2   # entries: the window, the window behind the head, one spare
+        self.buf = buf = [Signal(bl, name=f"buf{j}") for j in range(E)]
+        self.count = count = Signal(range(E + 1))
         in_first = Signal(init=1)  # the next input beat starts a frame
         push, self.pop = Signal(), Signal()
         pop = self.pop
-        m.d.comb += [i.ready.eq((count < D) | pop), push.eq(i.valid & i.ready)]
+        m.d.comb += [i.ready.eq(count < E), push.eq(i.valid & i.ready)]
         inc = Signal(bl)
         m.d.comb += [inc.eq(i.payload), inc.first.eq(in_first)]
         with m.If(push):
             m.d.sync += in_first.eq(i.payload.last)
-        for j in range(D):
+        # the input beat is written into the first free entry whether or not it is valid (an
+        # entry at or above ``count`` holds nothing): the beats' path does not go through
+        # ``valid`` and ``push`` only moves ``count``
+        for j in range(E):
             with m.If(pop):
-                if j + 1 < D:
-                    m.d.sync += buf[j].eq(buf[j + 1])
-                with m.If(push & (count == j + 1)):
+                if j < E - 1:
+                    m.d.sync += buf[j].eq(Mux(count == j + 1, inc, buf[j + 1]))
+                else:
                     m.d.sync += buf[j].eq(inc)
-            with m.Elif(push & (count == j)):
+            with m.Elif(count == j):
                 m.d.sync += buf[j].eq(inc)
-        m.d.sync += count.eq(count + push - pop)
+        # (pop, from the caller's decision, only selects among the three next counts)
+        with m.If(push & ~pop):
+            m.d.sync += count.eq(count + 1)
+        with m.Elif(pop & ~push):
+            m.d.sync += count.eq(count - 1)
 
-        ends = [buf[j].last & (count > j) for j in range(D)]
+        self._ends = [[buf[off + j].last & (count > off + j) for j in range(D)] for off in (0, 1)]
+        ends = self._ends[0]
         self.ended = Cat(*ends).any()
         self.n = Signal(range(D * nb + 1))
         for j in reversed(range(D)):
             with m.If(ends[j]):
                 m.d.comb += self.n.eq(j * nb + keep_count(buf[j].keep))
         self.head = buf[0]
-        decidable = (count == D) | self.ended
-        self.head_ok = (count != 0) & (~self.head.first | decidable)
+        self.head_ok = (count != 0) & (~self.head.first | (count >= D) | self.ended)
+        # the frame starting at buf[1] is decidable (it becomes the head if the head leaves)
+        self._ok1 = (count > 1) & buf[1].first & ((count > D) | Cat(*self._ends[1]).any())
 
-    def byte(self, k: int):
-        return self.buf[k // self.nb].data.word_select(k % self.nb, 8)
+    def registered(self, decide):
+        """``(fresh, value)``: ``value`` is ``decide(off)`` (a function of the window at ``off``:
+        ``byte(k, off)``, ``shorter(x, off)``...) for the head frame, from registers: the
+        decision computed in the cycle before on the window the head then started (``off`` 0,
+        no pop) or would start after the pop (``off`` 1). ``fresh``: ``value`` holds for the
+        head's frame (its first beat at the head, decidable the cycle before). Back-to-back
+        frames stay fresh when the input keeps up; otherwise a frame waits one cycle more."""
+        m = self.m
+        v0, v1 = decide(0), decide(1)
+        r0, r1 = Signal.like(v0, name="dec0_r"), Signal.like(v1, name="dec1_r")
+        ok0, ok1, pop_r = Signal(name="dec0_ok"), Signal(name="dec1_ok"), Signal(name="pop_r")
+        m.d.sync += [r0.eq(v0), r1.eq(v1), pop_r.eq(self.pop),
+                     ok0.eq(self.head_ok & self.head.first), ok1.eq(self._ok1)]
+        return (Mux(pop_r, ok1, ok0) & self.head.first,
+                Mux(pop_r, r1, r0))
 
-    def be16(self, k: int):
-        return Cat(self.byte(k + 1), self.byte(k))
+    def shorter(self, x: int, off: int = 0):
+        """A frame's last beat is in the window and it has fewer than ``x`` bytes (``ended & (n
+        < x)``, for ``0 < x <= depth * width / 8``), from the window's registers in two LUT
+        levels: byte ``x - 1`` is absent exactly when a beat before its beat ended the frame, or
+        its beat did without keeping it (``keep`` counts up from lane 0)."""
+        jb, lane = divmod(x - 1, self.nb)
+        ends = self._ends[off]
+        return Cat(*ends[:jb]).any() | (ends[jb] & ~self.buf[off + jb].keep[lane])
+
+    def byte(self, k: int, off: int = 0):
+        return self.buf[off + k // self.nb].data.word_select(k % self.nb, 8)
+
+    def be16(self, k: int, off: int = 0):
+        return Cat(self.byte(k + 1, off), self.byte(k, off))

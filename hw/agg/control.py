@@ -80,10 +80,11 @@ than 1).
 Timing
 ------
 * Latency: header accepted in cycle t -> decision valid in cycle t + 7 (registers: input
-  skid, input, CAM match, entry RAM data, index/slot + slot RAM data, decision, output skid), when
-  nothing stalls. Counter increments and status set strobes are registered from the same
-  clock edge: they are valid in the cycle the decision becomes valid (chained releases and
-  free_j results count when they happen).
+  skid, input + key chunk compares, CAM match, entry RAM data, index/slot + slot RAM data,
+  decision, output skid; one more lookup stage, t + 8, with more than 16 flow entries), when
+  nothing stalls. Counter increments and status set strobes are registered one clock edge
+  later, from the decision's registered strobes: they are valid in the cycle after the decision
+  becomes valid (chained releases and free_j results count one cycle after they happen).
 * Throughput: one header per cycle (so back-to-back minimum-size frames of one 512-bit beat are
   decided at line rate), including back-to-back headers to the same slot or flow: the slot,
   CNP and fast-retransmit RAM reads (issued one stage before the decision) are forwarded from
@@ -102,10 +103,11 @@ Timing
   - while the sequencer commits or discards a job (it stops taking headers until the pipeline
     is empty).
 * Enable: ``JOB.CTRL.enable`` 0 -> 1 is seen one cycle after the bank's write; the sequencer
-  checks the job registers (1 cycle), scans the ``flows`` flow entries (one per cycle; the
-  bank's flow RAM is addressed one entry ahead, from the check cycle on, so its read latency
-  adds no cycle), clears the job's W slots, then commits (enabled). Until then, frames of the
-  job are unregistered. A refused job gets ``JOB.STATUS.error`` (model D9; the bank's
+  checks the job registers (3 cycles), scans the ``flows`` flow entries (one per cycle, an
+  entry of the job 1 + the flow table's ``chk_latency``; the bank's flow RAM is addressed one
+  entry ahead, from the check cycle on, so its read latency adds no cycle), clears the job's W
+  slots, then commits (enabled). Until then, frames of the job are unregistered. A refused job
+  gets ``JOB.STATUS.error`` (model D9; the bank's
   ``JOB.CTRL.enable`` keeps reading 1, the model's reads 0). Bus writes to the job's registers
   during the sequence race with it (the model latches at the write).
 
@@ -156,7 +158,7 @@ from netreduce.wire import ETHERTYPE_IPV4, IP_PROTO_UDP, ROCEV2_UDP_PORT
 
 from ..csr.bank import cfg_read_signature
 from ..skid import SkidBuffer
-from .decide import OP_ACK, OP_CNP, Decide
+from .decide import OP_ACK, OP_CNP, Decide, pre_layout, precheck
 from .flowtable import FlowTable
 from .release import FreeMinTree, ReleaseScheduler
 from .roles import MARK_PARTIAL, JobRoles
@@ -296,7 +298,7 @@ class AggControl(wiring.Component):
         self.disp_bits = _bits(len(Disp))
         # cycles a job's headers wait after an ACK/NAK that advanced acked_f (min tree stages)
         levels = ceil_log2(self.max_world)
-        self.free_latency = 2 + max(0, (levels - 1) // free_levels)
+        self.free_latency = 3 + max(0, (levels - 1) // free_levels)
 
         self.hdr_layout = data.StructLayout({
             "cls": HdrClass, "err": FrameError, "src_ip": 32, "dqpn": 24, "opcode": 8,
@@ -361,14 +363,16 @@ class AggControl(wiring.Component):
     _no_forwarding: frozenset[str] = frozenset()
 
     # ------------------------------------------------------------------ helpers
-    def _rmw_read(self, m, mem_rd, addr_now, advance, last_wr, name):
+    def _rmw_read(self, m, mem_rd, same, advance, last_wr, name):
         """Resolve a synchronous RAM read for the decision stage: data of the read issued in the
         cycle the header entered the stage, forwarded from the write committed in that same
-        cycle, and held while the stage is stalled."""
+        cycle (by the decision in front: ``last_wr`` = its registered enable and data; ``same``:
+        registered when the header entered, its address is that decision's), and held while the
+        stage is stalled. The select is three flip-flops: one LUT per data bit."""
         loaded = Signal(name=f"{name}_loaded")
         m.d.sync += loaded.eq(advance)
-        wr_en, wr_addr, wr_data = last_wr
-        raw = Mux(wr_en & (wr_addr == addr_now), wr_data, mem_rd.data)
+        wr_en, wr_data = last_wr
+        raw = Mux(wr_en & same, wr_data, mem_rd.data)
         if name in self._no_forwarding:
             raw = mem_rd.data
         hold = Signal.like(mem_rd.data, name=f"{name}_hold")
@@ -456,8 +460,12 @@ class AggControl(wiring.Component):
         hdr, dec_o = hdr_skid.o, dec_skid.i
         advance = Signal()
         block4 = Signal()
-        v1, v2, v3, v4 = (Signal(name=f"v{i}") for i in range(1, 5))
-        h1, h2, h3, h4 = (Signal(self.hdr_layout, name=f"h{i}") for i in range(1, 5))
+        # stages 1..S: the flow lookup (the key is compared from the input register, stage 0;
+        # S = the table's lookup latency); stage S + 1: decide
+        S = ft.lk_latency
+        vs = [Signal(name=f"v{i}") for i in range(1, S + 2)]
+        hs = [Signal(self.hdr_layout, name=f"h{i}") for i in range(1, S + 2)]
+        h3, v4, h4 = hs[S - 1], vs[S], hs[S]
         ov = Signal()  # output register valid
         m.d.comb += [
             hdr.ready.eq(advance & ~quiesce),
@@ -465,16 +473,18 @@ class AggControl(wiring.Component):
             advance.eq((~ov | dec_o.ready) & ~(v4 & block4)),
         ]
         with m.If(advance):
-            m.d.sync += [v1.eq(hdr.valid & hdr.ready), h1.eq(hdr.payload),
-                         v2.eq(v1), h2.eq(h1), v3.eq(v2), h3.eq(h2), v4.eq(v3), h4.eq(h3)]
-        pipe_empty = ~(v1 | v2 | v3 | v4)
+            m.d.sync += [vs[0].eq(hdr.valid & hdr.ready), hs[0].eq(hdr.payload)]
+            m.d.sync += [vs[i].eq(vs[i - 1]) for i in range(1, S + 1)]
+            m.d.sync += [hs[i].eq(hs[i - 1]) for i in range(1, S + 1)]
+        pipe_empty = ~Cat(*vs).any()
 
         def is_ctrl(h):
             return (h.opcode == OP_ACK) | (h.opcode == OP_CNP)
 
-        # stage 1: CAM compare; stage 2: encode + entry RAM; stage 3: results
-        m.d.comb += [ft.lk_en.eq(advance), ft.lk_ip.eq(h1.src_ip), ft.lk_qpn.eq(h1.dqpn),
-                     ft.lk_rev.eq(is_ctrl(h1))]
+        # the flow table compares the key of the header being accepted (a flip-flop output of the
+        # input skid buffer; a header not taken is compared too, and its result ignored)
+        m.d.comb += [ft.lk_en.eq(advance), ft.lk_ip.eq(hdr.payload.src_ip),
+                     ft.lk_qpn.eq(hdr.payload.dqpn), ft.lk_rev.eq(is_ctrl(hdr.payload))]
 
         # ------------------------------------------------------------ stage 3
         fd = ft.lk_data
@@ -495,26 +505,43 @@ class AggControl(wiring.Component):
         slot4 = Signal(self.slot_bits)
         rq4 = Signal(24)
         st4 = Signal(PSN_BITS)
+        # the decision's header checks, registered with the frame (off the slot word's path)
+        pre3, pre4 = Signal(pre_layout(self)), Signal(pre_layout(self))
+        precheck(m, self, pre3, h3, ft.lk_hit, Array(enabled)[fd.job], j_pmtu[fd.job],
+                 Cat(*(jr.any_roles(j) for j in range(J))).bit_select(fd.job, 1),
+                 JobRoles.role(fd.rank, Array(jr.leaf)[fd.job], Array(jr.up)[fd.job],
+                               Array(jr.down)[fd.job], Array(jr.rack)[fd.job]),
+                 Array(j_full[j] & j_masks[j][0] for j in range(J))[fd.job])
         with m.If(advance):
             m.d.sync += [hit4.eq(ft.lk_hit), e4.eq(ft.lk_entry), j4.eq(fd.job), r4.eq(fd.rank),
-                         k4.eq(k3), slot4.eq(slot3), rq4.eq(fd.rev_qpn), st4.eq(fd.start)]
+                         k4.eq(k3), slot4.eq(slot3), rq4.eq(fd.rev_qpn), st4.eq(fd.start),
+                         pre4.eq(pre3)]
 
         # ------------------------------------------------------------ stage 4: decide
-        # last writes of the slot and CNP RAMs (for forwarding into the decision stage)
-        sw_en, sw_addr = Signal(), Signal(self.slot_bits)
-        sw_data = Signal(self.slot_layout)
-        cw_en, cw_addr, cw_data = Signal(), Signal(len(c_wr.addr)), Signal(TB)
-        m.d.sync += [sw_en.eq(s_wr.en), sw_addr.eq(s_wr.addr), sw_data.eq(s_wr.data),
-                     cw_en.eq(c_wr.en), cw_addr.eq(c_wr.addr), cw_data.eq(c_wr.data)]
+        # the last writes of the decision in front (forwarded into the decision stage: the slot
+        # scrub needs none, it clears slots of a job whose frames are unregistered) and whether
+        # the header entering the stage has that decision's slot / flow (compared at stage 3)
+        same_slot, same_flow = Signal(), Signal()
+        with m.If(advance):
+            m.d.sync += [same_slot.eq(slot3 == slot4),
+                         same_flow.eq(Cat(fd.rank, fd.job) == Cat(r4, j4))]
+        sw_en, sw_data = Signal(), Signal(self.slot_layout)
+        cw_en, cw_data = Signal(), Signal(TB)
+        xw_en, xw_data = Signal(), Signal(self.rtx_layout)
+        m.d.sync += [sw_en.eq(s_wr.en & ~seq.scrub_go), sw_data.eq(s_wr.data),
+                     cw_en.eq(c_wr.en), cw_data.eq(c_wr.data),
+                     xw_en.eq(x_wr.en), xw_data.eq(x_wr.data)]
         slot_cur = data.View(self.slot_layout,
-                             self._rmw_read(m, s_rd, slot4, advance, (sw_en, sw_addr, sw_data),
+                             self._rmw_read(m, s_rd, same_slot, advance, (sw_en, sw_data),
                                             "slot"))
-        cnp_last = self._rmw_read(m, c_rd, Cat(r4, j4), advance, (cw_en, cw_addr, cw_data),
-                                  "cnp")
-        xw_en, xw_addr = Signal(), Signal(len(x_wr.addr))
-        xw_data = Signal(self.rtx_layout)
-        m.d.sync += [xw_en.eq(x_wr.en), xw_addr.eq(x_wr.addr), xw_data.eq(x_wr.data)]
-        rtx_raw = self._rmw_read(m, x_rd, Cat(r4, j4), advance, (xw_en, xw_addr, xw_data), "rtx")
+        cnp_last = self._rmw_read(m, c_rd, same_flow, advance, (cw_en, cw_data), "cnp")
+        # the flow's word counts only once written since the enable (rtx_seen, read at stage 3;
+        # the decision in front's write sets it and is forwarded with the word)
+        rtx_seen3 = Signal()
+        with m.If(advance):
+            m.d.sync += rtx_seen3.eq(rtx_seen[fd.job].bit_select(fd.rank, 1))
+        rtx_cur = self._rmw_read(m, _Port(Mux(rtx_seen3, x_rd.data, 0)), same_flow, advance,
+                                 (xw_en, xw_data), "rtx")
 
         n_cur = j_n[j4]
         # acked_f is read one stage early (a jobs x max_world mux off the decision path) and
@@ -522,9 +549,9 @@ class AggControl(wiring.Component):
         acked_rd = Signal(PSN_BITS)
         with m.If(advance):
             m.d.sync += acked_rd.eq(acked[fd.job][fd.rank])
-        aw_en, aw_addr, aw_data = Signal(), Signal(len(Cat(r4, j4))), Signal(PSN_BITS)
-        acked_cur = self._rmw_read(m, _Port(acked_rd), Cat(r4, j4), advance,
-                                   (aw_en, aw_addr, aw_data), "acked")
+        aw_en, aw_data = Signal(), Signal(PSN_BITS)
+        acked_cur = self._rmw_read(m, _Port(acked_rd), same_flow, advance, (aw_en, aw_data),
+                                   "acked")
         registered = v4 & (h4.cls == HdrClass.ROCE) & hit4 & enabled[j4]
         onehot_r = Signal(WD)
         m.d.comb += onehot_r.eq((Const(1, WD) << r4)[:WD])
@@ -542,8 +569,8 @@ class AggControl(wiring.Component):
             dk.rank.eq(r4), dk.onehot_r.eq(onehot_r), dk.n.eq(n_cur), dk.w.eq(j_w[j4]),
             dk.free.eq(free[j4]), dk.rel.eq(rel[j4]), dk.pmtu.eq(j_pmtu[j4]),
             dk.cnp_interval.eq(j_cnp[j4]), dk.fast_en.eq(fast_en), dk.slot.eq(slot_cur),
-            dk.rtx.eq(Mux(rtx_seen[j4].bit_select(r4, 1), rtx_raw, 0)),
-            dk.acked.eq(acked_cur), dk.cnp_last.eq(cnp_last),
+            dk.rtx.eq(rtx_cur),
+            dk.acked.eq(acked_cur), dk.cnp_last.eq(cnp_last), dk.pre.eq(pre4),
             dk.cnp_seen.eq(cnp_seen[j4].bit_select(r4, 1)),
         ]
         disp, action, rx_data = dk.disp, dk.action, dk.rx_data
@@ -567,8 +594,7 @@ class AggControl(wiring.Component):
             | (scrub_want & scrub_turn))
         commit = Signal()
         m.d.comb += commit.eq(v4 & advance)
-        m.d.sync += [aw_en.eq(commit & registered & ack_take), aw_addr.eq(Cat(r4, j4)),
-                     aw_data.eq(cand)]
+        m.d.sync += [aw_en.eq(commit & registered & ack_take), aw_data.eq(cand)]
         cj = Signal(J)  # commit for job j, registered frame
         m.d.comb += cj.eq(Mux(commit & registered, 1 << j4, 0))
 
@@ -742,36 +768,52 @@ class AggControl(wiring.Component):
             bound = ft.live[e]
             m.d.comb += [self.flow_status[e].status.bound.eq(bound),
                          self.flow_status[e].acked.index.eq(Mux(bound, acked_e[e], 0))]
-        for j in range(J):
-            m.d.sync += self.job_set[j].status.mismatch.eq(cj[j] & mismatch)
+        # counter increments and status set strobes: one cycle after the decision, from its
+        # registered strobes (off the decision stage's paths)
+        def q(v, name):
+            r = Signal.like(v, name=f"{name}_q")
+            m.d.sync += r.eq(v)
+            return r
 
-        nres = JobRoles.results(n_cur, leaf4)
+        cj_q, disp_q = q(cj, "cj"), q(disp, "disp")
+        mismatch_q, rx_data_q, ack_stale_q = q(mismatch, "mismatch"), q(rx_data, "rx_data"), \
+            q(ack_stale, "ack_stale")
+        cnp_send_q, cnp_supp_q = q(cnp_send, "cnp_send"), q(cnp_supp, "cnp_supp")
+        release_q, up_q = q(release_now, "release_now"), q(up_now, "up_now")
+        nak_q, solicit_q = q(nak_fire, "nak_fire"), q(solicit, "solicit")
+        nres_q = q(JobRoles.results(n_cur, leaf4), "nres")
+        commit_q = q(commit, "commit")
+        sch_rel_q, sch_up_q = q(sch_rel_job, "sch_rel_job"), q(sch.up_job, "sch_up_job")
+        freed_q = [q(Mux(a_valid & (a_job == j), step, 0), f"freed{j}") for j in range(J)]
+        for j in range(J):
+            m.d.sync += self.job_set[j].status.mismatch.eq(cj_q[j] & mismatch_q)
+
         disp_names = {d.value: name for d, name in zip(Disp, DISPOSITIONS, strict=True)}
         job_disp = [d for d in Disp if disp_names[d.value] in self.job_inc_layout.members]
         for j in range(J):
             inc = self.job_cnt_inc[j]
-            dj = cj[j]
+            dj = cj_q[j]
             for d in job_disp:
-                m.d.sync += inc[disp_names[d.value]].eq(dj & (disp == d.value))
+                m.d.sync += inc[disp_names[d.value]].eq(dj & (disp_q == d.value))
             m.d.sync += [
-                inc.rx_data.eq(dj & rx_data),
-                inc.ack_stale.eq(dj & ack_stale),
-                inc.cnp_sent.eq(dj & cnp_send),
-                inc.cnp_suppressed.eq(dj & cnp_supp),
-                inc.released.eq((dj & release_now) + sch_rel_job[j]),
-                inc.results_sent.eq(Mux(dj & release_now, nres, 0)
-                                    + Mux(sch_rel_job[j], JobRoles.results(j_n[j], jr.leaf[j]),
+                inc.rx_data.eq(dj & rx_data_q),
+                inc.ack_stale.eq(dj & ack_stale_q),
+                inc.cnp_sent.eq(dj & cnp_send_q),
+                inc.cnp_suppressed.eq(dj & cnp_supp_q),
+                inc.released.eq((dj & release_q) + sch_rel_q[j]),
+                inc.results_sent.eq(Mux(dj & release_q, nres_q, 0)
+                                    + Mux(sch_rel_q[j], JobRoles.results(j_n[j], jr.leaf[j]),
                                           0)),
-                inc.partials_up.eq((dj & up_now) + sch.up_job[j]),
-                inc.freed.eq(Mux(a_valid & (a_job == j), step, 0)),
+                inc.partials_up.eq((dj & up_q) + sch_up_q[j]),
+                inc.freed.eq(freed_q[j]),
                 inc.saturations.eq(0),
-                inc.fast_retx.eq(dj & nak_fire),
-                inc.fast_retx_probes.eq(dj & solicit),
+                inc.fast_retx.eq(dj & nak_q),
+                inc.fast_retx_probes.eq(dj & solicit_q),
             ]
         g = self.cnt_inc
         m.d.sync += [
-            g.rx_frames.eq(commit),
-            g.fwd_not_roce.eq(commit & (disp == Disp.FWD_NOT_ROCE)),
-            g.fwd_unregistered.eq(commit & (disp == Disp.FWD_UNREGISTERED)),
+            g.rx_frames.eq(commit_q),
+            g.fwd_not_roce.eq(commit_q & (disp_q == Disp.FWD_NOT_ROCE)),
+            g.fwd_unregistered.eq(commit_q & (disp_q == Disp.FWD_UNREGISTERED)),
         ]
         return m

@@ -17,7 +17,7 @@ drop / forward disposition and changes nothing (``slot_write``, ``ack_take``, ``
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
-from amaranth.lib import wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from netreduce.regmap import Role
@@ -26,7 +26,7 @@ from netreduce.wire import ECN_CE, NAK_PSN_SEQ, Opcode
 from .roles import MARK_PARTIAL, MARK_TOTAL, stage_mark
 from .types import _ERR_DISP, PSN_BITS, Action, Disp, FrameError, HdrClass
 
-__all__ = ["Decide", "is_ctrl"]
+__all__ = ["Decide", "is_ctrl", "pre_layout", "precheck"]
 
 OP_ACK, OP_CNP = int(Opcode.ACK), int(Opcode.CNP)
 
@@ -34,6 +34,55 @@ OP_ACK, OP_CNP = int(Opcode.ACK), int(Opcode.CNP)
 def is_ctrl(h):
     """An ACK/NAK or CNP header (looked up by its reverse key)."""
     return (h.opcode == OP_ACK) | (h.opcode == OP_CNP)
+
+
+def pre_layout(ctl) -> data.StructLayout:
+    """What :func:`precheck` computes one stage before the decision (registered with it)."""
+    return data.StructLayout({"kind": 2, "early": 1, "early_disp": ctl.disp_bits, "probe": 1,
+                              "ce": 1, "mask": ctl.max_world})
+
+
+KIND_NOT_ROCE, KIND_UNREG, KIND_CTRL, KIND_DATA = range(4)
+
+
+def precheck(m, ctl, pre, h, hit, enabled, pmtu, roles, role, full_mask):
+    """Drive ``pre`` (:func:`pre_layout`) from what is known before the slot, CNP and
+    fast-retransmit words are read: the header ``h``, the flow lookup (``hit``), the job's
+    configuration (``enabled``, ``pmtu``) and the flow's role; ``full_mask``: the ranks whose
+    contributions complete a slot. ``kind``: NOT_ROCE / unregistered / ACK-NAK-CNP / data (the
+    first branches of the model's checks); ``early`` / ``early_disp``: a data frame fails a
+    header check (frame error, opcode, PMTU, alignment, D17 probe or stage mark), in the model's
+    order; ``probe``: that check is D17's forwarded probe; ``ce``: CE-marked."""
+    is_down, is_rack = role == Role.DOWN, role == Role.RACK
+    with m.If(h.cls == HdrClass.NOT_ROCE):
+        m.d.comb += pre.kind.eq(KIND_NOT_ROCE)
+    with m.Elif(~((h.cls == HdrClass.ROCE) & hit & enabled)):
+        m.d.comb += pre.kind.eq(KIND_UNREG)
+    with m.Elif(is_ctrl(h)):
+        m.d.comb += pre.kind.eq(KIND_CTRL)
+    with m.Else():
+        m.d.comb += pre.kind.eq(KIND_DATA)
+    m.d.comb += pre.early.eq(1)
+    with m.If(h.err != FrameError.NONE):
+        with m.Switch(h.err):
+            for err, dsp in _ERR_DISP.items():
+                with m.Case(err):
+                    m.d.comb += pre.early_disp.eq(dsp)
+    with m.Elif(~(h.opcode <= Opcode.WRITE_ONLY_IMM)):  # RC SEND/WRITE opcodes 0x00..0x0B
+        m.d.comb += pre.early_disp.eq(Disp.DROP_OPCODE)
+    with m.Elif(h.plen > pmtu):
+        m.d.comb += pre.early_disp.eq(Disp.DROP_PMTU)
+    with m.Elif(h.plen[:2] != 0):
+        m.d.comb += pre.early_disp.eq(Disp.DROP_ALIGN)
+    with m.Elif(roles & (is_down | is_rack) & (h.plen == 0)
+                & (h.opcode == Opcode.WRITE_MIDDLE)):
+        # D17: another engine's duplicate probe, forwarded (DOWN: without the mark)
+        m.d.comb += [pre.early_disp.eq(Disp.BEHIND_WINDOW), pre.probe.eq(1)]
+    with m.Elif(roles & (h.mark != stage_mark(role))):
+        m.d.comb += pre.early_disp.eq(Disp.DROP_ROLE)  # a frame of another stage (D17)
+    with m.Else():
+        m.d.comb += pre.early.eq(0)
+    m.d.comb += [pre.ce.eq(h.ecn == ECN_CE), pre.mask.eq(full_mask)]
 
 
 class Decide(wiring.Component):
@@ -44,7 +93,10 @@ class Decide(wiring.Component):
     PSN - start), ``st`` (the flow's start PSN), ``rank`` / ``onehot_r``, job state ``n``, ``w``,
     ``free``, ``rel``, ``pmtu``, ``cnp_interval``, ``fast_en``; RAM words ``slot`` (slot state),
     ``rtx`` (fast-retransmit word, 0 if never written), ``acked`` (acked_f), ``cnp_last`` (time
-    of the flow's last CNP) and ``cnp_seen`` (one was sent since the enable).
+    of the flow's last CNP) and ``cnp_seen`` (one was sent since the enable); ``pre``: the
+    frame's :func:`precheck` (class, header checks, CE mark, completion mask), computed by the
+    caller one stage earlier and registered with the frame (``registered`` and ``n`` are
+    already in it).
 
     Outputs: ``disp`` / ``action``; strobes ``rx_data``, ``ack_stale``, ``ack_take`` (with
     ``cand``: the new acked_f), ``slot_write`` (``slot_new``), ``first``, ``release_now``,
@@ -63,6 +115,8 @@ class Decide(wiring.Component):
             "cnp_interval": In(32), "fast_en": In(1), "slot": In(c.slot_layout),
             "rtx": In(c.rtx_layout), "acked": In(PSN_BITS), "cnp_last": In(c.time_bits),
             "cnp_seen": In(1),
+            # precheck() of this frame, computed one stage earlier
+            "pre": In(pre_layout(c)),
             # flow roles (model D17, :mod:`.roles`): the job has roles (leaf or spine), is a leaf;
             # this flow's role; the partial pointer; the contributors (all ranks but DOWN)
             "roles": In(1), "leaf": In(1), "role": In(2), "upptr": In(PSN_BITS),
@@ -80,10 +134,10 @@ class Decide(wiring.Component):
 
     def elaborate(self, platform):  # noqa: C901 (the model's checks, in its order)
         m = Module()
-        c, WD, TB = self._ctl, self._ctl.max_world, self._ctl.time_bits
+        c, TB = self._ctl, self._ctl.time_bits
         h, k4, r4, onehot_r = self.h, self.k, self.rank, self.onehot_r
         slot_cur, rtx_cur, acked_cur = self.slot, self.rtx, self.acked
-        free_cur, rel_cur, n_cur, w_cur = self.free, self.rel, self.n, self.w
+        free_cur, rel_cur, w_cur = self.free, self.rel, self.w
         disp, action, slot_new, rtx_new = self.disp, self.action, self.slot_new, self.rtx_new
         cand, present, ack_cur, is_data_ok = self.cand, Signal(), Signal(), Signal()
         is_up, is_down, is_rack = (self.role == Role.UP), (self.role == Role.DOWN), \
@@ -93,19 +147,17 @@ class Decide(wiring.Component):
         m.d.comb += up_d.eq(self.upptr - self.free)
         m.d.comb += self.ctrl.eq(is_ctrl(h))
 
-        full_cur = Signal(WD)
-        m.d.comb += full_cur.eq(Cat(*(n_cur > i for i in range(WD))))
         d_win = Signal(PSN_BITS)
         rel_d = Signal(PSN_BITS)
         m.d.comb += [d_win.eq(k4 - free_cur), rel_d.eq(rel_cur - free_cur)]
-        op_rc_data = h.opcode <= Opcode.WRITE_ONLY_IMM  # RC SEND/WRITE opcodes 0x00..0x0B
 
+        pre = self.pre
         m.d.comb += [action.eq(Action.FORWARD), disp.eq(Disp.FWD_UNREGISTERED)]
-        with m.If(h.cls == HdrClass.NOT_ROCE):
+        with m.If(pre.kind == KIND_NOT_ROCE):
             m.d.comb += disp.eq(Disp.FWD_NOT_ROCE)
-        with m.Elif(~self.registered):
+        with m.Elif(pre.kind == KIND_UNREG):
             m.d.comb += disp.eq(Disp.FWD_UNREGISTERED)
-        with m.Elif(is_ctrl(h)):
+        with m.Elif(pre.kind == KIND_CTRL):
             # ---- ACK monitor (model step 2 / 6, D7)
             kind = h.syndrome[5:7]
             with m.If(h.err != FrameError.NONE):
@@ -128,24 +180,12 @@ class Decide(wiring.Component):
         with m.Else():
             # ---- data frame on a forward key (model steps 3-5)
             m.d.comb += [self.rx_data.eq(1), action.eq(Action.DROP)]
-            with m.If(h.err != FrameError.NONE):
-                with m.Switch(h.err):
-                    for err, dsp in _ERR_DISP.items():
-                        with m.Case(err):
-                            m.d.comb += disp.eq(dsp)
-            with m.Elif(~op_rc_data):
-                m.d.comb += disp.eq(Disp.DROP_OPCODE)
-            with m.Elif(h.plen > self.pmtu):
-                m.d.comb += disp.eq(Disp.DROP_PMTU)
-            with m.Elif(h.plen[:2] != 0):
-                m.d.comb += disp.eq(Disp.DROP_ALIGN)
-            with m.Elif(self.roles & (is_down | is_rack) & (h.plen == 0)
-                        & (h.opcode == Opcode.WRITE_MIDDLE)):
-                # D17: another engine's duplicate probe, forwarded (DOWN: without the mark)
-                m.d.comb += [disp.eq(Disp.BEHIND_WINDOW), action.eq(Action.FORWARD),
-                             self.remark.eq(is_down), self.mark.eq(0)]
-            with m.Elif(self.roles & (h.mark != stage_mark(self.role))):
-                m.d.comb += disp.eq(Disp.DROP_ROLE)  # a frame of another stage (D17)
+            with m.If(pre.early):  # a header check (precheck), in the model's order
+                m.d.comb += disp.eq(pre.early_disp)
+                with m.If(pre.probe):
+                    # D17: another engine's duplicate probe, forwarded (DOWN: without the mark)
+                    m.d.comb += [action.eq(Action.FORWARD), self.remark.eq(is_down),
+                                 self.mark.eq(0)]
             with m.Elif(d_win[PSN_BITS - 1]):
                 m.d.comb += [disp.eq(Disp.BEHIND_WINDOW), action.eq(Action.PROBE)]
             with m.Else():
@@ -194,8 +234,8 @@ class Decide(wiring.Component):
                     if c.ports > 1:
                         m.d.comb += slot_new.ports[r4].eq(h.port)
         # a leaf's slot is complete with every contributor (not DOWN): it goes up (D17)
-        complete = self.slot_write & ~tot_done & (slot_new.bitmap == (full_cur & self.cmask))
-        cnp_check = is_data_ok & (h.ecn == ECN_CE)  # CE-marked data that passed the checks
+        complete = self.slot_write & ~tot_done & (slot_new.bitmap == pre.mask)
+        cnp_check = is_data_ok & pre.ce  # CE-marked data that passed the checks
         done = Mux(self.leaf, tot_done, complete)
         m.d.comb += [
             self.release_now.eq(done & (k4 == rel_cur)),

@@ -16,21 +16,27 @@ Ports (all ``sync`` domain):
 Lookup (pipelined, one key per cycle)
     ``lk_en`` advances the lookup pipeline (the caller's pipeline enable; the table holds its
     state when it is 0). A key presented (``lk_ip``, ``lk_qpn``, ``lk_rev``: compare against the
-    reverse keys instead of the forward keys) in a cycle with ``lk_en`` is compared against every
-    live entry in parallel; the result appears after two further cycles with ``lk_en``: ``lk_hit``
-    and ``lk_entry`` (registered one-hot match, encoded) and ``lk_data`` (job, rank, start PSN,
-    reverse DestQP; read from a RAM addressed by the encoded entry). Latency: 2 enabled cycles;
-    throughput: one key per cycle; no backpressure of its own. Keys are unique among live entries
-    (the enable sequencer refuses conflicts), so at most one entry matches.
+    reverse keys instead of the forward keys) in a cycle with ``lk_en`` is looked up among the
+    entries live in that cycle; the result appears after ``lk_latency`` further cycles with
+    ``lk_en``: ``lk_hit`` and ``lk_entry`` (registered) and ``lk_data`` (job, rank, start PSN,
+    reverse DestQP; read from a RAM addressed by the encoded entry). Stages (each a registered
+    step, so that no register-to-register path is deeper than two LUT6 levels at any ``flows``):
+    the 56-bit compares in :data:`CHUNK`-bit pieces per entry (with a copy of ``live``), their AND
+    (the one-hot match), then ``ceil(log16(flows))`` encoder stages that merge 16 (hit, entry)
+    candidates each, the last one addressing the RAM. ``lk_latency`` = 3 for up to 16 entries, 4
+    for up to 256. Throughput: one key per cycle; no backpressure of its own. Keys are unique
+    among live entries (the enable sequencer refuses conflicts), so at most one entry matches.
 
-Check (combinational)
-    ``chk_fwd`` / ``chk_rev`` (56-bit keys: IPv4 << 24 | QPN) -> ``chk_fwd_hit`` / ``chk_rev_hit``:
-    some pending or live entry already holds that forward / reverse key. Used by the enable
-    sequencer, one entry per cycle.
+Check (pipelined)
+    ``chk_fwd`` / ``chk_rev`` (56-bit keys: IPv4 << 24 | QPN) -> ``chk_fwd_hit`` / ``chk_rev_hit``
+    ``chk_latency`` cycles later (every cycle, no enable): some entry pending or live in the cycle
+    the keys were presented held that forward / reverse key. Stages: chunk compares (with a copy
+    of the pending | live flags), per-entry AND, then ``ceil(log16(flows))`` OR stages of fan-in
+    16. Used by the enable sequencer, which holds the keys for ``chk_latency`` cycles per entry.
 
 Bind (one entry per cycle)
     ``bind_en`` writes entry ``bind_entry`` with ``bind_job``, ``bind_fwd``, ``bind_rev`` and
-    ``bind_data`` and makes it pending. Visible to ``chk_*`` in the next cycle.
+    ``bind_data`` and makes it pending. Seen by keys presented to ``chk_*`` from the next cycle.
 
 Commit / drop (one cycle, all entries in parallel)
     ``commit_en``: every pending entry of job ``commit_job`` becomes live. ``drop_en``: every
@@ -45,15 +51,17 @@ Reset: every entry free.
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Signal, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-__all__ = ["FlowTable", "KEY_BITS", "flow_data_layout", "make_key"]
+__all__ = ["FlowTable", "KEY_BITS", "CHUNK", "FAN", "flow_data_layout", "make_key", "tree_stages"]
 
 KEY_BITS = 56  # IPv4 (32) << 24 | QPN (24)
+CHUNK = 14  # key bits compared per registered piece (28 inputs: two LUT6 levels)
+FAN = 16  # candidates merged per registered encoder / OR stage (16-input ORs: two LUT6 levels)
 PSN_BITS = 24
 
 
@@ -72,6 +80,14 @@ def flow_data_layout(jobs: int, max_world: int) -> data.StructLayout:
     })
 
 
+def tree_stages(n: int, fan: int = FAN) -> int:
+    """Registered stages of a reduction tree of fan-in ``fan`` over ``n`` inputs (at least 1)."""
+    stages, width = 1, fan
+    while width < n:
+        stages, width = stages + 1, width * fan
+    return stages
+
+
 class FlowTable(wiring.Component):
     """Latched flow table with a parallel (CAM) lookup; see the module docstring.
 
@@ -87,6 +103,9 @@ class FlowTable(wiring.Component):
         self.entry_bits = max(1, ceil_log2(flows))
         self.job_bits = max(1, ceil_log2(jobs))
         self.data_layout = flow_data_layout(jobs, max_world)
+        self.enc_stages = tree_stages(flows)
+        self.lk_latency = 2 + self.enc_stages
+        self.chk_latency = 2 + self.enc_stages
         super().__init__({
             "lk_en": In(1),
             "lk_ip": In(32),
@@ -141,29 +160,87 @@ class FlowTable(wiring.Component):
             with m.If(self.drop_en & (live[e] | pending[e]) & (job[e] == self.drop_job)):
                 m.d.sync += [live[e].eq(0), pending[e].eq(0)]
 
-        # ---- check port (enable sequencer): pending or live entries holding a key
-        used = live | pending
-        m.d.comb += [
-            self.chk_fwd_hit.eq(Cat(used[e] & (fwd[e] == self.chk_fwd) for e in range(F)).any()),
-            self.chk_rev_hit.eq(Cat(used[e] & (rev[e] == self.chk_rev) for e in range(F)).any()),
-        ]
+        chunks = [(lo, min(lo + CHUNK, KEY_BITS)) for lo in range(0, KEY_BITS, CHUNK)]
 
-        # ---- lookup: stage A compares (registered one-hot), stage B encodes + reads the RAM
+        def chunk_eq(keys, key, en):
+            """Registered per-entry, per-chunk equality of ``keys[e]`` and ``key``."""
+            eq = [Signal(len(chunks), name=f"{keys[0].name[:3]}_eq{e}") for e in range(F)]
+            for e in range(F):
+                with m.If(en):
+                    m.d.sync += eq[e].eq(Cat(keys[e][lo:hi] == key[lo:hi] for lo, hi in chunks))
+            return eq
+
+        def or_tree(bits, name):
+            """Registered OR of ``bits`` (fan-in FAN per stage): (result, stages)."""
+            level, n = list(bits), 0
+            while len(level) > 1 or n == 0:
+                nxt = []
+                for g in range(0, len(level), FAN):
+                    r = Signal(name=f"{name}_or{n}_{g // FAN}")
+                    m.d.sync += r.eq(Cat(*level[g:g + FAN]).any())
+                    nxt.append(r)
+                level, n = nxt, n + 1
+            return level[0], n
+
+        # ---- check port (enable sequencer): pending or live entries holding a key, pipelined
+        used = live | pending
+        used_d = Signal(F)
+        m.d.sync += used_d.eq(used)
+        cf_eq = chunk_eq(fwd, self.chk_fwd, 1)
+        cr_eq = chunk_eq(rev, self.chk_rev, 1)
+        cf_hit, cr_hit = Signal(F), Signal(F)
+        m.d.sync += [cf_hit.eq(Cat(used_d[e] & cf_eq[e].all() for e in range(F))),
+                     cr_hit.eq(Cat(used_d[e] & cr_eq[e].all() for e in range(F)))]
+        f_any, nf = or_tree(cf_hit, "chk_fwd")
+        r_any, _ = or_tree(cr_hit, "chk_rev")
+        assert 2 + nf == self.chk_latency
+        m.d.comb += [self.chk_fwd_hit.eq(f_any), self.chk_rev_hit.eq(r_any)]
+
+        # ---- lookup: chunk compares (with the live flags of the cycle), one-hot match, encoder
+        # stages merging FAN candidates (hit, entry) each; the last one addresses the RAM
+        en = self.lk_en
         key = Signal(KEY_BITS)
         m.d.comb += key.eq(Cat(self.lk_qpn, self.lk_ip))
+        lf_eq = chunk_eq(fwd, key, en)
+        lr_eq = chunk_eq(rev, key, en)
+        live_d, rev_d = Signal(F), Signal()
+        with m.If(en):
+            m.d.sync += [live_d.eq(live), rev_d.eq(self.lk_rev)]
         onehot = Signal(F)
-        with m.If(self.lk_en):
+        with m.If(en):
             m.d.sync += onehot.eq(Cat(
-                live[e] & (((rev[e] == key) & self.lk_rev) | ((fwd[e] == key) & ~self.lk_rev))
-                for e in range(F)))
-        # encode: keys are unique among live entries, so bit b of the index is the OR of the
-        # match bits of the entries whose number has bit b set (flat OR trees, no chains)
+                live_d[e] & Mux(rev_d, lr_eq[e].all(), lf_eq[e].all()) for e in range(F)))
+        # candidates: (hit, entry bits below the group); keys are unique among live entries, so
+        # at most one candidate hits and the entry is the OR of the candidates' entries
+        cands = [(onehot[e], Const(0, 0)) for e in range(F)]
+        sub = 0  # entry bits resolved inside a candidate
+        for stage in range(self.enc_stages):
+            last = stage == self.enc_stages - 1
+            gbits = max(1, ceil_log2(min(FAN, len(cands)))) if len(cands) > 1 else 0
+            nxt = []
+            for g in range(0, len(cands), FAN):
+                grp = cands[g:g + FAN]
+                hit = Cat(*(c[0] for c in grp)).any()
+                low = Const(0, sub)
+                for c in grp:
+                    low = low | c[1]
+                high = Cat(*(Cat(*(c[0] for i, c in enumerate(grp) if i >> b & 1)).any()
+                             if len(grp) > 1 << b else Const(0, 1) for b in range(gbits)))
+                ent = Cat(low, high)[:self.entry_bits] if gbits or sub else Const(0, 1)
+                if last:
+                    nxt.append((hit, ent))
+                else:
+                    r_hit, r_ent = Signal(name=f"enc{stage}_hit{g // FAN}"), \
+                        Signal(len(ent), name=f"enc{stage}_ent{g // FAN}")
+                    with m.If(en):
+                        m.d.sync += [r_hit.eq(hit), r_ent.eq(ent)]
+                    nxt.append((r_hit, r_ent))
+            cands, sub = nxt, sub + gbits
+        assert len(cands) == 1
         idx = Signal(self.entry_bits)
-        m.d.comb += idx.eq(Cat(*(Cat(*(onehot[e] for e in range(F) if e >> b & 1)).any()
-                                 if F > 1 << b else Const(0, 1)
-                                 for b in range(self.entry_bits))))
-        m.d.comb += [rd.en.eq(self.lk_en), rd.addr.eq(idx)]
-        with m.If(self.lk_en):
-            m.d.sync += [self.lk_hit.eq(onehot.any()), self.lk_entry.eq(idx)]
+        m.d.comb += idx.eq(cands[0][1])
+        m.d.comb += [rd.en.eq(en), rd.addr.eq(idx)]
+        with m.If(en):
+            m.d.sync += [self.lk_hit.eq(cands[0][0]), self.lk_entry.eq(idx)]
         m.d.comb += self.lk_data.eq(rd.data)
         return m

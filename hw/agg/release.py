@@ -132,9 +132,10 @@ class FreeMinTree(wiring.Component):
     ``n``, ``acked`` (acked_f of ranks 0..max_world-1). Outputs: ``o_valid``, ``o_job``,
     ``o_free`` (the new free_j).
 
-    Contract: latency ``ctl.free_latency - 1`` cycles (a register every ``free_levels`` levels of
-    the tree plus the output register); throughput one snapshot per cycle; no backpressure;
-    results of one job only grow (a later snapshot starts from newer acked values).
+    Contract: latency ``ctl.free_latency - 1`` cycles (a register after the distances, one every
+    ``free_levels`` levels of the tree and the output register); throughput one snapshot per
+    cycle; no backpressure; results of one job only grow (a later snapshot starts from newer
+    acked values).
     """
 
     def __init__(self, ctl):
@@ -151,9 +152,12 @@ class FreeMinTree(wiring.Component):
         wb = c.w_bits
         vals = []
         for r in range(c.max_world):
-            dist = (self.acked[r] - self.free)[:wb]
-            vals.append(Mux(self.n > r, dist, (1 << wb) - 1))
-        tv, tj, tf, level = self.i_valid, self.i_job, self.free, 0
+            dist = Signal(wb, name=f"fdist{r}")  # registered: the inputs are jobs:1 muxes
+            m.d.sync += dist.eq(Mux(self.n > r, (self.acked[r] - self.free)[:wb], (1 << wb) - 1))
+            vals.append(dist)
+        tv, tj, tf = Signal(), Signal(c.job_bits), Signal(PSN_BITS)
+        m.d.sync += [tv.eq(self.i_valid), tj.eq(self.i_job), tf.eq(self.free)]
+        level = 0
         while len(vals) > 1:
             nxt = [Mux(vals[i] < vals[i + 1], vals[i], vals[i + 1])
                    for i in range(0, len(vals) - 1, 2)]

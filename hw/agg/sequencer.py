@@ -47,8 +47,10 @@ class EnableSequencer(wiring.Component):
     ``scrub_want`` / ``scrub_addr`` (clear this slot word); ``ft`` (the flow table's bind side).
 
     Contract: latency: a change of ``enable`` is seen one cycle after the bank's write; CHECK
-    takes 1 cycle, SCAN one per flow entry (+1), VERDICT 1, SCRUB one per slot of the window
-    (while the decision stage writes no slot), COMMIT waits for an empty pipeline. Disables go
+    takes 3 cycles (the job's registers and the verdict are registered), SCAN one per flow
+    entry (+1; an entry of the job 1 + ``ft.chk_latency``: the key check is pipelined),
+    VERDICT 1, SCRUB one per slot of the window (while the decision stage writes no slot),
+    COMMIT waits for an empty pipeline. Disables go
     before enables (a 1 -> 0 -> 1 bounce discards and restarts the job). Errors: a refused job
     gets ``set_err`` with the model's JobError, in the model's check order; nothing else changes.
     Flow roles (model D17): with ``ctl.roles`` a job whose roles fit neither a leaf (one UP, one
@@ -59,6 +61,7 @@ class EnableSequencer(wiring.Component):
 
     def __init__(self, ctl, ft):
         c = self._ctl = ctl
+        self._ft = ft
         J = c.jobs
         super().__init__({
             "job_cfg": In(data.ArrayLayout(c.job_cfg_layout, J)),
@@ -91,7 +94,10 @@ class EnableSequencer(wiring.Component):
         m.d.sync += [req_en.eq((req_en & ~clr_en) | rise), req_dis.eq((req_dis & ~clr_dis) | fall)]
 
         sq = self.job
-        qcfg = cfg[sq]
+        # the job's registers, registered (a jobs:1 mux off the checks' paths); the checks'
+        # verdict is registered too: CHECK acts in its third cycle
+        qcfg = Signal(c.job_cfg_layout)
+        m.d.sync += qcfg.eq(cfg[sq])
         enabled = self.enabled
         # job-level checks, in the model's order
         c_n, c_w, c_base = qcfg.world.n, qcfg.window.w, qcfg.slot_base.base
@@ -115,6 +121,9 @@ class EnableSequencer(wiring.Component):
             m.d.comb += job_err.eq(JobError.PMTU)
         with m.Elif(c_op > 2):
             m.d.comb += job_err.eq(JobError.OP)
+        job_err_q = Signal(8)
+        m.d.sync += job_err_q.eq(job_err)
+        chk_cnt = Signal(2)
 
         # the latched n / base / W of the job being enabled (the values loaded into the job)
         l_n, l_w, l_base = Signal(c.n_bits), Signal(c.w_bits), Signal(c.slot_bits)
@@ -139,7 +148,13 @@ class EnableSequencer(wiring.Component):
         m.d.comb += self.roles_leaf.eq(n_up != 0)
         conflict = Signal()
         ecfg = self.flow_rd.data
-        m.d.comb += self.flow_rd.addr.eq((scan_e + 1)[:c.entry_bits])
+        # the table's key check answers ft.chk_latency cycles after the keys: an entry of the
+        # job stays in stage B that long (its keys held), and the scan waits, re-addressing the
+        # bank's RAM at scan_e so that stage A sees entry scan_e again when it resumes
+        L = self._ft.chk_latency
+        chk_wait = Signal(range(L + 1))
+        hold = Signal()
+        m.d.comb += self.flow_rd.addr.eq(Mux(hold, scan_e, scan_e + 1)[:c.entry_bits])
         fwd_key = Cat(sa_cfg.fwd_qpn.qpn, sa_cfg.fwd_ip.ip)
         rev_key = Cat(sa_cfg.rev_qpn.qpn, sa_cfg.rev_ip.ip)
         sa_rank = sa_cfg.cfg.rank
@@ -179,11 +194,14 @@ class EnableSequencer(wiring.Component):
                         m.next = "IDLE"
             with m.State("CHECK"):
                 m.d.comb += [self.busy.eq(1), self.flow_rd.addr.eq(0)]
-                with m.If(~level_en.bit_select(sq, 1) | enabled.bit_select(sq, 1)):
+                m.d.sync += chk_cnt.eq(Mux(chk_cnt == 2, 0, chk_cnt + 1))
+                with m.If(chk_cnt != 2):
+                    pass
+                with m.Elif(~level_en.bit_select(sq, 1) | enabled.bit_select(sq, 1)):
                     m.d.comb += clr_en.eq(1 << sq)
                     m.next = "IDLE"
-                with m.Elif(job_err != 0):
-                    m.d.comb += [clr_en.eq(1 << sq), self.set_err.eq(1), self.err.eq(job_err)]
+                with m.Elif(job_err_q != 0):
+                    m.d.comb += [clr_en.eq(1 << sq), self.set_err.eq(1), self.err.eq(job_err_q)]
                     m.next = "IDLE"
                 with m.Else():
                     # a new attempt: an error of an earlier refused one no longer applies
@@ -193,13 +211,17 @@ class EnableSequencer(wiring.Component):
                                  n_up.eq(0), n_down.eq(0), rack.eq(0)]
                     m.next = "SCAN"
             with m.State("SCAN"):
-                m.d.comb += self.busy.eq(1)
-                m.d.sync += [sa_valid.eq((scan_e < F) & mine), sa_e.eq(scan_e), sa_cfg.eq(ecfg)]
-                with m.If(scan_e < F):
-                    m.d.sync += scan_e.eq(scan_e + 1)
-                with m.Elif(~sa_valid):
-                    m.next = "VERDICT"
-                with m.If(sa_valid):
+                m.d.comb += [self.busy.eq(1), hold.eq(sa_valid & (chk_wait != L))]
+                with m.If(hold):
+                    m.d.sync += chk_wait.eq(chk_wait + 1)
+                with m.Else():
+                    m.d.sync += [sa_valid.eq((scan_e < F) & mine), sa_e.eq(scan_e),
+                                 sa_cfg.eq(ecfg), chk_wait.eq(0)]
+                    with m.If(scan_e < F):
+                        m.d.sync += scan_e.eq(scan_e + 1)
+                    with m.Elif(~sa_valid):
+                        m.next = "VERDICT"
+                with m.If(sa_valid & ~hold):
                     # ranks >= max_world are >= n as well: no bit to set, flows_bad anyway
                     rbit = Mux(sa_rank < WD, (Const(1, WD) << sa_rank[:c.rank_bits])[:WD], 0)
                     with m.If((sa_rank >= l_n) | (rank_seen & rbit).any()):

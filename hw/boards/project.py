@@ -44,9 +44,9 @@ from .coreclock import CORE_HZ
 from .platforms import NetReducePlatform
 from .shell import ENGINE_MODULE, TOP_NAME, BoardShell, EngineCore
 
-__all__ = ["BOARDS", "BOARD_PARAMS", "CORES", "make_core", "platform_for", "write_project",
-           "check_project", "engine_verilog_cached", "board_ram_style", "Project", "verilog_ports",
-           "verilog_instances", "xdc_object_refs"]
+__all__ = ["BOARDS", "BOARD_PARAMS", "BOARD_LANE_PARAMS", "board_params", "CORES", "make_core",
+           "platform_for", "write_project", "check_project", "engine_verilog_cached",
+           "board_ram_style", "Project", "verilog_ports", "verilog_instances", "xdc_object_refs"]
 
 BOARDS = ("vcu118", "vcu108")
 
@@ -62,6 +62,27 @@ BOARD_PARAMS = {
     "vcu118": {},
     "vcu108": {"slots": 512, "max_world": 32},
 }
+# With two or more cages in use a board build takes one contribution lane per port (lanes =
+# ports: every port at line rate, docs/engine.md "Every port at line rate", its memory table):
+# 2P slot-memory copies, so fewer slots. VCU118, P = 2: 512 slots x 4096 B (256 URAM) + the
+# header store (72 URAM), 328 of 960. The VCU108 has one cage (P = 1, no lanes); a 2-port
+# xcvu095 would take 256 slots (4 copies x 256 RAMB36 + 144 RAMB36 of header store).
+BOARD_LANE_PARAMS = {
+    "vcu118": {"slots": 512},
+    "vcu108": {"slots": 256},
+}
+
+
+def board_params(board: str, ports: int) -> dict:
+    """The engine build parameters of ``board`` with ``ports`` ports (besides ``ports`` and
+    ``data_width``): :data:`BOARD_PARAMS`, and with 2 or more ports ``lanes = ports`` at the
+    sizes of :data:`BOARD_LANE_PARAMS`."""
+    if board not in BOARD_PARAMS:
+        raise ValueError(f"unknown board {board!r}; expected one of {BOARDS}")
+    p = dict(BOARD_PARAMS[board])
+    if ports > 1:
+        p.update(BOARD_LANE_PARAMS[board], lanes=ports)
+    return p
 
 
 def platform_for(board: str) -> NetReducePlatform:
@@ -292,12 +313,11 @@ CORES = {
 def make_core(spec: str, ports: int, data_width: int = 512, board: str | None = None):
     """The core named ``spec`` (a key of :data:`CORES`, or ``package.module:attr`` called with
     the keyword arguments ``ports`` / ``data_width`` it accepts). The engine cores take the build
-    parameters of ``board`` (:data:`BOARD_PARAMS`; the defaults without a board)."""
+    parameters of ``board`` (:func:`board_params`; the defaults without a board)."""
     if spec in ("engine", "engine-inline"):
-        if board is not None and board not in BOARD_PARAMS:
-            raise ValueError(f"unknown board {board!r}; expected one of {BOARDS}")
         # the core runs on the shell's core clock: GLOBAL.CLOCK_HZ tells the driver so
-        params = dict(BOARD_PARAMS.get(board, {}), clock_hz=int(CORE_HZ))
+        params = dict(board_params(board, ports) if board is not None else {},
+                      clock_hz=int(CORE_HZ))
         return EngineCore(ports, params, data_width=data_width,
                           netlist="instance" if spec == "engine" else "inline")
     if spec == "loopback":
@@ -346,7 +366,7 @@ def write_project(board: str, out_dir, *, ports=None, core=None, mgmt=None,
     """Write the Vivado project tree of ``board`` to ``out_dir`` (see the module docstring).
 
     ``core``: a component, or a :func:`make_core` spec (default ``"engine"``: the engine with
-    the board's :data:`BOARD_PARAMS`, one port per cage in use, as its own Verilog file from
+    the board's :func:`board_params`, one port per cage in use, as its own Verilog file from
     :func:`engine_verilog_cached`). ``mgmt``: optional AXI4-Lite master driving the core's
     register bank (without it the bus is idle). Raises
     ``ValueError`` if the written tree fails :func:`check_project` (the tree is still written,

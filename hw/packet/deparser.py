@@ -190,9 +190,14 @@ class Deparser(wiring.Component):
         # output beat index of the payload's last beat: ceil(plen / nb) - 1 after the header's
         # q = hl // nb beats (computed per header, so stage A only compares)
         hp_lastj = Signal(LEN_BITS + 2 - lb)
+        hp_pend = Signal(LEN_BITS + 1)   # end of the payload bytes (hl + plen)
+        hp_hin = Signal()                # the header ends in the frame's first beat
+        hp_lin = Signal()                # the frame ends in its first beat
         with m.If(h1_move):
-            m.d.sync += hp_lastj.eq((h1_hl >> lb)
-                                    + Mux(h1_plen == 0, 0, (h1_plen - 1) >> lb))
+            m.d.sync += [hp_lastj.eq((h1_hl >> lb)
+                                     + Mux(h1_plen == 0, 0, (h1_plen - 1) >> lb)),
+                         hp_pend.eq(h1_hl + h1_plen),
+                         hp_hin.eq(h1_hl < nb), hp_lin.eq(h1_len <= nb)]
         with m.If(h1_move):
             m.d.sync += [hp_v.eq(1), hp_bytes.eq(Cat(*hb1)), hp_hl.eq(h1_hl),
                          hp_plen.eq(h1_plen), hp_e.eq(h1_e), hp_len.eq(h1_len),
@@ -205,9 +210,6 @@ class Deparser(wiring.Component):
         j = Signal(LEN_BITS + 1 - lb)
         ah_bytes = Signal(8 * HDR_CAP)
         ah_hl = Signal(range(HDR_CAP + 1))
-        ah_plen = Signal(LEN_BITS)
-        ah_e = Signal(LEN_BITS + 1)
-        ah_len = Signal(LEN_BITS + 1)
         ah_vlan = Signal()
         prevpay = Signal(w)
         pay_done = Signal()
@@ -219,19 +221,28 @@ class Deparser(wiring.Component):
         hbytes = Signal(8 * HDR_CAP)
         m.d.comb += hbytes.eq(Mux(start, hp_bytes, ah_bytes))
         hl = Mux(start, hp_hl, ah_hl)
-        plen = Mux(start, hp_plen, ah_plen)
-        e_off = Mux(start, hp_e, ah_e)
-        flen = Mux(start, hp_len, ah_len)
         vlan = Mux(start, hp_vlan, ah_vlan)
         jj = Mux(start, 0, j)
-        base = Signal(LEN_BITS + 1)
-        m.d.comb += base.eq(jj << lb)
-        q = hl >> lb
+        # the frame's offsets (header end, payload end, frame end, ICRC start) relative to this
+        # beat's first byte: registers stepping down by nb per beat (the header stage's values
+        # at a frame's first beat), so no subtraction lies on the assemble stage's paths
+        rel_h = Signal(signed(LEN_BITS + 3))
+        rel_p = Signal(signed(LEN_BITS + 3))
+        rel_len = Signal(signed(LEN_BITS + 3))
+        rel_e = Signal(signed(LEN_BITS + 3))
+        ah_rel = [Signal(signed(LEN_BITS + 3), name=f"ah_rel_{n}") for n in "hple"]
+        for r, first_v, a_r in zip((rel_h, rel_p, rel_len, rel_e),
+                                   (hp_hl, hp_pend, hp_len, hp_e), ah_rel, strict=True):
+            m.d.comb += r.eq(Mux(start, first_v, a_r))
+        # rel_h < nb (this beat index >= hl // nb) and rel_len <= nb (the frame's last beat),
+        # also kept as registers one beat ahead
+        ah_hin, ah_lin = Signal(), Signal()
+        h_in = Mux(start, hp_hin, ah_hin)
         s = hl[:lb]
         pdone = pay_done & ~start
 
         have_frame = busy | hp_v
-        need_pay = (jj >= q) & ~pdone
+        need_pay = h_in & ~pdone
         can = Signal()
         m.d.comb += can.eq(have_frame & ~draining & (~need_pay | self.payload.valid))
         go = Signal()
@@ -249,10 +260,7 @@ class Deparser(wiring.Component):
                     m.d.comb += window.eq(Cat(prevpay, curpay)[8 * (nb - sh): 8 * (nb - sh) + w])
         hdr_lanes = Signal(nb)
         pay_lanes = Signal(nb)
-        rel_h = Signal(signed(LEN_BITS + 3))
-        rel_p = Signal(signed(LEN_BITS + 3))
-        m.d.comb += [rel_h.eq(hl - base), rel_p.eq(hl + plen - base),
-                     hdr_lanes.eq(_therm(rel_h, nb)), pay_lanes.eq(_therm(rel_p, nb))]
+        m.d.comb += [hdr_lanes.eq(_therm(rel_h, nb)), pay_lanes.eq(_therm(rel_p, nb))]
         hdr_beats = -(-HDR_CAP // nb)
         hb = bytes_of(hbytes)
         hdr_beat = Signal(w)
@@ -266,10 +274,8 @@ class Deparser(wiring.Component):
         hbb = bytes_of(hdr_beat)
         a_data = Cat(*[Mux(hdr_lanes[i], hbb[i], Mux(pay_lanes[i], wb[i], 0))
                        for i in range(nb)])
-        rel_len = Signal(signed(LEN_BITS + 3))
-        m.d.comb += rel_len.eq(flen - base)
         a_keep = _therm(rel_len, nb)
-        a_last = rel_len <= nb
+        a_last = Mux(start, hp_lin, ah_lin)
 
         # payload accounting: the payload's last beat must come at index ceil(plen/nb) - 1
         # (output beat q + that: hp_lastj)
@@ -282,10 +288,12 @@ class Deparser(wiring.Component):
 
         with m.If(go):
             m.d.sync += [busy.eq(~a_last), j.eq(jj + 1)]
+            m.d.sync += [a_r.eq(r - nb) for r, a_r in zip((rel_h, rel_p, rel_len, rel_e), ah_rel,
+                                                           strict=True)]
+            m.d.sync += [ah_hin.eq(rel_h < 2 * nb), ah_lin.eq(rel_len <= 2 * nb)]
             with m.If(start):
-                m.d.sync += [ah_bytes.eq(hp_bytes), ah_hl.eq(hp_hl), ah_plen.eq(hp_plen),
-                             ah_lastj.eq(hp_lastj),
-                             ah_e.eq(hp_e), ah_len.eq(hp_len), ah_vlan.eq(hp_vlan)]
+                m.d.sync += [ah_bytes.eq(hp_bytes), ah_hl.eq(hp_hl), ah_lastj.eq(hp_lastj),
+                             ah_vlan.eq(hp_vlan)]
             with m.If(pay_take):
                 m.d.sync += prevpay.eq(pin.data)
             m.d.sync += [pay_done.eq(pay_done_n), pay_err.eq(a_err)]
@@ -295,8 +303,6 @@ class Deparser(wiring.Component):
             m.d.sync += draining.eq(0)
 
         # ICRC placement info for this beat
-        rel_e = Signal(signed(LEN_BITS + 3))
-        m.d.comb += rel_e.eq(e_off - base)     # ICRC start relative to this beat
         a_feed = rel_e > 0
         a_lastfed = (rel_e > 0) & (rel_e <= nb)
         a_k = Mux(a_lastfed, nb - rel_e, 0)[:lb]

@@ -55,8 +55,9 @@ class LinkLocalFilter(wiring.Component):
       is taken, unless that beat has ``error`` (a frame with a bad FCS is not acted on).
     * Decision: a shift register holds ``depth = ceil(34 / (width / 8))`` beats (5 at 64 bits,
       1 at 512); a frame is decided once it holds ``depth`` beats of it or its last beat.
-      Latency ``depth`` cycles; throughput one beat per cycle; ``i.ready`` is high while the
-      register has room or its head leaves this cycle.
+      Latency ``depth`` + 1 cycles (the classification is registered, see
+      :meth:`~netreduce.hw.stream.LookAhead.registered`); throughput one beat per cycle;
+      ``i.ready`` is high while the register (``depth`` + 2 beats) has room, a register output.
     * Reset: synchronous, empty.
     """
 
@@ -75,39 +76,54 @@ class LinkLocalFilter(wiring.Component):
         m = Module()
         w, D = self.width, self.depth
         win = LookAhead(m, self.i, w, D)
-        byte, be16, n, ended, pop = win.byte, win.be16, win.n, win.ended, win.pop
+        pop = win.pop
 
-        def atleast(x: int):
-            return ~(ended & (n < x))
+        def classify(off: int):   # kind and request on the window at buf[off]
+            def byte(k):
+                return win.byte(k, off)
 
-        mc = atleast(14) & (be16(12) == ETHERTYPE_MAC_CONTROL)
-        op = be16(14)
-        is_pause = mc & atleast(18) & (op == MAC_CONTROL_PAUSE)
-        is_pfc = mc & atleast(MATCH_BYTES) & (op == MAC_CONTROL_PFC)
-        tagged_mc = atleast(18) & (be16(12) == ETHERTYPE_VLAN) & (be16(16) == ETHERTYPE_MAC_CONTROL)
-        prefix = Cat(*[byte(4 - i) for i in range(5)])
-        group = atleast(6) & (prefix == int.from_bytes(LINK_LOCAL_PREFIX, "big")) \
-            & (byte(5) < 0x10)
+            def be16(k):
+                return win.be16(k, off)
+
+            def atleast(x: int):
+                return ~win.shorter(x, off)
+
+            mc = atleast(14) & (be16(12) == ETHERTYPE_MAC_CONTROL)
+            op = be16(14)
+            is_pause = mc & atleast(18) & (op == MAC_CONTROL_PAUSE)
+            is_pfc = mc & atleast(MATCH_BYTES) & (op == MAC_CONTROL_PFC)
+            tagged_mc = (atleast(18) & (be16(12) == ETHERTYPE_VLAN)
+                         & (be16(16) == ETHERTYPE_MAC_CONTROL))
+            prefix = Cat(*[byte(4 - i) for i in range(5)])
+            group = atleast(6) & (prefix == int.from_bytes(LINK_LOCAL_PREFIX, "big")) \
+                & (byte(5) < 0x10)
+            kind = Signal(LinkLocal, name=f"kind{off}")
+            with m.If(is_pause):
+                m.d.comb += kind.eq(LinkLocal.PAUSE)
+            with m.Elif(is_pfc):
+                m.d.comb += kind.eq(LinkLocal.PFC)
+            with m.Elif(mc | tagged_mc):
+                m.d.comb += kind.eq(LinkLocal.MAC_CONTROL)
+            with m.Elif(group):
+                m.d.comb += kind.eq(LinkLocal.GROUP)
+            req = Signal(pause_layout(), name=f"req{off}")
+            m.d.comb += req.enable.eq(Mux(is_pause, 0xFF, byte(17)))
+            for p in range(PFC_PRIORITIES):
+                m.d.comb += req.quanta[p].eq(Mux(is_pause, be16(16), be16(18 + 2 * p)))
+            return Cat(kind, req)
+
+        # the classification from registers (computed the cycle before): it ends in flip-flops
+        fresh, dec = win.registered(classify)
         kind = Signal(LinkLocal)
-        with m.If(is_pause):
-            m.d.comb += kind.eq(LinkLocal.PAUSE)
-        with m.Elif(is_pfc):
-            m.d.comb += kind.eq(LinkLocal.PFC)
-        with m.Elif(mc | tagged_mc):
-            m.d.comb += kind.eq(LinkLocal.MAC_CONTROL)
-        with m.Elif(group):
-            m.d.comb += kind.eq(LinkLocal.GROUP)
         req = Signal(pause_layout())
-        m.d.comb += req.enable.eq(Mux(is_pause, 0xFF, byte(17)))
-        for p in range(PFC_PRIORITIES):
-            m.d.comb += req.quanta[p].eq(Mux(is_pause, be16(16), be16(18 + 2 * p)))
+        m.d.comb += Cat(kind, req).eq(dec)
 
         # ---- one decision per frame, held until its last beat leaves
         head, head_ok = win.head, win.head_ok
         held = Signal()
         hkind = Signal(LinkLocal)
         hreq = Signal(pause_layout())
-        decide = head_ok & ~held
+        decide = head_ok & ~held & fresh
         cur = Mux(held, hkind, kind)
         drop = cur != LinkLocal.NONE
         with m.If(decide):
@@ -116,8 +132,8 @@ class LinkLocalFilter(wiring.Component):
             m.d.sync += held.eq(0)
         m.d.comb += [
             self.o.payload.eq(head),
-            self.o.valid.eq(head_ok & ~drop),
-            pop.eq((self.o.valid & self.o.ready) | (head_ok & drop)),
+            self.o.valid.eq(head_ok & (held | fresh) & ~drop),
+            pop.eq((self.o.valid & self.o.ready) | (head_ok & (held | fresh) & drop)),
         ]
         for k, name in COUNTERS.items():
             m.d.sync += self.inc[name].eq(decide & (kind == k))

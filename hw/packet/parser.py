@@ -141,10 +141,12 @@ class Parser(wiring.Component):
         m.submodules.frame_fifo = frame_fifo = fifo.SyncFIFO(width=beat_w, depth=frame_depth)
         # the payload FIFOs also absorb the header-length lag of a downstream consumer that waits
         # for `hdr` (e.g. the deparser in a loopback) before it takes payload beats
-        pay_depth = max(4, (hdr_beats + 8) // 2) + 2 + extra
+        # (+1 more for payload and header: their in-flight counts below over-count the beat
+        # accepted in the cycle before, see `room`)
+        pay_depth = max(4, (hdr_beats + 8) // 2) + 3 + extra
         m.submodules.pay_fifo0 = pay0 = fifo.SyncFIFO(width=beat_w, depth=pay_depth)
         m.submodules.pay_fifo1 = pay1 = fifo.SyncFIFO(width=beat_w, depth=pay_depth)
-        hdr_depth, ver_depth = 6, 6 + extra
+        hdr_depth, ver_depth = 7, 6 + extra
         m.submodules.hdr_fifo = hdr_fifo = fifo.SyncFIFO(width=hdr_w, depth=hdr_depth)
         m.submodules.ver_fifo = ver_fifo = fifo.SyncFIFO(width=ver_w, depth=ver_depth)
 
@@ -161,13 +163,29 @@ class Parser(wiring.Component):
         x_pn = [Signal(range(3), name=f"s{3 + k}_pn") for k in range(extra)]
         # registered: room for one more beat in the next cycle, counting what is in the FIFOs
         # and in flight now and the most the beat accepted now may push (reads ignored)
+        # What is in flight (stages S1 .. S<3 + extra>) is itself a register, loaded with the
+        # stages' next contents (they shift every cycle): the sums end in flip-flops. The
+        # payload beats and the header event of the beat accepted now are over-counted there
+        # (2 * acc, acc: their exact values come from S0's deep logic) until it reaches S1.
+        n_stages = 3 + extra
+        infl_f = Signal(range(n_stages + 1))
+        infl_p = Signal(range(2 * n_stages + 1))
+        infl_h = Signal(range(4))
+        infl_e = Signal(range(n_stages + 1))
+        last_acc = Signal()
+        m.d.comb += last_acc.eq(acc & beat.last)
+        chains = ((infl_f, [acc, s1_v, x_t[0], s2_v, *x_v]),
+                  (infl_p, [2 * acc, s1_pn, x_t[3], s2_pn, *x_pn]),
+                  (infl_h, [acc, s1_hv, x_t[1], s2_hv]),
+                  (infl_e, [last_acc, s1_ev, x_t[2], s2_ev, *x_ev]))
+        # (each chain: the stages in order; the last one's content leaves into its FIFO)
+        m.d.sync += [r.eq(sum(c[:-1])) for r, c in chains]
         room = Signal()
         m.d.sync += room.eq(
-            (frame_fifo.level + s1_v + x_t[0] + s2_v + sum(x_v) + acc + 1 <= frame_depth)
-            & (pay0.level + pay1.level + s1_pn + x_t[3] + s2_pn + sum(x_pn) + 2 * acc + 2
-               <= 2 * pay_depth - 1)
-            & (hdr_fifo.level + s1_hv + x_t[1] + s2_hv + acc + 1 <= hdr_depth)
-            & (ver_fifo.level + s1_ev + x_t[2] + s2_ev + sum(x_ev) + acc + 1 <= ver_depth))
+            (frame_fifo.level + infl_f + acc + 1 <= frame_depth)
+            & (pay0.level + pay1.level + infl_p + 2 * acc + 2 <= 2 * pay_depth - 1)
+            & (hdr_fifo.level + infl_h + acc + 1 <= hdr_depth)
+            & (ver_fifo.level + infl_e + acc + 1 <= ver_depth))
         m.d.comb += self.i.ready.eq(room)
 
         # ------------------------------------------------------------ S0: position and capture
@@ -242,7 +260,19 @@ class Parser(wiring.Component):
         hdr_sent = Signal()
         hdr_ev = Signal()
         early = Cat(*[pos.at(b) for b in range(fit_beats)]).any() if fit_beats else Const(0)
-        complete = Cat(*[pos.at(b) & fit_c[b] for b in range(fit_beats)]).any() | ~early \
+        # When the opcode (and the tag) always arrive in a beat before the earliest one that can
+        # complete a header (64 and 128 bits), the fit is taken from a register loaded at the
+        # previous beat: the opcode decode then ends in flip-flops, not in hdr_ev's enables
+        # (before its beat, every fit bit is 0 whatever the opcode)
+        op_beat = (L2_TAGGED + _BTH_AT + wf.BTH.opcode.offset) // nb
+        if fit_beats and op_beat < (L2_UNTAGGED + BTH_END - 1) // nb:
+            fit_r = Signal(fit_beats)
+            with m.If(acc):
+                m.d.sync += fit_r.eq(fit_c)
+            fit_sel = fit_r
+        else:
+            fit_sel = fit_c
+        complete = Cat(*[pos.at(b) & fit_sel[b] for b in range(fit_beats)]).any() | ~early \
             if fit_beats else Const(1)
         m.d.comb += hdr_ev.eq(acc & ~(hdr_sent & ~sof) & (complete | beat.last))
         with m.If(acc):
@@ -295,10 +325,9 @@ class Parser(wiring.Component):
                         m.d.comb += out.eq(Cat(lo, hi)[sh: sh + nb])
             return out
 
-        off = Signal(LEN_BITS + 2)
-        m.d.comb += off.eq(nemit_c << lb)
+        # normal_left = plen_r - (nemit_c << lb): both are loaded at the previous beat, so it is
+        # a register loaded there too (the subtraction ends in flip-flops, not in the beat mux)
         normal_left = Signal(signed(LEN_BITS + 4))
-        m.d.comb += normal_left.eq(plen_r - off)
         # bytes present: the previous beat is full, the current one has `keep` (a thermometer,
         # so shifting it like the data clips at the frame's end without arithmetic)
         normal_keep = Signal(nb)
@@ -307,6 +336,9 @@ class Parser(wiring.Component):
         normal = Signal()
         m.d.comb += normal.eq(acc & ~done_c & (idx_c > q_r) & (normal_left > 0))
         normal_final = normal_left <= nb
+        with m.If(acc):
+            m.d.sync += normal_left.eq(
+                plen_c - (((nemit_c + normal)[:len(nemit)] << lb)[:LEN_BITS + 2]))
         normal_data = window(prev, beat.data, s_r)
         last_in = acc & beat.last
 
@@ -394,10 +426,11 @@ class Parser(wiring.Component):
         l2_1 = Mux(vlan1, L2_TAGGED, L2_UNTAGGED)
 
         # IPv4 header checksum over the captured bytes
-        words = [Mux(vlan1, Cat(hb[L2_TAGGED + o + 1], hb[L2_TAGGED + o]),
-                     Cat(hb[L2_UNTAGGED + o + 1], hb[L2_UNTAGGED + o]))
-                 for o in range(0, wf.IPV4.size, 2)]
-        csum_terms = carry_save(words, LEN_BITS + 5, until=3)   # added in T, folded in S2
+        # (per tag variant from fixed bytes, selected after the carry-save steps)
+        csum_v = [carry_save([Cat(hb[l2 + o + 1], hb[l2 + o]) for o in range(0, wf.IPV4.size, 2)],
+                             LEN_BITS + 5, until=5)   # reduced and added in T, folded in S2
+                  for l2 in (L2_UNTAGGED, L2_TAGGED)]
+        csum_terms = [Mux(vlan1, t, u) for u, t in zip(*csum_v, strict=True)]
 
         ext_len = Signal(range(HDR_CAP))
         has_pay = Signal()
@@ -430,7 +463,12 @@ class Parser(wiring.Component):
             (total < MIN_L3_LEN, Reason.IP_LENGTH),
         ]
         # (UDP length, then the IPv4 checksum come first in group B: resolved in S2, see below)
-        udp_bad = udp["length"] != total - wf.IPV4.size
+        # per tag variant from fixed bytes, then selected: the subtraction does not wait for
+        # the tag comparison
+        udp_bad_v = [field_value(wf.UDP.length, lambda g: hb[g], l2 + wf.IPV4.size)
+                     != field_value(wf.IPV4.total_length, lambda g: hb[g], l2) - wf.IPV4.size
+                     for l2 in (L2_UNTAGGED, L2_TAGGED)]
+        udp_bad = Mux(vlan1, udp_bad_v[1], udp_bad_v[0])
         hl1 = Signal(range(HDR_CAP + 1))
         m.d.comb += hl1.eq(L2_UNTAGGED + BTH_END + ext_len + Mux(vlan1, wf.DOT1Q.size, 0))
 
@@ -497,6 +535,8 @@ class Parser(wiring.Component):
         s2_not_roce = Signal()
         s2_okind = Signal(Kind)
         s2_csum = Signal(LEN_BITS + 5)
+        s2_bad_rest = Signal()   # a reason other than the IPv4 checksum's (not NOT_ROCE's)
+        s2_data = Signal()       # the opcode kind is DATA
         s2_hl = Signal(range(HDR_CAP + 1))
         s2_plen_raw = Signal(LEN_BITS)
         m.d.sync += [s2_v.eq(t_v), s2_hv.eq(t_hv), s2_ev.eq(t_ev), s2_pn.eq(t_pn),
@@ -505,6 +545,9 @@ class Parser(wiring.Component):
             m.d.sync += [s2_hbuf.eq(t_hbuf), s2_ra.eq(reason_a), s2_rb_rest.eq(reason_b_rest),
                          s2_udp_bad.eq(t_udp_bad), s2_not_roce.eq(not_roce),
                          s2_okind.eq(t_okind), s2_csum.eq(csum_sum), s2_hl.eq(t_hl),
+                         s2_bad_rest.eq((reason_a != Reason.NONE) | t_udp_bad
+                                        | (reason_b_rest != Reason.NONE)),
+                         s2_data.eq(~not_roce & (t_okind == Kind.DATA)),
                          s2_plen_raw.eq(padded - t_padcnt)]
 
         # ------------------------------------------------------------ S2: header classification
@@ -535,7 +578,8 @@ class Parser(wiring.Component):
         # ------------------------------------------------------------ S3..: wait for the checker
         # frame beats, payload beats and the header-time classification travel `extra` more
         # stages, to where the checker's result of a last beat is (IcrcChecker.LATENCY)
-        is_data = kind2 == Kind.DATA
+        # (kind2 == DATA, spelt out so that the checksum test is the only late input)
+        is_data = Mux(s2_hv, s2_data & ~s2_bad_rest & csum_ok, cur_kind == Kind.DATA)
         push0 = is_data & (s2_pn != 0)
         push1 = is_data & (s2_pn == 2)
         st = dict(v=s2_v, ev=s2_ev, pn=s2_pn, beat=s2_beat, p0=s2_p0, p1=s2_p1, push0=push0,

@@ -4,7 +4,8 @@ Writes Verilog, the Vivado Tcl flow with the CMAC IP creation, the XDC constrain
 script and a manifest to ``-o DIR`` (see :mod:`netreduce.hw.boards.project`); checks the tree
 structurally; runs Vivado on it if ``vivado`` is on ``PATH`` (``--run`` / ``--no-run`` force it).
 The default core is the engine with the board's build parameters
-(:data:`netreduce.hw.boards.project.BOARD_PARAMS`); its Verilog is converted the first time
+(:func:`netreduce.hw.boards.project.board_params`: with two cages, one contribution lane per
+port); its Verilog is converted the first time
 (about a minute with a native Yosys, see bench/results/verilog.json; then cached), with the
 phases shown on the status line.
 """

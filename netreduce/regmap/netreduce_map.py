@@ -39,14 +39,15 @@ __all__ = [
 ]
 
 MAGIC = int.from_bytes(b"NRDC", "big")  # 0x4E524443
-VERSION = (1, 5)  # 1.1: JOB.CTRL.fast_retx, counters fast_retx and fast_retx_probes;
+VERSION = (1, 6)  # 1.1: JOB.CTRL.fast_retx, counters fast_retx and fast_retx_probes;
 #                  1.2: FLOW.CFG.role (spine-leaf, docs/spine-leaf.md), JOB.PARTIAL_PTR,
 #                  counters partials_up,
 #                  totals, drop_role, JobError.ROLES;
 #                  1.3: link-local counters ll_*, PORT (docs/fabric.md);
 #                  1.4: PORT.FC_* (PFC watermarks, ECN threshold), PORT.PFC_TX,
 #                  PORT.STATUS.xoff / congested;
-#                  1.5: GLOBAL.LANES (per-port contribution lanes, D20)
+#                  1.5: GLOBAL.LANES (per-port contribution lanes, D20);
+#                  1.6: PORT.TX_DROP_HELD, PORT.FC_CTRL.tx_hold (held TX, D21)
 CLOCK_HZ = 322_265_625  # datapath clock (CMAC 100G user clock)
 PMTU_VALUES = (256, 512, 1024, 2048, 4096)
 # 4 us at 322.265625 MHz: the usual RNIC minimum time between CNPs per QP (mlx5 default).
@@ -198,12 +199,17 @@ PORT_COUNTERS: tuple[tuple[str, str, str], ...] = (
     ("tx_drop_down", "shell", "frames from the engine discarded because the port was down"),
     ("pfc_tx", "shell", "PFC frames the shell sent from its RX FIFO watermarks (XOFF, refreshes "
      "and XON)"),
+    ("tx_drop_held", "engine", "frames for the port dropped whole, or cut and ended with an "
+     "error, because its TX was held (FC_CTRL.tx_hold; model D21; engines of 2 or more ports)"),
 )
 
 # Reset values of PORT.FC_XOFF / FC_XON / FC_ECN (bytes): lossless with 9216-byte frames,
 # 100 m of cable (500 ns) and the datapath draining at half the port rate in the shell's
 # 32 KiB RX FIFO (headroom rule in docs/fabric.md, netreduce.sim.net.overload.pfc_thresholds).
 FC_RESETS = {"xoff": 7168, "xon": 3584, "ecn": 3584}
+# Reset value of PORT.FC_CTRL.tx_hold: a TX held 2^14 cycles (65 us at 250 MHz, longer than a
+# congestion pause of a few quanta, far shorter than an RC retransmission timeout) drops its frames.
+TX_HOLD_RESET = 14
 
 ALL_GLOBAL_COUNTERS: tuple[Counter, ...] = GLOBAL_COUNTERS + JOB_COUNTERS
 DISPOSITIONS: tuple[str, ...] = tuple(c.name for c in ALL_GLOBAL_COUNTERS if c.disposition)
@@ -341,6 +347,9 @@ def build_regmap(**params) -> RegMap:
            _f("ecn_enable", 1, 1, "RW", 0, "CE-mark ECT frames arriving while the RX FIFO holds "
               "FC_ECN bytes or more (model D19)"),
            _f("priority", 4, 3, "RW", 3, "PFC priority (class enable vector bit) of RoCE"),
+           _f("tx_hold", 8, 5, "RW", TX_HOLD_RESET, "the port's TX counts as held once a frame "
+              "has waited 2^tx_hold - 1 cycles for it; while held its frames are dropped and "
+              "counted (TX_DROP_HELD) so that the other ports go on (model D21); 0: never"),
            _f("quanta", 16, 16, "RW", 0xFFFF, "pause time of an XOFF (512 bit times); "
               "refreshed every quanta cycles while XOFF")),
         _r("FC_XOFF", 0x34, "RX FIFO level (bytes) at which XOFF is sent",

@@ -54,10 +54,11 @@ Processing of one frame
 
 Decisions
 ---------
-Where the design leaves room, the model decides; the decisions D1-D20 (window arithmetic, check
+Where the design leaves room, the model decides; the decisions D1-D21 (window arithmetic, check
 priority, release, result and CNP format, configuration latching, the duplicate probe D15, the
 fast retransmit D16, the spine-leaf flow roles D17, the link-local frames D18, congestion
-signalling D19, the per-port lanes D20, ...) are written out in docs/design.md section 10.
+signalling D19, the per-port lanes D20, held ports D21, ...) are written out in docs/design.md
+section 10.
 """
 
 from __future__ import annotations
@@ -233,6 +234,9 @@ class Engine:
         # per-port "input buffer congested" flags, set by whoever keeps time (D19;
         # netreduce.sim.model.congestion)
         self.congested = Congestion(ports)
+        # per-port "TX held" flags, set by whoever keeps time (D21): while set, the frames
+        # emitted on the port are dropped and counted (PORT.TX_DROP_HELD), the others' not
+        self.tx_held = [False] * ports
 
     # ================================================================== register side
     def _wire_regs(self) -> None:
@@ -414,8 +418,12 @@ class Engine:
                 out = []
             else:
                 out = self._classify(port, frame, time)
+        held = ()
+        if True in self.tx_held:   # D21
+            held = [e for e in out if self.tx_held[e.port]]
+            out = [e for e in out if not self.tx_held[e.port]]
         g[_G_TX] += len(out)
-        self.port_stats.count(port, frame, out)
+        self.port_stats.count(port, frame, out, held)
         return out
 
     def _bypass(self, which: int, port: int, buf: bytes, time: int) -> list[Emit]:

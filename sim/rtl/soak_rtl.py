@@ -16,8 +16,9 @@ Build parameters
     One RTL build serves every scenario that fits it. :func:`soak_params` is the default: the
     ``netreduce sim`` parameters of a 4-worker run with a 64-bit datapath and PMTU 1024
     (4 ports, 2 jobs, 16 flows, 512 slots, N <= 8), the same build as the RTL backend tests.
-    ``pmtu_max=4096`` is the second build (PMTU 4096 scenarios). The 512-bit engine works the
-    same way, only its build takes many minutes.
+    ``pmtu_max=4096`` is the second build (PMTU 4096 scenarios), ``lanes=2`` the 2-port
+    per-port-lanes build (``bench/soak.py --lanes 2``). The 512-bit engine works the same way,
+    only its build takes many minutes.
 
     A scenario's ``engine`` dict is ignored by the RTL backend (the build is what it is);
     :func:`misfits` says why a scenario cannot run on a build (too many concurrent jobs or flows,
@@ -40,13 +41,18 @@ from .fabric import RtlFabric
 __all__ = ["soak_params", "misfits", "rtl_backend", "SoakRtlFabric"]
 
 
-def soak_params(pmtu_max: int = 1024, data_width: int = 64) -> dict:
+def soak_params(pmtu_max: int = 1024, data_width: int = 64, *, lanes: int = 1) -> dict:
     """The RTL build the soak uses: ``rtl_params(SimConfig(workers=4))`` with ``data_width``
-    and ``pmtu_max`` overridden (the RTL backend tests use the same build)."""
+    and ``pmtu_max`` overridden (the RTL backend tests use the same build). ``lanes`` > 1: the
+    per-port-lanes build instead (``ports = lanes``, model D20; the same jobs, flows and slots):
+    the soak's endpoints and the fuzzer's frames spread over its ports."""
     from ..net.simrun import SimConfig
     from .fabric import rtl_params
 
-    return {**rtl_params(SimConfig(workers=4)), "data_width": data_width, "pmtu_max": pmtu_max}
+    p = {**rtl_params(SimConfig(workers=4)), "data_width": data_width, "pmtu_max": pmtu_max}
+    if lanes > 1:
+        p.update(ports=lanes, lanes=lanes)
+    return p
 
 
 def misfits(sc: Scenario, params: dict) -> list[str]:

