@@ -221,12 +221,17 @@ class FlowTable(wiring.Component):
             for g in range(0, len(cands), FAN):
                 grp = cands[g:g + FAN]
                 hit = Cat(*(c[0] for c in grp)).any()
-                low = Const(0, sub)
-                for c in grp:
-                    low = low | c[1]
-                high = Cat(*(Cat(*(c[0] for i, c in enumerate(grp) if i >> b & 1)).any()
-                             if len(grp) > 1 << b else Const(0, 1) for b in range(gbits)))
-                ent = Cat(low, high)[:self.entry_bits] if gbits or sub else Const(0, 1)
+                parts = []  # no zero-width terms: they become `wire [-1:0]` in the Verilog
+                if sub:
+                    low = grp[0][1]
+                    for c in grp[1:]:
+                        low = low | c[1]
+                    parts.append(low)
+                if gbits:
+                    parts.append(Cat(*(Cat(*(c[0] for i, c in enumerate(grp) if i >> b & 1)).any()
+                                       if len(grp) > 1 << b else Const(0, 1)
+                                       for b in range(gbits))))
+                ent = Cat(*parts)[:self.entry_bits] if parts else Const(0, 1)
                 if last:
                     nxt.append((hit, ent))
                 else:

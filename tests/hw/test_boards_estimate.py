@@ -262,7 +262,7 @@ def small_core(tmp_path_factory):
 def test_ci_engine_estimate_small(small_core):
     total, blocks = small_core
     assert {"top", "ctl", "ctl.ft", "bank", "parser0", "parser0.checker", "slotmem",
-            "deparser", "dispatch", "emitter", "txarb0"} == set(blocks)
+            "deparser", "dispatch", "emitter", "txarb0", "mgmt_path.agent"} == set(blocks)
     for label, b in blocks.items():
         assert b.resources["FF"] > 0 and b.logic_depth > 0, label
     for k in ("LUT", "FF", "CARRY", "BRAM36", "URAM"):
