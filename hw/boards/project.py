@@ -65,10 +65,12 @@ BOARD_PARAMS = {
 # With two or more cages in use a board build takes one contribution lane per port (lanes =
 # ports: every port at line rate, docs/engine.md "Every port at line rate", its memory table):
 # 2P slot-memory copies, so fewer slots. VCU118, P = 2: 512 slots x 4096 B (256 URAM) + the
-# header store (72 URAM), 328 of 960. The VCU108 has one cage (P = 1, no lanes); a 2-port
-# xcvu095 would take 256 slots (4 copies x 256 RAMB36 + 144 RAMB36 of header store).
+# header store at max_world 32 (36 URAM), 292 of the 320 URAM of the SLR that holds both CMACs
+# (max_world 64 would need 328: a second SLR; docs/engine.md "Memories", placement). The VCU108
+# has one cage (P = 1, no lanes); a 2-port xcvu095 would take 256 slots (4 copies x 256 RAMB36
+# + 144 RAMB36 of header store).
 BOARD_LANE_PARAMS = {
-    "vcu118": {"slots": 512},
+    "vcu118": {"slots": 512, "max_world": 32},
     "vcu108": {"slots": 256},
 }
 
