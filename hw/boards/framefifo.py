@@ -15,7 +15,7 @@ a gap once the first beat is accepted (a gap is a TX underflow: the frame goes o
 
 Output: ``o`` shows only committed frames, back to back, at one beat per cycle while ``o.ready``
 is high; a frame's beats are never separated by a bubble once the frame is committed. Latency:
-a frame's first beat is on ``o`` 2 cycles after its last beat is accepted on ``i``. The payload
+a frame's first beat is on ``o`` 3 cycles after its last beat is accepted on ``i``. The payload
 is :func:`netreduce.hw.stream.beat_layout`; ``first`` is regenerated on ``o`` (1 after reset and
 after every ``last``), so an input may leave it 0. ``error`` and ``keep`` pass through unchanged.
 
@@ -24,12 +24,20 @@ bad FCS, too long, ...) is rolled back like a frame that did not fit, and ``drop
 once for it instead of ``drop``: an errored frame never reaches the core.
 
 Storage: one simple-dual-port memory of ``depth`` entries of ``data + keep + 2`` bits (block RAM;
-a 512-bit beat is 578 bits wide). Reset: synchronous; empties the FIFO.
+a 512-bit beat is 578 bits wide), its read port not transparent. Reset: synchronous; empties the
+FIFO.
+
+Logic depth: the FIFO runs in the MAC clock domain (322.27 MHz: at most 6 LUT levels per
+register-to-register path, docs/engine.md "Clock plan"). ``o.valid``, ``full`` and "holds a
+complete frame" are registers, computed a cycle ahead from equalities of the registered pointers;
+nothing compares the read address with the write address (a transparent read port would put that
+compare and a bypass mux of the whole entry behind ``o.ready``), and ``o.ready`` only selects
+between two registered read addresses.
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -73,21 +81,24 @@ class FrameFifo(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         w = self.data_width
-        aw = (self.depth - 1).bit_length()
+        D = self.depth
+        aw = (D - 1).bit_length()
         entry = data.StructLayout({"data": w, "keep": w // 8, "last": 1, "error": 1})
-        m.submodules.mem = mem = Memory(shape=entry, depth=self.depth, init=[])
+        m.submodules.mem = mem = Memory(shape=entry, depth=D, init=[])
         wp = mem.write_port()
-        rp = mem.read_port(transparent_for=(wp,))
+        rp = mem.read_port()     # not transparent: ``o`` never shows a same-cycle write
 
         # pointers carry one extra bit so full (depth entries) and empty differ
-        rd = Signal(aw + 1)
-        commit = Signal(aw + 1)      # end of the last complete frame
-        wr = Signal(aw + 1)          # write position inside the frame being received
-        dropping = Signal()          # swallowing the rest of a dropped frame
+        rd = Signal(aw + 1)            # entry shown on ``o``
+        rd1 = Signal(aw + 1, init=1)   # rd + 1
+        commit = Signal(aw + 1)        # end of the last complete frame
+        wr = Signal(aw + 1)            # write position inside the frame being received
+        dropping = Signal()            # swallowing the rest of a dropped frame
         level = Signal(aw + 1)
         m.d.comb += [level.eq(wr - rd), self.level.eq(level)]
-        full = level == self.depth
-        complete = commit != rd
+        # flags kept as registers (next-cycle values from pointer equalities, see below)
+        full = Signal()                # level == depth
+        complete = Signal()            # commit != rd: a complete frame is held
 
         if self.drop_when_full:
             m.d.comb += self.i.ready.eq(1)
@@ -102,36 +113,46 @@ class FrameFifo(wiring.Component):
             wp.data.last.eq(self.i.payload.last),
             wp.data.error.eq(self.i.payload.error),
         ]
+        we, rollback, close = Signal(), Signal(), Signal()   # write, wr := commit, commit := wr + 1
         m.d.sync += [self.drop.eq(0), self.drop_error.eq(0)]
         with m.If(self.i.valid & self.i.ready):
             with m.If(dropping):
                 with m.If(self.i.payload.last):
                     m.d.sync += dropping.eq(0)
             with m.Elif(~full):
-                m.d.comb += wp.en.eq(1)
-                m.d.sync += wr.eq(wr + 1)
+                m.d.comb += we.eq(1)
                 with m.If(self.i.payload.last):
                     if self.drop_errors:
                         # a frame the MAC flagged (FCS, too long, ...): rolled back, counted
                         with m.If(self.i.payload.error):
-                            m.d.sync += [wr.eq(commit), self.drop_error.eq(1)]
+                            m.d.comb += rollback.eq(1)
+                            m.d.sync += self.drop_error.eq(1)
                         with m.Else():
-                            m.d.sync += commit.eq(wr + 1)
+                            m.d.comb += close.eq(1)
                     else:
-                        m.d.sync += commit.eq(wr + 1)
+                        m.d.comb += close.eq(1)
             with m.Else():
-                m.d.sync += [wr.eq(commit), self.drop.eq(1)]
+                m.d.comb += rollback.eq(1)
+                m.d.sync += self.drop.eq(1)
                 with m.If(~self.i.payload.last):
                     m.d.sync += dropping.eq(1)
+        m.d.comb += wp.en.eq(we)
+        with m.If(rollback):
+            m.d.sync += wr.eq(commit)
+        with m.Elif(we):
+            m.d.sync += wr.eq(wr + 1)
+        with m.If(close):
+            m.d.sync += commit.eq(wr + 1)
 
-        # read side: the sync read port is addressed with the *next* read pointer, so its data
-        # output always holds entry ``rd`` (transparent for the same-cycle write)
+        # read side: the sync read port is addressed with the *next* read pointer (rd or rd1, no
+        # adder behind ``o.ready``), so its data output holds entry ``rd``
         pop = Signal()
+        shown = Signal()
         out_first = Signal(init=1)
         m.d.comb += [
-            self.o.valid.eq(complete),
+            self.o.valid.eq(shown),
             pop.eq(self.o.valid & self.o.ready),
-            rp.addr.eq((rd + pop)[:aw]),
+            rp.addr.eq(Mux(pop, rd1, rd)[:aw]),
             rp.en.eq(1),
             self.o.payload.data.eq(rp.data.data),
             self.o.payload.keep.eq(rp.data.keep),
@@ -140,5 +161,30 @@ class FrameFifo(wiring.Component):
             self.o.payload.first.eq(out_first),
         ]
         with m.If(pop):
-            m.d.sync += [rd.eq(rd + 1), out_first.eq(rp.data.last)]
+            m.d.sync += [rd.eq(rd1), rd1.eq(rd1 + 1), out_first.eq(rp.data.last)]
+
+        # the flags of the next cycle, from equalities of the registered pointers (no
+        # subtraction in front of a decision):
+        # - ``o`` shows next cycle what ``commit`` holds now (so every entry it shows was written
+        #   at least one cycle before the read port reads it)
+        # - ``complete`` stays true when a frame closes now (the entry just written is unread)
+        after_pop = commit != rd1
+        m.d.sync += [
+            shown.eq(Mux(pop, after_pop, complete)),
+            complete.eq(close | Mux(pop, after_pop, complete)),
+        ]
+        # ``full``: a pop frees an entry, and a write (we => not full) keeps it at most full, so
+        # after a pop it is 0; after a write, level == depth - 1 now; after a rollback, full
+        # stays only if the FIFO is full of complete frames (no partial frame to roll back)
+        partial = Signal()             # wr != commit: beats of an unfinished frame are held
+        with m.If(rollback | close):
+            m.d.sync += partial.eq(0)
+        with m.Elif(we):
+            m.d.sync += partial.eq(1)
+        with m.If(pop):
+            m.d.sync += full.eq(0)
+        with m.Elif(rollback):
+            m.d.sync += full.eq(full & ~partial)
+        with m.Elif(we):
+            m.d.sync += full.eq(level == D - 1)
         return m
