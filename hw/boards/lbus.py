@@ -36,7 +36,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..stream import beat_signature
 
-__all__ = ["SEGMENT", "BeatsToLbus", "LbusToBeats", "swap_bytes"]
+__all__ = ["SEGMENT", "BeatsToLbus", "LbusToBeats", "swap_bytes", "unused_bytes"]
 
 SEG_BITS = 128
 SEG_BYTES = 16
@@ -48,6 +48,20 @@ SEGMENT = data.StructLayout({"data": SEG_BITS, "ena": 1, "sop": 1, "eop": 1, "er
 def swap_bytes(v, nbytes=SEG_BYTES):
     """Reverse the byte order of an ``nbytes``-byte value (LBUS segment <-> beat byte order)."""
     return Cat(*[v[8 * (nbytes - 1 - j): 8 * (nbytes - j)] for j in range(nbytes)])
+
+
+def unused_bytes(keep_s):
+    """16 - (bytes kept) of a segment's thermometer ``keep`` with at least its first byte
+    kept (0..15): bit b of the count of zeros z = 16 - n, n = kept bytes, is set for the n
+    whose z has it, read from pairs of neighbouring keep bits (n >= j + 1 is ``keep_s[j]``)."""
+    def at_least(n):   # n bytes or more kept
+        return keep_s[n - 1] if n >= 1 else Const(1, 1)
+    bits = []
+    for b in range(4):
+        terms = [at_least(n) & ~at_least(n + 1) for n in range(1, SEG_BYTES + 1)
+                 if (SEG_BYTES - n) >> b & 1]
+        bits.append(Cat(*terms).any())
+    return Cat(*bits)
 
 
 class BeatsToLbus(wiring.Component):
@@ -66,20 +80,18 @@ class BeatsToLbus(wiring.Component):
         p = self.i.payload
         in_frame = Signal()
         m.d.comb += self.i.ready.eq(self.rdy)
+        # keep is a thermometer code (netreduce.hw.stream): a segment holds data if its first
+        # byte does, the frame ends in segment s if s holds data and s + 1 does not, and the
+        # unused bytes of that segment are the zeros of its keep, decoded from the thermometer
+        # (no priority chain or popcount in front of the registers: 322 MHz, logic depth)
         seg_ena = [p.keep[SEG_BYTES * s] for s in range(NSEG)]
-        empty_last = p.last & ~p.keep.any()
-        # index of the last segment holding data (for eop)
-        last_seg = Signal(range(NSEG))
-        for s in range(NSEG):
-            with m.If(seg_ena[s]):
-                m.d.comb += last_seg.eq(s)
+        empty_last = p.last & ~p.keep[0]
         with m.If(self.i.valid & self.i.ready):
             m.d.sync += in_frame.eq(~p.last)
             for s in range(NSEG):
                 keep_s = p.keep[SEG_BYTES * s: SEG_BYTES * (s + 1)]
-                used = Signal(range(SEG_BYTES + 1), name=f"used{s}")
-                m.d.comb += used.eq(sum(keep_s[j] for j in range(SEG_BYTES)))
-                is_eop = p.last & (last_seg == s) & ~empty_last
+                ends_here = seg_ena[s] & (~seg_ena[s + 1] if s + 1 < NSEG else 1)
+                is_eop = p.last & ends_here
                 seg = self.seg[s]
                 m.d.sync += [
                     seg.data.eq(swap_bytes(p.data[SEG_BITS * s: SEG_BITS * (s + 1)])),
@@ -87,7 +99,8 @@ class BeatsToLbus(wiring.Component):
                     seg.sop.eq((s == 0) & ~in_frame),
                     seg.eop.eq(is_eop | (empty_last & (s == 0))),
                     seg.err.eq((is_eop & p.error) | (empty_last & (s == 0))),
-                    seg.mty.eq(Mux(is_eop, SEG_BYTES - used, Mux(empty_last, SEG_BYTES - 1, 0))),
+                    seg.mty.eq(Mux(is_eop, unused_bytes(keep_s),
+                                   Mux(empty_last & (s == 0), SEG_BYTES - 1, 0))),
                 ]
         with m.Else():
             for s in range(NSEG):
