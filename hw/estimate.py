@@ -528,14 +528,50 @@ def _hstore(p):
     return HeaderStore(rm.params["slots"], rm.params["max_world"], read_latency=READ_LATENCY)
 
 
+def _shell_fifo_depth(p):
+    from netreduce.hw.boards.limits import frame_limits
+    return frame_limits(None, p["data_width"]).fifo_depth    # the shell's (512 at 512 bits)
+
+
 def _rxfifo(p):
     from netreduce.hw.boards.framefifo import FrameFifo
-    return FrameFifo(p["data_width"], 128, drop_when_full=True)
+    return FrameFifo(p["data_width"], _shell_fifo_depth(p), drop_when_full=True,
+                     drop_errors=True)
+
+
+def _txfifo(p):
+    from netreduce.hw.boards.framefifo import FrameFifo
+    return FrameFifo(p["data_width"], _shell_fifo_depth(p), drop_when_full=False)
 
 
 def _lbus_rx(p):
     from netreduce.hw.boards.lbus import LbusToBeats
     return LbusToBeats()
+
+
+def _lbus_tx(p):
+    from netreduce.hw.boards.lbus import BeatsToLbus
+    return BeatsToLbus()
+
+
+def _pfcgen(p):
+    from netreduce.hw.boards.pfcgen import PfcGenerator
+    return PfcGenerator(p["data_width"], level_bits=_shell_fifo_depth(p).bit_length())
+
+
+def _cemark(p):
+    from netreduce.hw.boards.cemark import CeMarker
+    return CeMarker(p["data_width"])
+
+
+def _linkgate(p):
+    from netreduce.hw.boards.linkgate import LinkGate
+    return LinkGate(p["data_width"])
+
+
+def _shell_port(p, lbus=False):
+    from netreduce.hw.boards.portpaths import ShellPortPaths
+    return ShellPortPaths(p["data_width"], _shell_fifo_depth(p), lbus=lbus)
 
 
 DESIGNS = {
@@ -551,8 +587,21 @@ DESIGNS = {
     "bank": (_bank, "AXI4-Lite register bank of the build's register map (hw/csr)"),
     "lanes": (_lanes, "int32 lane ALU, registered (hw/agg)"),
     "loopback": (_loopback, "the bring-up loopback core with the register bank (hw/boards)"),
-    "rxfifo": (_rxfifo, "the shell's dropping RX frame FIFO, 128 beats (hw/boards)"),
-    "lbus_rx": (_lbus_rx, "UltraScale CMAC LBUS-to-beats converter (hw/boards)"),
+    # the board shell (hw/boards), at its widths and FIFO depths; clock domain in brackets
+    "rxfifo": (_rxfifo, "the shell's dropping RX frame FIFO, drops errored frames, 512 beats "
+                        "[MAC 322 MHz]"),
+    "txfifo": (_txfifo, "the shell's store-and-forward TX frame FIFO, 512 beats [MAC 322 MHz]"),
+    "lbus_rx": (_lbus_rx, "UltraScale CMAC LBUS-to-beats converter (VCU108) [MAC 322 MHz]"),
+    "lbus_tx": (_lbus_tx, "UltraScale CMAC beats-to-LBUS converter (VCU108) [MAC 322 MHz]"),
+    "pfcgen": (_pfcgen, "the shell's PFC generator between TX FIFO and MAC [MAC 322 MHz]"),
+    "cemark": (_cemark, "the shell's ECN CE marker in front of the core [core 250 MHz]"),
+    "linkgate": (_linkgate, "the shell's per-port link gate (combinational) [core 250 MHz]"),
+    "shell_port": (_shell_port, "one port of the shell wired as BoardShell does (frame FIFOs, "
+                                "PFC, TX enable gate, crossing, link gate, CE marker; "
+                                "hw/boards/portpaths.py) [MAC and core]"),
+    "shell_port_lbus": (lambda p: _shell_port(p, lbus=True),
+                        "shell_port with the UltraScale CMAC's LBUS converters (VCU108) "
+                        "[MAC and core]"),
 }
 
 DEFAULT_PARAMS = {"data_width": 512, "ports": 1, "slots": 1024, "pmtu_max": 4096}

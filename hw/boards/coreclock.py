@@ -12,10 +12,12 @@ MMCM (``MMCME4_BASE`` on UltraScale+, ``MMCME3_BASE`` on UltraScale; both UG974)
 by 5. The core is held in reset until the MMCM locks, through a reset synchroniser.
 
 :class:`PortCrossing` moves one port's beat streams between a MAC domain and the core domain:
-an :class:`~amaranth.lib.fifo.AsyncFIFO` each way (Gray-coded pointers through two-flip-flop
-synchronisers). Latency: a few cycles of each clock; throughput one beat per cycle of the slower
-side. It has ordinary ready/valid on all four streams; the shell's frame FIFOs sit on the MAC
-side of it (the MAC cannot wait on RX and must not see a gap on TX).
+an :class:`~amaranth.lib.fifo.AsyncFIFOBuffered` each way (Gray-coded pointers through
+two-flip-flop synchronisers, and an output register: the reader's ``valid`` and data come from
+flip-flops, not from the pointer compare and the distributed RAM, so the next block's logic does
+not add to it; logic depth). Latency: a few cycles of each clock; throughput one beat per cycle of
+the slower side. It has ordinary ready/valid on all four streams; the shell's frame FIFOs sit
+on the MAC side of it (the MAC cannot wait on RX and must not see a gap on TX).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from __future__ import annotations
 from amaranth.hdl import ClockSignal, Instance, Module, ResetSignal, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.cdc import ResetSynchronizer
-from amaranth.lib.fifo import AsyncFIFO
+from amaranth.lib.fifo import AsyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from ..stream import beat_layout, beat_signature
@@ -98,8 +100,8 @@ class PortCrossing(wiring.Component):
     """One port's RX and TX beat streams between ``mac_domain`` and ``core_domain``.
 
     ``mac_rx`` (In, MAC side) -> ``core_rx`` (Out, core side); ``core_tx`` (In, core side) ->
-    ``mac_tx`` (Out, MAC side). ``depth`` entries per direction (an AsyncFIFO rounds it to a
-    power of two): enough to cover the pointer synchronisation round trip (about 3 cycles of
+    ``mac_tx`` (Out, MAC side). ``depth`` entries per direction (rounded to a power of two, plus
+    the output register): enough to cover the pointer synchronisation round trip (about 3 cycles of
     each clock) at one beat per cycle; frame-sized buffering is the frame FIFOs' job. Beats keep
     their order and content (``first`` included); there is no frame awareness and no drop.
     """
@@ -118,10 +120,11 @@ class PortCrossing(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         w = self.layout.size
-        m.submodules.rx = rx = AsyncFIFO(width=w, depth=self.depth, w_domain=self.mac_domain,
-                                         r_domain=self.core_domain)
-        m.submodules.tx = tx = AsyncFIFO(width=w, depth=self.depth, w_domain=self.core_domain,
-                                         r_domain=self.mac_domain)
+        n = self.depth + 1   # AsyncFIFOBuffered: a power of two plus the output register
+        m.submodules.rx = rx = AsyncFIFOBuffered(width=w, depth=n, w_domain=self.mac_domain,
+                                                 r_domain=self.core_domain)
+        m.submodules.tx = tx = AsyncFIFOBuffered(width=w, depth=n, w_domain=self.core_domain,
+                                                 r_domain=self.mac_domain)
         for src, fifo, dst in ((self.mac_rx, rx, self.core_rx), (self.core_tx, tx, self.mac_tx)):
             m.d.comb += [
                 fifo.w_data.eq(Value.cast(src.payload)),

@@ -14,7 +14,7 @@ behind that signature; :class:`.bringup.LoopbackCore` is the bring-up alternativ
   held in reset until the MMCM locks. ``mac<c>``: the 322.265625 MHz ``gt_txusrclk2`` of the
   CMAC of cage ``c`` (its RX side is clocked by the same clock). Every port crosses into and out
   of ``core`` through a :class:`.coreclock.PortCrossing` (an
-  :class:`~amaranth.lib.fifo.AsyncFIFO` each way): each cage has its own reference clock, so
+  :class:`~amaranth.lib.fifo.AsyncFIFOBuffered` each way): each cage has its own reference clock, so
   the MAC clocks are asynchronous to each other and to ``core`` (clock plan and FIFO sizing:
   docs/engine.md, "Clock plan").
 * Reset sequencing. ``sync`` reset (button or end of configuration) -> a 1024-cycle (8 us) hold of
