@@ -16,7 +16,8 @@ the MAC ends the packet and marks it bad instead of running it into the next one
 
 :class:`LbusToBeats` (RX): valid segments go into a 16-segment queue; a beat leaves the queue
 when it holds 4 segments or an ``eop`` among its first 4, carrying up to 4 segments and never
-segments of two packets, through an output register. One beat per cycle; latency 2 cycles.
+segments of two packets, through an output register. One beat per cycle; latency 3 cycles (an
+input register, the queue, the output register).
 Throughput: at 100 Gb/s the 322.265625 MHz LBUS brings at most 38.8 bytes of wire time per
 cycle, and a packet of L bytes (FCS stripped) occupies L + 24 bytes of wire time (FCS, preamble,
 minimum IPG) but needs only ceil(L / 64) beats, which is never more cycles (L >= 60): the queue
@@ -176,24 +177,36 @@ class LbusToBeats(wiring.Component):
         for k in range(NSEG):
             m.d.sync += rp[k].eq(rp[k] + pop)
 
-        # ---- input: the valid segments of this cycle, compacted, at the tail
-        ena = [self.seg[s].ena for s in range(NSEG)]
-        pos = [sum((ena[t] for t in range(s)), Const(0, 3)) for s in range(NSEG)]
+        # ---- input stage: the cycle's segments registered, with what the queue write needs
+        # worked out (each segment's place among the cycle's valid ones, their number, keep
+        # from mty), so no adder or decoder chain runs into the queue's write selects
+        ins = [Signal(entry, name=f"in{s}") for s in range(NSEG)]
+        in_ena = Signal(NSEG)
+        in_pos = [Signal(2, name=f"in_pos{s}") for s in range(NSEG)]
         incnt = Signal(3)
-        m.d.comb += incnt.eq(sum(ena))
+        ena = [self.seg[s].ena for s in range(NSEG)]
+        m.d.sync += [in_ena.eq(Cat(*ena)), incnt.eq(sum(ena))]
+        for s in range(NSEG):
+            seg = self.seg[s]
+            keep = Mux(seg.eop, Cat(*[(SEG_BYTES - seg.mty) > b for b in range(SEG_BYTES)]),
+                       (1 << SEG_BYTES) - 1)
+            m.d.sync += [ins[s].data.eq(seg.data), ins[s].keep.eq(keep), ins[s].eop.eq(seg.eop),
+                         ins[s].err.eq(seg.err),
+                         in_pos[s].eq(sum((ena[t] for t in range(s)), Const(0, 2)))]
+
+        # ---- the registered segments, compacted, at the tail: entry j takes segment s if s is
+        # valid and its place is j - wp
         fits = cnt <= D - NSEG   # room for a full cycle whatever leaves this cycle
         added = Signal(3)
         m.d.sync += self.overflow.eq(0)
         with m.If(fits):
             m.d.comb += added.eq(incnt)
-            for s in range(NSEG):
-                seg = self.seg[s]
-                keep = Mux(seg.eop, Cat(*[(SEG_BYTES - seg.mty) > b for b in range(SEG_BYTES)]),
-                           (1 << SEG_BYTES) - 1)
-                with m.If(ena[s]):
-                    slot = q[(wp + pos[s])[:aw]]
-                    m.d.sync += [slot.data.eq(seg.data), slot.keep.eq(keep),
-                                 slot.eop.eq(seg.eop), slot.err.eq(seg.err)]
+            for j in range(D):
+                rel = Signal(aw, name=f"rel{j}")
+                m.d.comb += rel.eq(j - wp)
+                for s in range(NSEG):
+                    with m.If(in_ena[s] & (rel == in_pos[s])):
+                        m.d.sync += q[j].eq(ins[s])
             m.d.sync += wp.eq(wp + incnt)
         with m.Elif(incnt != 0):
             m.d.sync += self.overflow.eq(1)
