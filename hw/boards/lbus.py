@@ -65,6 +65,11 @@ def unused_bytes(keep_s):
     return Cat(*bits)
 
 
+def _ones(v):
+    """Number of set bits of a short value (at most 3 bits here)."""
+    return sum((v[i] for i in range(len(v))), Const(0, 2))
+
+
 class BeatsToLbus(wiring.Component):
     """Beat stream (512-bit) to TX LBUS. Ports: ``i`` (In beats), ``seg`` (Out, 4 x
     :data:`SEGMENT`, registered), ``rdy`` (In, the MAC's ``tx_rdyout``)."""
@@ -177,25 +182,28 @@ class LbusToBeats(wiring.Component):
         for k in range(NSEG):
             m.d.sync += rp[k].eq(rp[k] + pop)
 
-        # ---- input stage: the cycle's segments registered, with what the queue write needs
-        # worked out (each segment's place among the cycle's valid ones, their number, keep
-        # from mty), so no adder or decoder chain runs into the queue's write selects
-        ins = [Signal(entry, name=f"in{s}") for s in range(NSEG)]
-        in_ena = Signal(NSEG)
-        in_pos = [Signal(2, name=f"in_pos{s}") for s in range(NSEG)]
+        # ---- input stage: the cycle's valid segments compacted (the r-th valid one in slot r),
+        # their number and keep (from mty) registered, so the queue write is a 4:1 select per
+        # entry by its distance from the tail, with no adder or decoder chain in front of it
+        ins = [Signal(entry, name=f"in{r}") for r in range(NSEG)]
         incnt = Signal(3)
         ena = [self.seg[s].ena for s in range(NSEG)]
-        m.d.sync += [in_ena.eq(Cat(*ena)), incnt.eq(sum(ena))]
+        m.d.sync += incnt.eq(sum(ena))
+        segs = []
         for s in range(NSEG):
             seg = self.seg[s]
             keep = Mux(seg.eop, Cat(*[(SEG_BYTES - seg.mty) > b for b in range(SEG_BYTES)]),
                        (1 << SEG_BYTES) - 1)
-            m.d.sync += [ins[s].data.eq(seg.data), ins[s].keep.eq(keep), ins[s].eop.eq(seg.eop),
-                         ins[s].err.eq(seg.err),
-                         in_pos[s].eq(sum((ena[t] for t in range(s)), Const(0, 2)))]
+            segs.append(Cat(seg.data, keep, seg.eop, seg.err))
+        for r in range(NSEG):
+            # slot r takes segment s when s is valid with exactly r valid ones before it
+            for s in range(r, NSEG):
+                before = Cat(*ena[:s]) if s else Const(0, 1)
+                with m.If(ena[s] & (_ones(before) == r)):
+                    m.d.sync += ins[r].eq(segs[s])
 
-        # ---- the registered segments, compacted, at the tail: entry j takes segment s if s is
-        # valid and its place is j - wp
+        # ---- the registered segments at the tail: entry j takes slot (j - wp) mod D when that
+        # is below their number
         fits = cnt <= D - NSEG   # room for a full cycle whatever leaves this cycle
         added = Signal(3)
         m.d.sync += self.overflow.eq(0)
@@ -204,9 +212,8 @@ class LbusToBeats(wiring.Component):
             for j in range(D):
                 rel = Signal(aw, name=f"rel{j}")
                 m.d.comb += rel.eq(j - wp)
-                for s in range(NSEG):
-                    with m.If(in_ena[s] & (rel == in_pos[s])):
-                        m.d.sync += q[j].eq(ins[s])
+                with m.If(rel < incnt):
+                    m.d.sync += q[j].eq(Array(ins)[rel[:2]])
             m.d.sync += wp.eq(wp + incnt)
         with m.Elif(incnt != 0):
             m.d.sync += self.overflow.eq(1)
