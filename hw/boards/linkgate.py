@@ -29,7 +29,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..stream import beat_signature, check_data_width
 
-__all__ = ["LinkGate", "BeatRegister"]
+__all__ = ["LinkGate"]
 
 
 class LinkGate(wiring.Component):
@@ -94,25 +94,3 @@ class LinkGate(wiring.Component):
                 m.d.sync += t_in.eq(~ti.payload.last)
         return m
 
-
-class BeatRegister(wiring.Component):
-    """One register stage on a beat stream: ``o`` (valid and payload) comes from flip-flops,
-    ``i.ready`` = ``~o.valid | o.ready``. Beats pass unchanged, one per cycle while ``o.ready``
-    is high; latency 1 cycle.
-
-    The shell puts one between a port's :class:`LinkGate` (combinational, its RX cut logic in
-    front of ``valid`` and ``payload``) and the :class:`.cemark.CeMarker` (whose frame checks
-    read ``valid`` and the header bytes): together they were 9 LUT levels in the core domain,
-    over its budget of 8 (docs/engine.md, "Clock plan")."""
-
-    def __init__(self, width: int = 512):
-        self.width = check_data_width(width)
-        super().__init__({"i": In(beat_signature(width)), "o": Out(beat_signature(width))})
-
-    def elaborate(self, platform):
-        m = Module()
-        i, o = self.i, self.o
-        m.d.comb += i.ready.eq(~o.valid | o.ready)
-        with m.If(i.ready):
-            m.d.sync += [o.valid.eq(i.valid), o.payload.eq(i.payload)]
-        return m

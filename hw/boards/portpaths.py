@@ -4,8 +4,7 @@ A block's logic depth on its own misses the paths that run through several block
 gate is combinational between the clock crossing and the CE marker, the TX enable gate between
 the PFC generator and the MAC, and the frame FIFOs' ``ready`` comes from the next block. So
 :class:`ShellPortPaths` wires the per-port blocks of :class:`.shell.BoardShell` the way the
-shell does (RX: [LBUS converter ->] dropping FrameFifo -> PortCrossing -> LinkGate ->
-BeatRegister -> CeMarker;
+shell does (RX: [LBUS converter ->] dropping FrameFifo -> PortCrossing -> LinkGate -> CeMarker;
 TX: LinkGate -> PortCrossing -> FrameFifo -> PfcGenerator -> TX enable gate [-> LBUS
 converter]; the ECN ``congested`` compare; the synchronisers of ``up`` and ``congested``) with
 the MAC and the core as ports, in two clock domains, ``mac`` (the CMAC's 322.27 MHz user clock)
@@ -31,7 +30,7 @@ from .cemark import CeMarker
 from .coreclock import PortCrossing
 from .framefifo import FrameFifo
 from .lbus import NSEG, SEGMENT, BeatsToLbus, LbusToBeats
-from .linkgate import BeatRegister, LinkGate
+from .linkgate import LinkGate
 from .pfcgen import PfcGenerator
 
 __all__ = ["ShellPortPaths"]
@@ -113,13 +112,11 @@ class ShellPortPaths(wiring.Component):
         wiring.connect(m, xing.mac_tx, tx_fifo.i)
         gate = dom(core, LinkGate(w))
         mark = dom(core, CeMarker(w))
-        rx_reg = dom(core, BeatRegister(w))
-        m.submodules.link_gate, m.submodules.rx_reg, m.submodules.ce_mark = gate, rx_reg, mark
+        m.submodules.link_gate, m.submodules.ce_mark = gate, mark
         m.submodules.link_up = FFSynchronizer(aligned, gate.up, o_domain=core)
         m.submodules.cong_sync = FFSynchronizer(congested, mark.congested, o_domain=core)
         wiring.connect(m, xing.core_rx, gate.rx_i)
-        wiring.connect(m, gate.rx_o, rx_reg.i)
-        wiring.connect(m, rx_reg.o, mark.i)
+        wiring.connect(m, gate.rx_o, mark.i)
         wiring.connect(m, mark.o, wiring.flipped(self.core_rx))
         wiring.connect(m, wiring.flipped(self.core_tx), gate.tx_i)
         wiring.connect(m, gate.tx_o, xing.core_tx)

@@ -28,8 +28,7 @@ behind that signature; :class:`.bringup.LoopbackCore` is the bring-up alternativ
   link).
 * Per port: RX MAC -> dropping :class:`.framefifo.FrameFifo` (the MAC cannot wait: a frame that
   does not fit is dropped whole, and so is a frame the MAC flagged: bad FCS, longer than the
-  MAC's maximum packet length) -> CDC -> LinkGate -> register stage (logic depth) ->
-  :class:`.cemark.CeMarker` (ECN marks
+  MAC's maximum packet length) -> CDC -> LinkGate -> :class:`.cemark.CeMarker` (ECN marks
   while the RX FIFO is congested) -> ``core.rx[i]``; ``core.tx[i]`` -> LinkGate -> CDC ->
   store-and-forward FrameFifo (the MAC must get every frame without gaps) ->
   :class:`.pfcgen.PfcGenerator` (PFC from the RX FIFO's watermarks) -> TX MAC; both configured
@@ -75,7 +74,7 @@ from .coreclock import CORE_HZ, CoreClock, PortCrossing
 from .flowctl import attach_flow_control
 from .framefifo import FrameFifo
 from .limits import check_limits, frame_limits
-from .linkgate import BeatRegister, LinkGate
+from .linkgate import LinkGate
 from .platforms import CMAC_DATAPATH_HZ, NetReducePlatform
 
 __all__ = ["core_signature", "check_core", "BoardShell", "EngineCore", "CONSTRAINTS_DIR",
@@ -461,11 +460,9 @@ class BoardShell(Elaboratable):
             st = getattr(self.core, "shell", None)
             fc = getattr(self.core, "fc", None)
             gate = DomainRenamer(core_dom)(LinkGate(DATA_WIDTH))
-            # a register stage between the link gate and the CE marker (logic depth)
-            m.submodules[f"rx_reg{c}"] = rx_reg = DomainRenamer(core_dom)(BeatRegister(DATA_WIDTH))
             mac_tx, core_rx = attach_flow_control(
                 m, k=i, width=DATA_WIDTH, dom=dom, core_dom=core_dom, rx_fifo=rx_fifo,
-                tx_out=tx_fifo.o, rx_in=rx_reg.o, fc=None if fc is None else fc[i],
+                tx_out=tx_fifo.o, rx_in=gate.rx_o, fc=None if fc is None else fc[i],
                 st=None if st is None else st[i])
             # a frame starts towards the MAC only while its transmitter is enabled
             tx_in_frame = Signal(name=f"tx_in_frame{c}")
@@ -487,7 +484,6 @@ class BoardShell(Elaboratable):
             m.submodules[f"link_gate{c}"] = gate
             m.submodules[f"link_up{c}"] = FFSynchronizer(aligned, gate.up, o_domain=core_dom)
             wiring.connect(m, xing.core_rx, gate.rx_i)
-            wiring.connect(m, gate.rx_o, rx_reg.i)
             wiring.connect(m, core_rx, self.core.rx[i])
             wiring.connect(m, self.core.tx[i], gate.tx_i)
             wiring.connect(m, gate.tx_o, xing.core_tx)

@@ -110,16 +110,3 @@ def test_shell_core_reset_is_the_board_reset_not_a_mac_reset():
         assert f"link_gate{c}" in subs and f"link_up{c}" in subs   # a LinkGate per port
     Fragment.get(m, plat)   # elaborates the rest (the whole shell builds)
 
-
-def test_beat_register_passes_beats_unchanged():
-    """The register stage between the link gate and the CE marker: every beat, in order,
-    under random input gaps and output stalls."""
-    from netreduce.hw.boards.linkgate import BeatRegister
-
-    frames = _frames(3)
-    dut = BeatRegister(64)
-    beats = [b for f in frames for b in frame_to_beats(f, NB)]
-    src = StreamSource(dut.i, beats, idle=0.3, seed=4)
-    sink = StreamSink(dut.o, stall=0.3, seed=5)
-    _sim(dut, [src], [sink])
-    assert sink.items == beats
