@@ -1,6 +1,6 @@
 """ECN marking on arrival while a port's input is congested (model decision D19).
 
-:class:`CeMarker` is one pipeline stage on a port's receive stream, in the core clock domain
+:class:`CeMarker` is two pipeline stages on a port's receive stream, in the core clock domain
 between the link gate and the core. While ``congested`` (the shell's RX FIFO at or above
 ``PORT.FC_ECN`` with ``PORT.FC_CTRL.ecn_enable``; sampled at each frame's first beat, so a
 frame is marked whole or not at all), it applies :func:`netreduce.sim.model.congestion.mark_ce`'s
