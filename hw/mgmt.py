@@ -16,10 +16,12 @@
   message of ``n`` bytes is ``n // 8`` full words and a last word of ``n % 8`` bytes.
 * ``o`` (Out, ``lib.stream``): the 64-bit tag (the integer SipHash value; on the wire it goes
   little-endian), one per message, held until ``o.ready``.
-* Timing: one SipRound per cycle. A word is taken every 3 cycles (accept, 2 rounds); after the
-  last word, 4 finalisation rounds, then ``o.valid``. ``i.ready`` is low while a word is in
-  flight or a tag waits. A 792-byte management payload (+12-byte pseudo-header, 101 words)
-  takes about 310 cycles, under 1 us at 322 MHz. No backpressure path besides ``o.ready``.
+* Timing: half a SipRound per cycle (one 64-bit adder deep: the clock plan's 8 CARRY8). A word
+  is taken every 6 cycles (accept into a register, mix in, 4 half-rounds); after the last word,
+  8 finalisation half-rounds, then ``o.valid``: ``6 * words + 8`` cycles from the first word
+  offered to the tag. ``i.ready`` is low while a word is in flight or a tag waits. A 792-byte
+  management payload (+12-byte pseudo-header, 101 words) takes about 614 cycles, 2.5 us at
+  250 MHz. No backpressure path besides ``o.ready``.
 * Cost: four 64-bit adders, XOR/rotate wiring and 256 + 64 + 8 + small flip-flops (state,
   word, length, counters); Yosys ``synth_xilinx -family xcup``: 875 LUTs, 335 FFs, 83 carry cells
   (``bench/mgmt_siphash.py``). Reset: synchronous, idle, no tag pending.
@@ -27,7 +29,7 @@
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -68,19 +70,18 @@ def _rotl(v, n: int):
     return v.rotate_left(n)
 
 
-def _sipround(v0, v1, v2, v3):
-    """One SipRound on 64-bit Values (combinational)."""
+def _half_a(v0, v1, v2, v3):
+    """The first half of a SipRound (one 64-bit adder deep, combinational)."""
     v0 = (v0 + v1)[:64]
-    v1 = _rotl(v1, 13) ^ v0
-    v0 = _rotl(v0, 32)
     v2 = (v2 + v3)[:64]
-    v3 = _rotl(v3, 16) ^ v2
+    return _rotl(v0, 32), _rotl(v1, 13) ^ v0, v2, _rotl(v3, 16) ^ v2
+
+
+def _half_b(v0, v1, v2, v3):
+    """The second half of a SipRound (one 64-bit adder deep, combinational)."""
     v0 = (v0 + v3)[:64]
-    v3 = _rotl(v3, 21) ^ v0
     v2 = (v2 + v1)[:64]
-    v1 = _rotl(v1, 17) ^ v2
-    v2 = _rotl(v2, 32)
-    return v0, v1, v2, v3
+    return v0, _rotl(v1, 17) ^ v2, _rotl(v2, 32), _rotl(v3, 21) ^ v0
 
 
 class SipHash24(wiring.Component):
@@ -100,49 +101,53 @@ class SipHash24(wiring.Component):
         last = Signal()  # it is the message's last word
         length = Signal(8)  # message length mod 256 (bytes absorbed so far)
         fresh = Signal(init=1)  # next word starts a new message: load the key first
-        rounds = Signal(range(5))
+        halves = Signal(range(9))  # half-rounds left
+        odd = Signal()  # the next half-round is a second half
         k0, k1 = self.key[:64], self.key[64:]
+        # the word as taken (registered: the masking and length below start from flip-flops)
+        i_data, nb, i_last = Signal(64), Signal(3), Signal()
 
         # The word as absorbed: the last one gets its valid bytes and the length in byte 7.
-        i_data = self.i.payload.data
-        nb = self.i.payload.nbytes
         mask = Signal(64)
         m.d.comb += mask.eq((Const(1, 65) << (nb * 8))[:64] - 1)
         total = Signal(8)
-        m.d.comb += total.eq(Mux(fresh, 0, length) + Mux(self.i.payload.last, nb, 8))
+        m.d.comb += total.eq(Mux(fresh, 0, length) + Mux(i_last, nb, 8))
         eff = Signal(64)
-        m.d.comb += eff.eq(Mux(self.i.payload.last,
-                               (i_data & mask) | (total << 56),
-                               i_data))
+        m.d.comb += eff.eq(Mux(i_last, (i_data & mask) | (total << 56), i_data))
 
-        r = _sipround(*v)
+        ha, hb = _half_a(*v), _half_b(*v)
+        r = [Mux(odd, hb[k], ha[k]) for k in range(4)]
         with m.FSM(name="state"):
             with m.State("ABSORB"):
                 m.d.comb += self.i.ready.eq(1)
                 with m.If(self.i.valid):
-                    init = [k0 ^ SIP_C[0], k1 ^ SIP_C[1], k0 ^ SIP_C[2], k1 ^ SIP_C[3]]
-                    for k in range(3):
-                        m.d.sync += v[k].eq(Mux(fresh, init[k], v[k]))
-                    m.d.sync += [
-                        v[3].eq(Mux(fresh, init[3], v[3]) ^ eff),
-                        word.eq(eff), last.eq(self.i.payload.last), length.eq(total),
-                        fresh.eq(0), rounds.eq(2),
-                    ]
-                    m.next = "COMPRESS"
+                    m.d.sync += [i_data.eq(self.i.payload.data), nb.eq(self.i.payload.nbytes),
+                                 i_last.eq(self.i.payload.last)]
+                    m.next = "MIX"
+            with m.State("MIX"):
+                init = [k0 ^ SIP_C[0], k1 ^ SIP_C[1], k0 ^ SIP_C[2], k1 ^ SIP_C[3]]
+                for k in range(3):
+                    m.d.sync += v[k].eq(Mux(fresh, init[k], v[k]))
+                m.d.sync += [
+                    v[3].eq(Mux(fresh, init[3], v[3]) ^ eff),
+                    word.eq(eff), last.eq(i_last), length.eq(total),
+                    fresh.eq(0), halves.eq(4), odd.eq(0),
+                ]
+                m.next = "COMPRESS"
             with m.State("COMPRESS"):
-                m.d.sync += rounds.eq(rounds - 1)
+                m.d.sync += [halves.eq(halves - 1), odd.eq(~odd)]
                 m.d.sync += [v[k].eq(r[k]) for k in range(4)]
-                with m.If(rounds == 1):
-                    m.d.sync += v[0].eq(r[0] ^ word)
+                with m.If(halves == 1):
+                    m.d.sync += v[0].eq(hb[0] ^ word)
                     with m.If(last):
-                        m.d.sync += [v[2].eq(r[2] ^ 0xFF), rounds.eq(4)]
+                        m.d.sync += [v[2].eq(hb[2] ^ 0xFF), halves.eq(8)]
                         m.next = "FINAL"
                     with m.Else():
                         m.next = "ABSORB"
             with m.State("FINAL"):
-                m.d.sync += rounds.eq(rounds - 1)
+                m.d.sync += [halves.eq(halves - 1), odd.eq(~odd)]
                 m.d.sync += [v[k].eq(r[k]) for k in range(4)]
-                with m.If(rounds == 1):
+                with m.If(halves == 1):
                     m.next = "OUT"
             with m.State("OUT"):
                 m.d.comb += [self.o.valid.eq(1), self.o.payload.eq(v[0] ^ v[1] ^ v[2] ^ v[3])]
@@ -351,20 +356,14 @@ class MgmtAgent(wiring.Component):
             m.d.sync += acc.eq(acc + Mux(even, b << 8, b))
 
         # ------------------------------------------------------------ response bytes
-        r = Signal(11)  # response frame byte index
+        # The response leaves byte-serially from shift registers loaded in whole, so every
+        # cycle takes the byte at a fixed position (no byte mux on an offset): ``hsr`` holds the
+        # header bytes of a pass (``hv``: which are left), ``osr`` the op being sent, loaded from
+        # the op memory when the header or the previous op ends. Pass 1 (hash and UDP checksum)
+        # sends the pseudo-header and the management header with a zero tag, pass 2 (emission)
+        # the whole frame; both then send the ``count`` ops.
         rl3 = Signal(5)
         m.d.comb += rl3.eq(Mux(vlan, _L3_TAGGED, _L3))
-        # rq = r - rl3 kept as a register stepping with r (no subtraction before the byte mux)
-        rq = Signal(11)
-        in_r3_r = Signal()   # r >= rl3, registered likewise
-        in_r3 = Signal()
-        m.d.comb += in_r3.eq(in_r3_r)
-        # rend, the checksum: registered (their inputs are set while receiving; they are read
-        # from RESP on, many cycles later)
-        rend = Signal(11)
-        m.d.sync += rend.eq(rl3 + total)
-        rbyte = Signal(8)
-        ob2 = Signal(4)
         tag_tx = Signal(64)
         rck = Signal(16)
         ipck = Signal(16)
@@ -372,13 +371,14 @@ class MgmtAgent(wiring.Component):
         m.d.sync += s0.eq(_IP_CONST_SUM + (dscp << 2) + total + dst_ip[16:]
                           + dst_ip[:16] + src_ip[16:] + src_ip[:16])
         s1 = Signal(17)
-        m.d.comb += s1.eq(s0[:16] + s0[16:])
+        m.d.sync += s1.eq(s0[:16] + s0[16:])
         m.d.sync += ipck.eq(~(s1[:16] + s1[16:])[:16])
         rsum = Signal(32)
+        par = Signal()  # the next pass-1 byte is the high byte of a 16-bit word
         resp_phase = Signal()
         m.d.comb += op_rd.addr.eq(Mux(resp_phase, oi, k))
 
-        opstat = Signal(8)
+        opstat = Signal(8)  # the status of op ``oi`` in the response
         with m.Switch(status):
             with m.Case(MgmtStatus.OK):
                 m.d.comb += opstat.eq(MgmtStatus.OK)
@@ -390,71 +390,91 @@ class MgmtAgent(wiring.Component):
             with m.Default():
                 m.d.comb += opstat.eq(Mux(oi == err, status, MgmtStatus.SKIPPED))
 
-        with m.If(in_r3 & (rq >= _OPS_AT)):  # ops
-            with m.Switch(ob2):
-                with m.Case(_OP["opcode"]):
-                    m.d.comb += rbyte.eq(op_opcode)
-                with m.Case(_OP["status"]):
-                    m.d.comb += rbyte.eq(opstat)
-                for j in range(4):
-                    with m.Case(_OP["addr"] + j):
-                        m.d.comb += rbyte.eq(_be(op_addr, j, 4))
-                    with m.Case(_OP["value"] + j):
-                        m.d.comb += rbyte.eq(_be(op_value, j, 4))
-        with m.Elif(in_r3):  # IPv4, UDP, management header
-            hdr = {i: b for i, b in enumerate(_IP_CONST) if b}
-            hdr[_IP["tos"]] = dscp << 2
+        # IPv4, UDP and management header bytes by L3 offset
+        hdr = {i: Const(b, 8) for i, b in enumerate(_IP_CONST) if b}
+        hdr[_IP["tos"]] = Cat(Const(0, 2), dscp)
 
-            def put(at, v, n):
-                for j in range(n):
-                    hdr[at + j] = _be(v, j, n)
+        def put(at, v, n):
+            for j in range(n):
+                hdr[at + j] = _be(v, j, n)
 
-            mg = {k: _MG_AT + v for k, v in _MG.items()}
-            put(_IP["total_length"], total, 2)
-            put(_IP["checksum"], ipck, 2)
-            put(_IP["src"], dst_ip, 4)
-            put(_IP["dst"], src_ip, 4)
-            put(_UDP["sport"], dport, 2)
-            put(_UDP["dport"], sport, 2)
-            put(_UDP["length"], ulen, 2)
-            put(_UDP["checksum"], rck, 2)
-            put(mg["magic"], Const(MGMT_MAGIC, 16), 2)
-            hdr[mg["version"]] = MGMT_VERSION
-            hdr[mg["type"]] = int(MgmtType.RESPONSE)
-            put(mg["seq"], seq, 4)
-            hdr[mg["count"]] = count
-            hdr[mg["status"]] = status
-            hdr[mg["err_index"]] = err
-            put(mg["last_seq"], ent_seq, 4)
-            for j in range(8):  # the tag goes out little-endian (SipHash byte order)
-                hdr[mg["tag"] + j] = tag_tx.word_select(j, 8)
-            with m.Switch(rq):
-                for off, v in hdr.items():
-                    with m.Case(off):
-                        m.d.comb += rbyte.eq(v)
-        with m.Else():  # Ethernet (+ 802.1Q)
-            eth = {_E_TYPE: Mux(vlan, _E_VLAN[0], _E_IPV4[0]),
-                   _E_TYPE + 1: Mux(vlan, _E_VLAN[1], _E_IPV4[1]),
-                   _E_TCI: tci[8:], _E_TCI + 1: tci[:8],
-                   _E_TYPE_TAGGED: _E_IPV4[0], _E_TYPE_TAGGED + 1: _E_IPV4[1]}
-            for j in range(6):
-                eth[wf.ETH.dst.offset + j] = _be(src_mac, j, 6)
-                eth[_E_SRC + j] = _be(self.mac, j, 6)
-            with m.Switch(r):
-                for off, v in eth.items():
-                    with m.Case(off):
-                        m.d.comb += rbyte.eq(v)
+        mg = {f: _MG_AT + o for f, o in _MG.items()}
+        put(_IP["total_length"], total, 2)
+        put(_IP["checksum"], ipck, 2)
+        put(_IP["src"], dst_ip, 4)
+        put(_IP["dst"], src_ip, 4)
+        put(_UDP["sport"], dport, 2)
+        put(_UDP["dport"], sport, 2)
+        put(_UDP["length"], ulen, 2)
+        put(_UDP["checksum"], rck, 2)
+        put(mg["magic"], Const(MGMT_MAGIC, 16), 2)
+        hdr[mg["version"]] = Const(MGMT_VERSION, 8)
+        hdr[mg["type"]] = Const(int(MgmtType.RESPONSE), 8)
+        put(mg["seq"], seq, 4)
+        hdr[mg["count"]] = count
+        hdr[mg["status"]] = status
+        hdr[mg["err_index"]] = err
+        ent_seq_r = Signal(32)  # the source's last sequence number (stable from RESP on)
+        m.d.sync += ent_seq_r.eq(ent_seq)
+        put(mg["last_seq"], ent_seq_r, 4)
+        tag_at = range(mg["tag"], mg["tag"] + 8)
 
-        def advance_op_byte():
-            with m.If(in_r3 & (rq >= _OPS_AT)):
-                m.d.sync += ob2.eq(Mux(ob2 == _OP_LAST, 0, ob2 + 1))
-                with m.If(ob2 == _OP_LAST):
-                    m.d.sync += oi.eq(oi + 1)
+        def l3_bytes(lo, hi, tag):
+            out = []
+            for i in range(lo, hi):
+                if i in tag_at:  # the tag goes out little-endian (SipHash byte order)
+                    out.append(tag.word_select(i - mg["tag"], 8))
+                else:
+                    out.append(hdr.get(i, Const(0, 8)))
+            return out
+
+        eth = [_be(src_mac, j, 6) for j in range(6)] + [_be(self.mac, j, 6) for j in range(6)]
+        l3_all = l3_bytes(0, _OPS_AT, tag_tx)
+        e_ipv4, e_vlan = [Const(b, 8) for b in _E_IPV4], [Const(b, 8) for b in _E_VLAN]
+        pass2_u = Cat(*eth, *e_ipv4, *l3_all)
+        pass2_t = Cat(*eth, *e_vlan, tci[8:], tci[:8], *e_ipv4, *l3_all)
+        pass1 = Cat(*l3_bytes(_AUTH_FROM, _AUTH_TO, None),
+                    *l3_bytes(_MG_AT, _OPS_AT, Const(0, 64)))
+        hbytes = len(pass2_t) // 8
+        hsr = Signal(8 * hbytes)
+        hv = Signal(hbytes)
+        osr = Signal(8 * MGMT_OP.size)
+        ob2 = Signal(4)  # byte of the op being sent
+        lastop = Signal()  # it is the last op
+        cnt_m1 = Signal(8)
+        m.d.sync += cnt_m1.eq(count - 1)
+        in_hdr = hv[0]
+        rbyte = Signal(8)
+        m.d.comb += rbyte.eq(Mux(in_hdr, hsr[:8], osr[:8]))
+        op_end = ~in_hdr & (ob2 == _OP_LAST)
+        rlast = Signal()  # ``rbyte`` is the pass's last byte
+        m.d.comb += rlast.eq(op_end & lastop)
+        adv = Signal()  # ``rbyte`` is taken this cycle
+        with m.If(adv):
+            m.d.sync += [hsr.eq(hsr >> 8), hv.eq(hv >> 1)]
+            with m.If((in_hdr & ~hv[1]) | op_end):
+                op_bytes = [op_opcode, opstat, Const(0, 16)]
+                op_bytes += [_be(op_addr, j, 4) for j in range(4)]
+                op_bytes += [_be(op_value, j, 4) for j in range(4)]
+                m.d.sync += [osr.eq(Cat(*op_bytes)), ob2.eq(0), oi.eq(oi + 1),
+                             lastop.eq(oi == cnt_m1)]
+            with m.Elif(~in_hdr):
+                m.d.sync += [osr.eq(osr >> 8), ob2.eq(ob2 + 1)]
+
+        def load_header(pass2):
+            if pass2:
+                m.d.sync += [hsr.eq(Mux(vlan, pass2_t, pass2_u)),
+                             hv.eq(Mux(vlan, (1 << hbytes) - 1, (1 << (hbytes - 4)) - 1))]
+            else:
+                m.d.sync += [hsr.eq(pass1), hv.eq((1 << (len(pass1) // 8)) - 1)]
+            m.d.sync += oi.eq(0)
 
         obeat = Signal(64)
         okeep = Signal(8)
         ofirst = Signal()
+        olast = Signal()
         onext = Signal(3)
+        ci = Signal(3)  # checksum term
 
         # ------------------------------------------------------------ the FSM
         bad_set = Signal()  # a defect seen this cycle (several checks may fire at once)
@@ -464,7 +484,7 @@ class MgmtAgent(wiring.Component):
             m.d.comb += self.busy.eq(~fsm.ongoing("IDLE") | self.inc.as_value().any())
             with m.State("IDLE"):
                 m.d.sync += [pos.eq(0), q.eq(0), in_l3.eq(0), vlan.eq(0), bad.eq(0), bi.eq(0),
-                             ipsum.eq(0), usum.eq(0), ob.eq(0), oi.eq(0), hw_n.eq(0),
+                             ipsum.eq(0), usum.eq(IP_PROTO_UDP), ob.eq(0), oi.eq(0), hw_n.eq(0),
                              total.eq(0), hdr_rsv.eq(0), count.eq(0)]
                 with m.If(self.i.valid):
                     m.d.comb += inc.mgmt_rx.eq(1)
@@ -578,20 +598,27 @@ class MgmtAgent(wiring.Component):
                     with m.Else():
                         m.d.sync += bi.eq(bi + 1)
 
+            # the end-of-frame checks over three cycles (the checksum folds one adder deep)
+            s2, s3 = Signal(17), Signal(16)
+            u0, u1 = Signal(33), Signal(17)
             with m.State("RX_END"):
-                s2 = Signal(17)
-                u0 = Signal(33)
-                u1 = Signal(17)
-                m.d.comb += [s2.eq(ipsum[:16] + ipsum[16:]),
-                             u0.eq(usum + IP_PROTO_UDP + ulen), u1.eq(u0[:16] + u0[16:])]
-                end = rl3 + total
+                m.d.sync += [s2.eq(ipsum[:16] + ipsum[16:]), u0.eq(usum + ulen)]
+                end = Signal(16)
+                m.d.comb += end.eq(rl3 + total)
                 with m.If(~in_l3 | (q < _MG_AT) | (total < _MG_AT) | (end > pos)
                           | ((end < pos) & (pos > _MIN_FRAME)) | (ulen != total - _UDP_AT)
                           | (total - _MG_AT != MGMT_HDR.size + count * MGMT_OP.size)
                           | (count == 0)
                           | (count > MGMT_MAX_OPS) | (magic != MGMT_MAGIC)
                           | (version != MGMT_VERSION) | (typ != MgmtType.REQUEST)
-                          | (hdr_rsv != 0) | ((s2[:16] + s2[16:])[:16] != 0xFFFF)
+                          | (hdr_rsv != 0)):
+                    m.d.sync += bad.eq(1)
+                m.next = "RX_FOLD"
+            with m.State("RX_FOLD"):
+                m.d.sync += [s3.eq(s2[:16] + s2[16:]), u1.eq(u0[:16] + u0[16:])]
+                m.next = "RX_CSUM"
+            with m.State("RX_CSUM"):
+                with m.If((s3 != 0xFFFF)
                           | ((ucsum != 0) & ((u1[:16] + u1[16:])[:16] != 0xFFFF))):
                     m.d.sync += bad.eq(1)
                 m.next = "HASH_LAST"
@@ -703,58 +730,62 @@ class MgmtAgent(wiring.Component):
 
             # ---- response pass 1: hash and checksum of the response (tag field zero)
             with m.State("RESP"):
-                m.d.sync += [r.eq(rl3 + _AUTH_FROM), rq.eq(_AUTH_FROM), in_r3_r.eq(1),
-                             rsum.eq(0), hw_n.eq(0), oi.eq(0), ob2.eq(0), tag_tx.eq(0)]
+                m.d.sync += [rsum.eq(0), par.eq(1), hw_n.eq(0), tag_tx.eq(0)]
+                load_header(False)
                 m.next = "HASH2"
             with m.State("HASH2"):
-                m.d.comb += resp_phase.eq(1)
+                m.d.comb += [resp_phase.eq(1), adv.eq(1)]
                 hash_byte(rbyte)
-                add16(rsum, rbyte, ~rq[0])
-                advance_op_byte()
-                # skip the UDP length and checksum (not in the pseudo-header the tag covers)
-                skip = rq == _AUTH_TO - 1
-                m.d.sync += [r.eq(Mux(skip, r + 1 + _MG_AT - _AUTH_TO, r + 1)),
-                             rq.eq(Mux(skip, rq + 1 + _MG_AT - _AUTH_TO, rq + 1))]
-                with m.If(r == rend - 1):
+                add16(rsum, rbyte, par)
+                m.d.sync += par.eq(~par)
+                with m.If(rlast):
                     m.next = "HASH2_LAST"
             with m.State("HASH2_LAST"):
                 last_word("HASH2_WAIT")
             with m.State("HASH2_WAIT"):
                 m.d.comb += sip.o.ready.eq(1)
                 with m.If(sip.o.valid):
-                    m.d.sync += tag_tx.eq(Mux(self.auth, sip.o.payload, 0))
+                    m.d.sync += [tag_tx.eq(Mux(self.auth, sip.o.payload, 0)), ci.eq(0)]
                     m.next = "CSUM"
+            # the UDP checksum: the rest of the pseudo-header (protocol, length), the UDP
+            # length field and the tag, one term per cycle; two folds; the complement
             with m.State("CSUM"):
                 t = tag_tx
-                c0 = Signal(34)
-                m.d.comb += c0.eq(rsum + IP_PROTO_UDP + (ulen << 1) + Cat(t[8:16], t[:8])
-                                  + Cat(t[24:32], t[16:24]) + Cat(t[40:48], t[32:40])
-                                  + Cat(t[56:64], t[48:56]))
-                c1 = Signal(19)
-                m.d.comb += c1.eq(c0[:16] + c0[16:])
-                c2 = Signal(16)
-                m.d.comb += c2.eq(~(c1[:16] + c1[16:])[:16])
-                m.d.sync += [rck.eq(Mux(c2 == 0, 0xFFFF, c2)), r.eq(0), rq.eq(-rl3),
-                             in_r3_r.eq(0), oi.eq(0), ob2.eq(0),
-                             onext.eq(0), okeep.eq(0), ofirst.eq(1)]
+                terms = Array([Const(IP_PROTO_UDP, 16), ulen, ulen]
+                              + [Cat(t[16 * j + 8:16 * j + 16], t[16 * j:16 * j + 8])
+                                 for j in range(4)])
+                m.d.sync += [rsum.eq(rsum + terms[ci]), ci.eq(ci + 1)]
+                with m.If(ci == len(terms) - 1):
+                    m.d.sync += ci.eq(0)
+                    m.next = "FOLD"
+            with m.State("FOLD"):
+                m.d.sync += [rsum.eq(rsum[:16] + rsum[16:]), ci.eq(ci + 1)]
+                with m.If(ci == 1):
+                    m.next = "CK"
+            with m.State("CK"):
+                c2 = ~rsum[:16]
+                m.d.sync += rck.eq(Mux(c2 == 0, 0xFFFF, c2))
+                m.next = "LOAD"
+            with m.State("LOAD"):
+                load_header(True)
+                m.d.sync += [onext.eq(0), okeep.eq(0), ofirst.eq(1), obeat.eq(0)]
                 m.next = "EMIT"
 
             # ---- response pass 2: emission
             with m.State("EMIT"):
-                m.d.comb += resp_phase.eq(1)
-                m.d.sync += [obeat.word_select(onext, 8).eq(rbyte), okeep.bit_select(onext, 1)
-                             .eq(1), onext.eq(onext + 1), r.eq(r + 1), rq.eq(rq + 1),
-                             in_r3_r.eq(in_r3_r | (r + 1 == rl3))]
-                advance_op_byte()
-                with m.If((onext == 7) | (r == rend - 1)):
+                m.d.comb += [resp_phase.eq(1), adv.eq(1)]
+                m.d.sync += [obeat.word_select(onext, 8).eq(rbyte),
+                             okeep.bit_select(onext, 1).eq(1), onext.eq(onext + 1),
+                             olast.eq(rlast)]
+                with m.If((onext == 7) | rlast):
                     m.next = "OUT"
             with m.State("OUT"):
                 m.d.comb += [self.o.valid.eq(1), self.o.payload.data.eq(obeat),
                              self.o.payload.keep.eq(okeep), self.o.payload.first.eq(ofirst),
-                             self.o.payload.last.eq(r == rend)]
+                             self.o.payload.last.eq(olast)]
                 with m.If(self.o.ready):
                     m.d.sync += [okeep.eq(0), ofirst.eq(0), onext.eq(0), obeat.eq(0)]
-                    with m.If(r == rend):
+                    with m.If(olast):
                         m.next = "IDLE"
                     with m.Else():
                         m.next = "EMIT"
