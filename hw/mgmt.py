@@ -70,17 +70,24 @@ def _rotl(v, n: int):
     return v.rotate_left(n)
 
 
+def _add64(a, b):
+    """``(a + b) mod 2**64`` as a carry-select adder: the high half is added for both carries
+    out of the low half in parallel, so the carry chain is 32 bits long, not 64."""
+    lo = a[:32] + b[:32]
+    return Cat(lo[:32], Mux(lo[32], a[32:] + b[32:] + 1, a[32:] + b[32:])[:32])
+
+
 def _half_a(v0, v1, v2, v3):
-    """The first half of a SipRound (one 64-bit adder deep, combinational)."""
-    v0 = (v0 + v1)[:64]
-    v2 = (v2 + v3)[:64]
+    """The first half of a SipRound (one adder deep, combinational)."""
+    v0 = _add64(v0, v1)
+    v2 = _add64(v2, v3)
     return _rotl(v0, 32), _rotl(v1, 13) ^ v0, v2, _rotl(v3, 16) ^ v2
 
 
 def _half_b(v0, v1, v2, v3):
-    """The second half of a SipRound (one 64-bit adder deep, combinational)."""
-    v0 = (v0 + v3)[:64]
-    v2 = (v2 + v1)[:64]
+    """The second half of a SipRound (one adder deep, combinational)."""
+    v0 = _add64(v0, v3)
+    v2 = _add64(v2, v1)
     return v0, _rotl(v1, 17) ^ v2, _rotl(v2, 32), _rotl(v3, 21) ^ v0
 
 
@@ -108,8 +115,8 @@ class SipHash24(wiring.Component):
         i_data, nb, i_last = Signal(64), Signal(3), Signal()
 
         # The word as absorbed: the last one gets its valid bytes and the length in byte 7.
-        mask = Signal(64)
-        m.d.comb += mask.eq((Const(1, 65) << (nb * 8))[:64] - 1)
+        mask = Signal(64)  # the valid bytes of a last word (a compare per byte, no subtraction)
+        m.d.comb += mask.eq(Cat(*[Mux(nb > j, 0xFF, 0) for j in range(8)]))
         total = Signal(8)
         m.d.comb += total.eq(Mux(fresh, 0, length) + Mux(i_last, nb, 8))
         eff = Signal(64)
@@ -521,72 +528,58 @@ class MgmtAgent(wiring.Component):
                         with m.If((q >= _AUTH_FROM) & (q < total)):
                             add16(usum, byte, ~q[0])
                         ff = _IP["flags_frag"]
-                        with m.Switch(q):
-                            with m.Case(0):
-                                with m.If(byte != _IP_CONST[0]):  # version 4, IHL 5
-                                    m.d.comb += bad_set.eq(1)
-                            with m.Case(_IP["tos"]):
-                                m.d.sync += dscp.eq(byte[2:])
-                            with m.Case(*_span(_IP["total_length"], 2)):
-                                m.d.sync += total.eq(Cat(byte, total[:8]))
-                            with m.Case(ff):  # MF and the fragment offset (DF may be set)
-                                with m.If(byte[:6] != 0):
-                                    m.d.comb += bad_set.eq(1)
-                            with m.Case(ff + 1):
-                                with m.If(byte != 0):
-                                    m.d.comb += bad_set.eq(1)
-                            with m.Case(_IP["protocol"]):
-                                with m.If(byte != IP_PROTO_UDP):
-                                    m.d.comb += bad_set.eq(1)
-                            with m.Case(*_span(_IP["src"], 4)):
-                                m.d.sync += src_ip.eq(Cat(byte, src_ip[:24]))
-                            with m.Case(*_span(_IP["dst"], 4)):
-                                m.d.sync += dst_ip.eq(Cat(byte, dst_ip[:24]))
-                            with m.Case(*_span(_UDP["sport"], 2)):
-                                m.d.sync += sport.eq(Cat(byte, sport[:8]))
-                            with m.Case(*_span(_UDP["dport"], 2)):
-                                m.d.sync += dport.eq(Cat(byte, dport[:8]))
-                            with m.Case(*_span(_UDP["length"], 2)):
-                                m.d.sync += ulen.eq(Cat(byte, ulen[:8]))
-                            with m.Case(*_span(_UDP["checksum"], 2)):
-                                m.d.sync += ucsum.eq(Cat(byte, ucsum[:8]))
-                        p = Signal(11)
-                        m.d.comb += p.eq(q - _MG_AT)
+
+                        def at(lo, n=1):   # q in [lo, lo + n): independent compares, no
+                            # Switch (Yosys would make one wide table lookup on q of it)
+                            return q == lo if n == 1 else (q >= lo) & (q < lo + n)
+
+                        checks = [(at(0), byte != _IP_CONST[0]),  # version 4, IHL 5
+                                  (at(ff), byte[:6] != 0),  # MF, fragment offset (DF may be set)
+                                  (at(ff + 1), byte != 0),
+                                  (at(_IP["protocol"]), byte != IP_PROTO_UDP)]
+                        with m.If(Cat(*[w & c for w, c in checks]).any()):
+                            m.d.comb += bad_set.eq(1)
+                        for lo, n, reg in ((_IP["tos"], 1, dscp),
+                                           (_IP["total_length"], 2, total),
+                                           (_IP["src"], 4, src_ip), (_IP["dst"], 4, dst_ip),
+                                           (_UDP["sport"], 2, sport), (_UDP["dport"], 2, dport),
+                                           (_UDP["length"], 2, ulen),
+                                           (_UDP["checksum"], 2, ucsum)):
+                            with m.If(at(lo, n)):
+                                if reg is dscp:
+                                    m.d.sync += dscp.eq(byte[2:])
+                                else:
+                                    m.d.sync += reg.eq(Cat(byte, reg[:len(reg) - 8]))
                         in_pay = Signal()
                         m.d.comb += in_pay.eq((q >= _MG_AT) & (q < total))
-                        in_tag = (p >= _MG["tag"]) & (p < _MG["tag"] + 8)
+                        in_tag = at(_MG_AT + _MG["tag"], 8)
                         with m.If(((q >= _AUTH_FROM) & (q < _AUTH_TO)) | in_pay):
                             hash_byte(Mux(in_pay & in_tag, 0, byte))
                         with m.If(in_pay):
-                            with m.Switch(p):
-                                with m.Case(*_span(_MG["magic"], 2)):
-                                    m.d.sync += magic.eq(Cat(byte, magic[:8]))
-                                with m.Case(_MG["version"]):
-                                    m.d.sync += version.eq(byte)
-                                with m.Case(_MG["type"]):
-                                    m.d.sync += typ.eq(byte)
-                                with m.Case(*_span(_MG["seq"], 4)):
-                                    m.d.sync += seq.eq(Cat(byte, seq[:24]))
-                                with m.Case(_MG["count"]):
-                                    m.d.sync += count.eq(byte)
-                                with m.Case(*range(_MG["status"], _MG["tag"])):
-                                    m.d.sync += hdr_rsv.eq(Cat(byte, hdr_rsv[:48]))
-                                with m.Case(*_span(_MG["tag"], 8)):
-                                    m.d.sync += tag_rx.eq(Cat(tag_rx[8:], byte))
-                                with m.Default():
-                                    full = Cat(byte, opbuf)  # op byte 0 most significant
-                                    m.d.sync += [opbuf.eq(full[:88]),
-                                                 ob.eq(Mux(ob == _OP_LAST, 0, ob + 1))]
-                                    with m.If(ob == _OP_LAST):
-                                        m.d.sync += oi.eq(oi + 1)
-                                        m.d.comb += [op_wr.addr.eq(oi),
-                                                     op_wr.data.eq(Cat(full[:64], full[88:96])),
-                                                     op_wr.en.eq(oi < MGMT_MAX_OPS)]
-                                        rsv = full[64:88] != 0  # op status and reserved
-                                        rd_val = (full[88:96] == MgmtOpcode.READ) & \
-                                            (full[:32] != 0)
-                                        with m.If(rsv | rd_val):
-                                            m.d.comb += bad_set.eq(1)
+                            for lo, n, reg in ((_MG["magic"], 2, magic),
+                                               (_MG["version"], 1, version),
+                                               (_MG["type"], 1, typ), (_MG["seq"], 4, seq),
+                                               (_MG["count"], 1, count),
+                                               (_MG["status"], _MG["tag"] - _MG["status"],
+                                                hdr_rsv)):
+                                with m.If(at(_MG_AT + lo, n)):
+                                    m.d.sync += reg.eq(Cat(byte, reg[:len(reg) - 8]))
+                            with m.If(in_tag):
+                                m.d.sync += tag_rx.eq(Cat(tag_rx[8:], byte))
+                            with m.If(q >= _OPS_AT):
+                                full = Cat(byte, opbuf)  # op byte 0 most significant
+                                m.d.sync += [opbuf.eq(full[:88]),
+                                             ob.eq(Mux(ob == _OP_LAST, 0, ob + 1))]
+                                with m.If(ob == _OP_LAST):
+                                    m.d.sync += oi.eq(oi + 1)
+                                    m.d.comb += [op_wr.addr.eq(oi),
+                                                 op_wr.data.eq(Cat(full[:64], full[88:96])),
+                                                 op_wr.en.eq(oi < MGMT_MAX_OPS)]
+                                    rsv = full[64:88] != 0  # op status and reserved
+                                    rd_val = (full[88:96] == MgmtOpcode.READ) & \
+                                        (full[:32] != 0)
+                                    with m.If(rsv | rd_val):
+                                        m.d.comb += bad_set.eq(1)
                 with m.If(self.i.valid):
                     with m.If(beat_done | ~beat.keep[0]):
                         m.d.comb += self.i.ready.eq(1)
@@ -654,15 +647,22 @@ class MgmtAgent(wiring.Component):
                     m.d.sync += status.eq(MgmtStatus.REPLAY)
                     m.next = "RESP"
                 with m.Else():
-                    m.next = "VALIDATE"
+                    m.next = "VAL_RD"
 
+            # op k's checks registered (op memory read, address decode), then decided
+            bad_opc, bad_addr, prot = Signal(), Signal(), Signal()
+            with m.State("VAL_RD"):
+                m.d.sync += [
+                    bad_opc.eq((op_opcode != MgmtOpcode.READ) & (op_opcode != MgmtOpcode.WRITE)),
+                    bad_addr.eq(~addr_valid(self.map, op_addr)),
+                    prot.eq(Cat(*[op_addr == a for a in self.protected]).any())]
+                m.next = "VALIDATE"
             with m.State("VALIDATE"):
-                prot = Cat(*[op_addr == a for a in self.protected]).any()
-                with m.If((op_opcode != MgmtOpcode.READ) & (op_opcode != MgmtOpcode.WRITE)):
+                with m.If(bad_opc):
                     m.d.comb += inc.mgmt_reject_opcode.eq(1)
                     m.d.sync += [status.eq(MgmtStatus.BAD_OPCODE), err.eq(k)]
                     m.next = "RESP"
-                with m.Elif(~addr_valid(self.map, op_addr)):
+                with m.Elif(bad_addr):
                     m.d.comb += inc.mgmt_reject_addr.eq(1)
                     m.d.sync += [status.eq(MgmtStatus.BAD_ADDR), err.eq(k)]
                     m.next = "RESP"
@@ -675,6 +675,7 @@ class MgmtAgent(wiring.Component):
                     m.next = "EXEC"
                 with m.Else():
                     m.d.sync += k.eq(k + 1)
+                    m.next = "VAL_RD"
 
             # ---- execution: one AXI4-Lite access per op
             aw_done, w_done = Signal(), Signal()
