@@ -70,11 +70,17 @@ def _rotl(v, n: int):
     return v.rotate_left(n)
 
 
-def _add64(a, b):
-    """``(a + b) mod 2**64`` as a carry-select adder: the high half is added for both carries
-    out of the low half in parallel, so the carry chain is 32 bits long, not 64."""
-    lo = a[:32] + b[:32]
-    return Cat(lo[:32], Mux(lo[32], a[32:] + b[32:] + 1, a[32:] + b[32:])[:32])
+def _add64(a, b, cut=(24, 44)):
+    """``(a + b) mod 2**64`` as a carry-select adder in three pieces: each upper piece is added
+    for both carries into it in parallel and chosen by the carry out of the piece below, so the
+    longest carry chain is 25 bits (7 CARRY4 cells), not 64."""
+    lo = a[:cut[0]] + b[:cut[0]]
+    out, carry = [lo[:cut[0]]], lo[cut[0]]
+    for x, y in ((cut[0], cut[1]), (cut[1], 64)):
+        s0, s1 = a[x:y] + b[x:y], a[x:y] + b[x:y] + 1
+        out.append(Mux(carry, s1[:y - x], s0[:y - x]))
+        carry = Mux(carry, s1[y - x], s0[y - x])
+    return Cat(*out)
 
 
 def _half_a(v0, v1, v2, v3):
@@ -243,9 +249,11 @@ class MgmtAgent(wiring.Component):
     * ``i``: frames the packet path steers to management (the match rule of docs/management.md:
       IPv4 to ``MGMT.IP``, UDP, port ``MGMT.PORT`` or unreadable) as 64-bit beats
       (:func:`netreduce.hw.stream.beat_layout`). Every frame counts ``mgmt_rx``. Read at one byte
-      per cycle: ``i.ready`` is high in the cycle that takes a beat's last valid byte, and low
-      while a frame is being processed (one frame at a time). A beat with ``error`` set on the
-      last beat makes the frame malformed. Frames above 2047 bytes are malformed and drained.
+      per cycle through a one-beat register: ``i.ready`` (from registers only) is high while
+      the register is empty or its last valid byte is read and it is not the frame's last
+      beat; low while the rest of a frame is processed (one frame at a time). A beat with
+      ``error`` set on the last beat makes the frame malformed. Frames above 2047 bytes are
+      malformed and drained.
     * ``o``: response frames as 64-bit beats (``first``/``last``/``keep`` per the beat layout),
       held until ``o.ready``.
     * ``bus``: AXI4-Lite master into the register bank; one access at a time, all byte strobes.
@@ -319,12 +327,14 @@ class MgmtAgent(wiring.Component):
         hw_data = Signal(64)  # hash word being assembled (newest byte on top)
         hw_n = Signal(4)
 
-        bi = Signal(3)  # byte within the input beat
+        # the input beat, held in a register that shifts by a byte per byte read: the byte read
+        # is always its low byte (no byte mux on a position)
         beat = self.i.payload
+        rxd, rxk, rxl, rxe, rxf = Signal(64), Signal(8), Signal(), Signal(), Signal()
         byte = Signal(8)
-        m.d.comb += byte.eq(beat.data.word_select(bi, 8))
-        beat_done = Signal()
-        m.d.comb += beat_done.eq((bi == 7) | ~beat.keep.bit_select(bi + 1, 1))
+        m.d.comb += byte.eq(rxd[:8])
+        beat_done = Signal()  # the held byte is the beat's last valid one, or the beat is empty
+        m.d.comb += beat_done.eq(~rxk[1] | ~rxk[0])
 
         # ------------------------------------------------------------ decision state
         status = Signal(8)
@@ -490,7 +500,7 @@ class MgmtAgent(wiring.Component):
             # (and while a registered counter strobe is out, the cycle after the frame's end)
             m.d.comb += self.busy.eq(~fsm.ongoing("IDLE") | self.inc.as_value().any())
             with m.State("IDLE"):
-                m.d.sync += [pos.eq(0), q.eq(0), in_l3.eq(0), vlan.eq(0), bad.eq(0), bi.eq(0),
+                m.d.sync += [pos.eq(0), q.eq(0), in_l3.eq(0), vlan.eq(0), bad.eq(0),
                              ipsum.eq(0), usum.eq(IP_PROTO_UDP), ob.eq(0), oi.eq(0), hw_n.eq(0),
                              total.eq(0), hdr_rsv.eq(0), count.eq(0)]
                 with m.If(self.i.valid):
@@ -498,7 +508,7 @@ class MgmtAgent(wiring.Component):
                     m.next = "RX"
 
             with m.State("RX"):
-                with m.If(self.i.valid & (beat.keep[0] | (bi != 0))):
+                with m.If(rxf & rxk[0]):
                     m.d.sync += pos.eq(Mux(pos == 2047, pos, pos + 1))
                     with m.If(pos == 2047):
                         m.d.comb += bad_set.eq(1)
@@ -580,16 +590,22 @@ class MgmtAgent(wiring.Component):
                                         (full[:32] != 0)
                                     with m.If(rsv | rd_val):
                                         m.d.comb += bad_set.eq(1)
-                with m.If(self.i.valid):
-                    with m.If(beat_done | ~beat.keep[0]):
-                        m.d.comb += self.i.ready.eq(1)
-                        m.d.sync += bi.eq(0)
-                        with m.If(beat.last):
-                            with m.If(beat.error):
+                with m.If(rxf):
+                    with m.If(beat_done):
+                        m.d.sync += rxf.eq(0)
+                        with m.If(rxl):
+                            with m.If(rxe):
                                 m.d.comb += bad_set.eq(1)
                             m.next = "RX_END"
+                        with m.Else():
+                            m.d.comb += self.i.ready.eq(1)  # the next beat, without a gap
                     with m.Else():
-                        m.d.sync += bi.eq(bi + 1)
+                        m.d.sync += [rxd.eq(rxd >> 8), rxk.eq(rxk >> 1)]
+                with m.Else():
+                    m.d.comb += self.i.ready.eq(1)
+                with m.If(self.i.valid & self.i.ready):
+                    m.d.sync += [rxd.eq(beat.data), rxk.eq(beat.keep), rxl.eq(beat.last),
+                                 rxe.eq(beat.error), rxf.eq(1)]
 
             # the end-of-frame checks over three cycles (the checksum folds one adder deep)
             s2, s3 = Signal(17), Signal(16)
