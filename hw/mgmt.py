@@ -305,6 +305,11 @@ class MgmtAgent(wiring.Component):
         # ------------------------------------------------------------ request state
         pos = Signal(11)  # bytes of the frame seen (saturating)
         q = Signal(11)  # bytes seen from the IPv4 header on
+        # one-hot positions (pos < 18, q < the first op) and q past the header, shifted with
+        # every byte: the field decodes are flip-flops, not compares on pos / q
+        ph = Signal(_E_TYPE_TAGGED + 2)
+        qh = Signal(_OPS_AT)
+        q_ops = Signal()
         in_l3 = Signal()
         vlan = Signal()
         tci = Signal(16)
@@ -315,7 +320,7 @@ class MgmtAgent(wiring.Component):
         src_ip, dst_ip = Signal(32), Signal(32)
         sport, dport, ulen, ucsum = Signal(16), Signal(16), Signal(16), Signal(16)
         ipsum = Signal(24)
-        usum = Signal(32)
+        usum = Signal(27)  # < 1024 words of 16 bits (+ 17): no carry past bit 26
         bad = Signal()
         magic, version, typ = Signal(16), Signal(8), Signal(8)
         seq, count = Signal(32), Signal(8)
@@ -341,7 +346,7 @@ class MgmtAgent(wiring.Component):
         err = Signal(8)
         nsel = max(2, self.nsrc)
         ent = Signal(range(nsel))
-        tag_calc = Signal(64)
+        tag_bad = Signal()  # the computed tag differs from the frame's (registered compare)
         k = Signal(7)
         last_seq = Signal(data.ArrayLayout(32, self.nsrc))
         m.d.comb += self.last_seq.eq(last_seq)
@@ -390,7 +395,7 @@ class MgmtAgent(wiring.Component):
         s1 = Signal(17)
         m.d.sync += s1.eq(s0[:16] + s0[16:])
         m.d.sync += ipck.eq(~(s1[:16] + s1[16:])[:16])
-        rsum = Signal(32)
+        rsum = Signal(26)  # a response is under 1024 bytes
         par = Signal()  # the next pass-1 byte is the high byte of a 16-bit word
         resp_phase = Signal()
         m.d.comb += op_rd.addr.eq(Mux(resp_phase, oi, k))
@@ -500,7 +505,8 @@ class MgmtAgent(wiring.Component):
             # (and while a registered counter strobe is out, the cycle after the frame's end)
             m.d.comb += self.busy.eq(~fsm.ongoing("IDLE") | self.inc.as_value().any())
             with m.State("IDLE"):
-                m.d.sync += [pos.eq(0), q.eq(0), in_l3.eq(0), vlan.eq(0), bad.eq(0),
+                m.d.sync += [pos.eq(0), q.eq(0), ph.eq(1), qh.eq(1), q_ops.eq(0),
+                             in_l3.eq(0), vlan.eq(0), bad.eq(0),
                              ipsum.eq(0), usum.eq(IP_PROTO_UDP), ob.eq(0), oi.eq(0), hw_n.eq(0),
                              total.eq(0), hdr_rsv.eq(0), count.eq(0)]
                 with m.If(self.i.valid):
@@ -509,39 +515,39 @@ class MgmtAgent(wiring.Component):
 
             with m.State("RX"):
                 with m.If(rxf & rxk[0]):
-                    m.d.sync += pos.eq(Mux(pos == 2047, pos, pos + 1))
+                    m.d.sync += [pos.eq(Mux(pos == 2047, pos, pos + 1)), ph.eq(ph << 1)]
                     with m.If(pos == 2047):
                         m.d.comb += bad_set.eq(1)
                     with m.If(~in_l3):
-                        with m.If((pos >= _E_SRC) & (pos < _E_SRC + 6)):
+                        with m.If(ph[_E_SRC:_E_SRC + 6].any()):
                             m.d.sync += src_mac.eq(Cat(byte, src_mac[:40]))
-                        with m.If((pos == _E_TYPE) | (pos == _E_TYPE_TAGGED)):
+                        with m.If(ph[_E_TYPE] | ph[_E_TYPE_TAGGED]):
                             m.d.sync += et_hi.eq(byte)
-                        with m.If((pos == _E_TCI) | (pos == _E_TCI + 1)):
+                        with m.If(ph[_E_TCI] | ph[_E_TCI + 1]):
                             m.d.sync += tci.eq(Cat(byte, tci[:8]))
                         not_ipv4 = (et_hi != _E_IPV4[0]) | (byte != _E_IPV4[1])
-                        with m.If(pos == _E_TYPE + 1):
+                        with m.If(ph[_E_TYPE + 1]):
                             with m.If((et_hi == _E_VLAN[0]) & (byte == _E_VLAN[1])):
                                 m.d.sync += vlan.eq(1)
                             with m.Else():
                                 m.d.sync += in_l3.eq(1)
                                 with m.If(not_ipv4):
                                     m.d.comb += bad_set.eq(1)
-                        with m.If(vlan & (pos == _E_TYPE_TAGGED + 1)):
+                        with m.If(vlan & ph[_E_TYPE_TAGGED + 1]):
                             m.d.sync += in_l3.eq(1)
                             with m.If(not_ipv4):
                                 m.d.comb += bad_set.eq(1)
                     with m.Else():
-                        m.d.sync += q.eq(Mux(q == 2047, q, q + 1))
-                        with m.If(q < wf.IPV4.size):
+                        m.d.sync += [q.eq(Mux(q == 2047, q, q + 1)), qh.eq(qh << 1),
+                                     q_ops.eq(q_ops | qh[-1])]
+                        with m.If(qh[:wf.IPV4.size].any()):
                             add16(ipsum, byte, ~q[0])
-                        with m.If((q >= _AUTH_FROM) & (q < total)):
+                        with m.If((qh[_AUTH_FROM:].any() | q_ops) & (q < total)):
                             add16(usum, byte, ~q[0])
                         ff = _IP["flags_frag"]
 
-                        def at(lo, n=1):   # q in [lo, lo + n): independent compares, no
-                            # Switch (Yosys would make one wide table lookup on q of it)
-                            return q == lo if n == 1 else (q >= lo) & (q < lo + n)
+                        def at(lo, n=1):   # q in [lo, lo + n)
+                            return qh[lo:lo + n].any()
 
                         checks = [(at(0), byte != _IP_CONST[0]),  # version 4, IHL 5
                                   (at(ff), byte[:6] != 0),  # MF, fragment offset (DF may be set)
@@ -561,9 +567,9 @@ class MgmtAgent(wiring.Component):
                                 else:
                                     m.d.sync += reg.eq(Cat(byte, reg[:len(reg) - 8]))
                         in_pay = Signal()
-                        m.d.comb += in_pay.eq((q >= _MG_AT) & (q < total))
+                        m.d.comb += in_pay.eq((qh[_MG_AT:].any() | q_ops) & (q < total))
                         in_tag = at(_MG_AT + _MG["tag"], 8)
-                        with m.If(((q >= _AUTH_FROM) & (q < _AUTH_TO)) | in_pay):
+                        with m.If(at(_AUTH_FROM, _AUTH_TO - _AUTH_FROM) | in_pay):
                             hash_byte(Mux(in_pay & in_tag, 0, byte))
                         with m.If(in_pay):
                             for lo, n, reg in ((_MG["magic"], 2, magic),
@@ -576,7 +582,7 @@ class MgmtAgent(wiring.Component):
                                     m.d.sync += reg.eq(Cat(byte, reg[:len(reg) - 8]))
                             with m.If(in_tag):
                                 m.d.sync += tag_rx.eq(Cat(tag_rx[8:], byte))
-                            with m.If(q >= _OPS_AT):
+                            with m.If(q_ops):
                                 full = Cat(byte, opbuf)  # op byte 0 most significant
                                 m.d.sync += [opbuf.eq(full[:88]),
                                              ob.eq(Mux(ob == _OP_LAST, 0, ob + 1))]
@@ -609,7 +615,7 @@ class MgmtAgent(wiring.Component):
 
             # the end-of-frame checks over three cycles (the checksum folds one adder deep)
             s2, s3 = Signal(17), Signal(16)
-            u0, u1 = Signal(33), Signal(17)
+            u0, u1 = Signal(28), Signal(17)
             with m.State("RX_END"):
                 m.d.sync += [s2.eq(ipsum[:16] + ipsum[16:]), u0.eq(usum + ulen)]
                 end = Signal(16)
@@ -644,7 +650,7 @@ class MgmtAgent(wiring.Component):
             with m.State("HASH_WAIT"):
                 m.d.comb += sip.o.ready.eq(1)
                 with m.If(sip.o.valid):
-                    m.d.sync += [tag_calc.eq(sip.o.payload), ent.eq(first_hit)]
+                    m.d.sync += [tag_bad.eq(sip.o.payload != tag_rx), ent.eq(first_hit)]
                     m.next = "DECIDE"
 
             with m.State("DECIDE"):
@@ -655,7 +661,7 @@ class MgmtAgent(wiring.Component):
                 with m.Elif(~hit.any()):
                     m.d.comb += inc.mgmt_reject_source.eq(1)
                     m.next = "IDLE"
-                with m.Elif(self.auth & (tag_calc != tag_rx)):
+                with m.Elif(self.auth & tag_bad):
                     m.d.comb += inc.mgmt_reject_auth.eq(1)
                     m.next = "IDLE"
                 with m.Elif(seq <= ent_seq):
