@@ -310,6 +310,7 @@ class MgmtAgent(wiring.Component):
         ph = Signal(_E_TYPE_TAGGED + 2)
         qh = Signal(_OPS_AT)
         q_ops = Signal()
+        q_lt = Signal()  # q < total, registered with q's step (total is complete by q = 4)
         in_l3 = Signal()
         vlan = Signal()
         tci = Signal(16)
@@ -538,11 +539,12 @@ class MgmtAgent(wiring.Component):
                             with m.If(not_ipv4):
                                 m.d.comb += bad_set.eq(1)
                     with m.Else():
-                        m.d.sync += [q.eq(Mux(q == 2047, q, q + 1)), qh.eq(qh << 1),
-                                     q_ops.eq(q_ops | qh[-1])]
+                        q_next = Mux(q == 2047, q, q + 1)
+                        m.d.sync += [q.eq(q_next), qh.eq(qh << 1), q_ops.eq(q_ops | qh[-1]),
+                                     q_lt.eq(q_next < total)]
                         with m.If(qh[:wf.IPV4.size].any()):
                             add16(ipsum, byte, ~q[0])
-                        with m.If((qh[_AUTH_FROM:].any() | q_ops) & (q < total)):
+                        with m.If((qh[_AUTH_FROM:].any() | q_ops) & q_lt):
                             add16(usum, byte, ~q[0])
                         ff = _IP["flags_frag"]
 
@@ -567,7 +569,7 @@ class MgmtAgent(wiring.Component):
                                 else:
                                     m.d.sync += reg.eq(Cat(byte, reg[:len(reg) - 8]))
                         in_pay = Signal()
-                        m.d.comb += in_pay.eq((qh[_MG_AT:].any() | q_ops) & (q < total))
+                        m.d.comb += in_pay.eq((qh[_MG_AT:].any() | q_ops) & q_lt)
                         in_tag = at(_MG_AT + _MG["tag"], 8)
                         with m.If(at(_AUTH_FROM, _AUTH_TO - _AUTH_FROM) | in_pay):
                             hash_byte(Mux(in_pay & in_tag, 0, byte))
