@@ -162,8 +162,9 @@ class SipHash24(wiring.Component):
                 m.d.sync += [v[k].eq(r[k]) for k in range(4)]
                 with m.If(halves == 1):
                     m.next = "OUT"
+            m.d.comb += self.o.payload.eq(v[0] ^ v[1] ^ v[2] ^ v[3])  # valid in OUT
             with m.State("OUT"):
-                m.d.comb += [self.o.valid.eq(1), self.o.payload.eq(v[0] ^ v[1] ^ v[2] ^ v[3])]
+                m.d.comb += self.o.valid.eq(1)
                 with m.If(self.o.ready):
                     m.d.sync += fresh.eq(1)
                     m.next = "ABSORB"
@@ -500,6 +501,7 @@ class MgmtAgent(wiring.Component):
         ci = Signal(3)  # checksum term
 
         # ------------------------------------------------------------ the FSM
+        bad_end = Signal()  # the end-of-frame checks failed (set in RX_CSUM)
         bad_set = Signal()  # a defect seen this cycle (several checks may fire at once)
         m.d.sync += bad.eq(bad | bad_set)  # before the FSM: IDLE's clear comes later and wins
         with m.FSM(name="state") as fsm:
@@ -507,7 +509,7 @@ class MgmtAgent(wiring.Component):
             m.d.comb += self.busy.eq(~fsm.ongoing("IDLE") | self.inc.as_value().any())
             with m.State("IDLE"):
                 m.d.sync += [pos.eq(0), q.eq(0), ph.eq(1), qh.eq(1), q_ops.eq(0),
-                             in_l3.eq(0), vlan.eq(0), bad.eq(0),
+                             in_l3.eq(0), vlan.eq(0), bad.eq(0), bad_end.eq(0),
                              ipsum.eq(0), usum.eq(IP_PROTO_UDP), ob.eq(0), oi.eq(0), hw_n.eq(0),
                              total.eq(0), hdr_rsv.eq(0), count.eq(0)]
                 with m.If(self.i.valid):
@@ -615,29 +617,29 @@ class MgmtAgent(wiring.Component):
                     m.d.sync += [rxd.eq(beat.data), rxk.eq(beat.keep), rxl.eq(beat.last),
                                  rxe.eq(beat.error), rxf.eq(1)]
 
-            # the end-of-frame checks over three cycles (the checksum folds one adder deep)
+            # the end-of-frame checks over three cycles, each into a register of its own (the
+            # checksum folds one adder deep); ``bad_end`` joins ``bad`` at the decision
             s2, s3 = Signal(17), Signal(16)
             u0, u1 = Signal(28), Signal(17)
+            end_r, exp_r, ulen_r = Signal(16), Signal(16), Signal(16)
+            chk_a, chk_b = Signal(), Signal()
             with m.State("RX_END"):
-                m.d.sync += [s2.eq(ipsum[:16] + ipsum[16:]), u0.eq(usum + ulen)]
-                end = Signal(16)
-                m.d.comb += end.eq(rl3 + total)
-                with m.If(~in_l3 | (q < _MG_AT) | (total < _MG_AT) | (end > pos)
-                          | ((end < pos) & (pos > _MIN_FRAME)) | (ulen != total - _UDP_AT)
-                          | (total - _MG_AT != MGMT_HDR.size + count * MGMT_OP.size)
-                          | (count == 0)
-                          | (count > MGMT_MAX_OPS) | (magic != MGMT_MAGIC)
-                          | (version != MGMT_VERSION) | (typ != MgmtType.REQUEST)
-                          | (hdr_rsv != 0)):
-                    m.d.sync += bad.eq(1)
+                m.d.sync += [s2.eq(ipsum[:16] + ipsum[16:]), u0.eq(usum + ulen),
+                             end_r.eq(rl3 + total), ulen_r.eq(total - _UDP_AT),
+                             exp_r.eq(_MG_AT + MGMT_HDR.size + (count << 3) + (count << 2)),
+                             chk_a.eq(~in_l3 | (q < _MG_AT) | (total < _MG_AT) | (count == 0)
+                                      | (count > MGMT_MAX_OPS) | (magic != MGMT_MAGIC)
+                                      | (version != MGMT_VERSION) | (typ != MgmtType.REQUEST)
+                                      | (hdr_rsv != 0))]
                 m.next = "RX_FOLD"
             with m.State("RX_FOLD"):
-                m.d.sync += [s3.eq(s2[:16] + s2[16:]), u1.eq(u0[:16] + u0[16:])]
+                m.d.sync += [s3.eq(s2[:16] + s2[16:]), u1.eq(u0[:16] + u0[16:]),
+                             chk_b.eq((end_r > pos) | ((end_r < pos) & (pos > _MIN_FRAME))
+                                      | (ulen != ulen_r) | (total != exp_r))]
                 m.next = "RX_CSUM"
             with m.State("RX_CSUM"):
-                with m.If((s3 != 0xFFFF)
-                          | ((ucsum != 0) & ((u1[:16] + u1[16:])[:16] != 0xFFFF))):
-                    m.d.sync += bad.eq(1)
+                m.d.sync += bad_end.eq(chk_a | chk_b | (s3 != 0xFFFF)
+                                       | ((ucsum != 0) & ((u1[:16] + u1[16:])[:16] != 0xFFFF)))
                 m.next = "HASH_LAST"
 
             def last_word(nxt):
@@ -657,7 +659,7 @@ class MgmtAgent(wiring.Component):
 
             with m.State("DECIDE"):
                 m.d.sync += [k.eq(0), err.eq(NO_ERROR_INDEX), status.eq(MgmtStatus.OK)]
-                with m.If(bad):
+                with m.If(bad | bad_end):
                     m.d.comb += inc.mgmt_reject_malformed.eq(1)
                     m.next = "IDLE"
                 with m.Elif(~hit.any()):
