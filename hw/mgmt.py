@@ -330,7 +330,8 @@ class MgmtAgent(wiring.Component):
         tag_rx = Signal(64)
         opbuf = Signal(88)  # the first 11 bytes of the op being received
         ob = Signal(4)  # byte within the op
-        oi = Signal(7)  # op index (receive and response passes)
+        ri = Signal(7)  # op index while receiving
+        oi = Signal(7)  # op index in the response passes
         hw_data = Signal(64)  # hash word being assembled (newest byte on top)
         hw_n = Signal(4)
 
@@ -354,12 +355,15 @@ class MgmtAgent(wiring.Component):
         m.d.comb += self.last_seq.eq(last_seq)
         # registered: the source fields are complete at RX_END, the hit is read from HASH_WAIT
         # on (several cycles of hashing later)
+        # (two register stages: the field compares, then the entry's rule)
         hit = Signal(self.nsrc)
         for e in range(self.nsrc):
             s = self.src[e]
-            m.d.sync += hit[e].eq(s.valid & (s.ip == src_ip)
-                                  & (~s.match_mac | (s.mac == src_mac))
-                                  & (~s.match_port | (s.port == sport)))
+            eq_ip, eq_mac, eq_port = Signal(), Signal(), Signal()
+            m.d.sync += [eq_ip.eq(s.ip == src_ip), eq_mac.eq(s.mac == src_mac),
+                         eq_port.eq(s.port == sport),
+                         hit[e].eq(s.valid & eq_ip & (~s.match_mac | eq_mac)
+                                   & (~s.match_port | eq_port))]
         first_hit = Signal(range(nsel))
         for e in reversed(range(self.nsrc)):
             with m.If(hit[e]):
@@ -503,14 +507,16 @@ class MgmtAgent(wiring.Component):
         # ------------------------------------------------------------ the FSM
         bad_end = Signal()  # the end-of-frame checks failed (set in RX_CSUM)
         bad_set = Signal()  # a defect seen this cycle (several checks may fire at once)
-        m.d.sync += bad.eq(bad | bad_set)  # before the FSM: IDLE's clear comes later and wins
+        bad_q = Signal()  # bad_set, registered (``bad`` is read at the decision, cycles later)
+        m.d.sync += [bad_q.eq(bad_set),
+                     bad.eq(bad | bad_q)]  # before the FSM: IDLE's clear comes later and wins
         with m.FSM(name="state") as fsm:
             # (and while a registered counter strobe is out, the cycle after the frame's end)
             m.d.comb += self.busy.eq(~fsm.ongoing("IDLE") | self.inc.as_value().any())
             with m.State("IDLE"):
                 m.d.sync += [pos.eq(0), q.eq(0), ph.eq(1), qh.eq(1), q_ops.eq(0),
                              in_l3.eq(0), vlan.eq(0), bad.eq(0), bad_end.eq(0),
-                             ipsum.eq(0), usum.eq(IP_PROTO_UDP), ob.eq(0), oi.eq(0), hw_n.eq(0),
+                             ipsum.eq(0), usum.eq(IP_PROTO_UDP), ob.eq(0), ri.eq(0), hw_n.eq(0),
                              total.eq(0), hdr_rsv.eq(0), count.eq(0)]
                 with m.If(self.i.valid):
                     m.d.comb += inc.mgmt_rx.eq(1)
@@ -586,20 +592,20 @@ class MgmtAgent(wiring.Component):
                                     m.d.sync += reg.eq(Cat(byte, reg[:len(reg) - 8]))
                             with m.If(in_tag):
                                 m.d.sync += tag_rx.eq(Cat(tag_rx[8:], byte))
-                            with m.If(q_ops):
-                                full = Cat(byte, opbuf)  # op byte 0 most significant
-                                m.d.sync += [opbuf.eq(full[:88]),
-                                             ob.eq(Mux(ob == _OP_LAST, 0, ob + 1))]
-                                with m.If(ob == _OP_LAST):
-                                    m.d.sync += oi.eq(oi + 1)
-                                    m.d.comb += [op_wr.addr.eq(oi),
-                                                 op_wr.data.eq(Cat(full[:64], full[88:96])),
-                                                 op_wr.en.eq(oi < MGMT_MAX_OPS)]
-                                    rsv = full[64:88] != 0  # op status and reserved
-                                    rd_val = (full[88:96] == MgmtOpcode.READ) & \
-                                        (full[:32] != 0)
-                                    with m.If(rsv | rd_val):
-                                        m.d.comb += bad_set.eq(1)
+                        with m.If(q_ops & q_lt):  # an op byte (in the payload)
+                            full = Cat(byte, opbuf)  # op byte 0 most significant
+                            m.d.sync += [opbuf.eq(full[:88]),
+                                         ob.eq(Mux(ob == _OP_LAST, 0, ob + 1))]
+                            with m.If(ob == _OP_LAST):
+                                m.d.sync += ri.eq(ri + 1)
+                                m.d.comb += [op_wr.addr.eq(ri),
+                                             op_wr.data.eq(Cat(full[:64], full[88:96])),
+                                             op_wr.en.eq(ri < MGMT_MAX_OPS)]
+                                rsv = full[64:88] != 0  # op status and reserved
+                                rd_val = (full[88:96] == MgmtOpcode.READ) & \
+                                    (full[:32] != 0)
+                                with m.If(rsv | rd_val):
+                                    m.d.comb += bad_set.eq(1)
                 with m.If(rxf):
                     with m.If(beat_done):
                         m.d.sync += rxf.eq(0)
