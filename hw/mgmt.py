@@ -22,9 +22,10 @@
   offered to the tag. ``i.ready`` is low while a word is in flight or a tag waits. A 792-byte
   management payload (+12-byte pseudo-header, 101 words) takes about 614 cycles, 2.5 us at
   250 MHz. No backpressure path besides ``o.ready``.
-* Cost: four 64-bit adders, XOR/rotate wiring and 256 + 64 + 8 + small flip-flops (state,
-  word, length, counters); Yosys ``synth_xilinx -family xcup``: 875 LUTs, 335 FFs, 83 carry cells
-  (``bench/mgmt_siphash.py``). Reset: synchronous, idle, no tag pending.
+* Cost: four 64-bit carry-select adders (three pieces each: the longest carry chain is 25 bits),
+  XOR/rotate wiring and 256 + 64 + 64 + small flip-flops (state, word, input word, length,
+  counters); ``bench/mgmt_siphash.py`` gives the Yosys ``synth_xilinx -family xcup`` figures.
+  Reset: synchronous, idle, no tag pending.
 """
 
 from __future__ import annotations
@@ -266,9 +267,19 @@ class MgmtAgent(wiring.Component):
       ``cnt_inc``, registered (the cycle after the event).
     * ``busy`` (Out): a frame is being processed or answered.
 
-    Latency (cycles, ``n`` frame bytes, ``c`` ops): reading ~``n``; tag ~``3n/8``; decision
-    ``c + 2``; one AXI4-Lite access per op (bank: 3 cycles each); response hash ~``n``; emission
-    ~``9n/8``. Refused and dropped frames stop after the decision. Reset: synchronous, idle.
+    Latency (cycles, ``n`` frame bytes, ``c`` ops): reading ~``n``; end checks 3; tag ~14 after
+    the last byte (the core keeps up with the bytes); decision ``2c + 2``; one AXI4-Lite access
+    per op (bank: 3 cycles each); response hash ~``n`` (+ 14 for the tag); checksum 11;
+    emission ~``9n/8``. Refused and dropped frames stop after the decision. Reset: synchronous,
+    idle.
+
+    Depth (clock plan, docs/engine.md): every register-to-register path within 8 LUT levels.
+    The input beat sits in a shift register (the byte read is its low byte); field positions
+    are one-hot shift registers, not compares on a byte counter; the response comes from
+    shift registers loaded in whole (header bytes of a pass, then one op at a time from the op
+    memory), so no cycle muxes a byte by its offset; multi-operand sums (checksums, the IPv4
+    header sum) are added one term per cycle or over register stages; compares that feed the
+    FSM (tag, source rules, op checks, end-of-frame checks) are registered first.
     """
 
     def __init__(self, regmap: RegMap | None = None, *, addr_width: int | None = None):
@@ -373,7 +384,7 @@ class MgmtAgent(wiring.Component):
 
         def hash_byte(b):
             """Append a message byte; a full word goes to the core, which is always ready for
-            it (bytes come at most one per cycle, it takes a word every 3 cycles)."""
+            it (bytes come at most one per cycle, it takes a word every 6 cycles)."""
             word = Cat(hw_data[8:], b)
             m.d.sync += [hw_data.eq(word), hw_n.eq(Mux(hw_n == 7, 0, hw_n + 1))]
             with m.If(hw_n == 7):
