@@ -18,8 +18,10 @@ from netreduce.regmap import build_regmap
 LUT_BUDGET, CARRY_BUDGET = 8, 8
 CI = dict(data_width=64, ports=1, jobs=2, flows=8, slots=8, pmtu_max=256, max_world=4)
 
-pytestmark = pytest.mark.skipif(shutil.which("yosys") is None,
-                                reason="needs the native yosys (apt-get install yosys)")
+# about a minute of Yosys on an idle 2-core machine: in `make test`, not in `make test-quick`
+pytestmark = [pytest.mark.skipif(shutil.which("yosys") is None,
+                                 reason="needs the native yosys (apt-get install yosys)"),
+              pytest.mark.slow]
 
 
 def test_mgmt_agent_meets_the_depth_budget():
