@@ -432,16 +432,28 @@ class Parser(wiring.Component):
                   for l2 in (L2_UNTAGGED, L2_TAGGED)]
         csum_terms = [Mux(vlan1, t, u) for u, t in zip(*csum_v, strict=True)]
 
+        # the opcode table, once per tag variant (opcode at a fixed byte), then selected: the
+        # table lookup does not wait for the tag comparison
         ext_len = Signal(range(HDR_CAP))
         has_pay = Signal()
         known = Signal()
         okind = Signal(Kind)
-        m.d.comb += okind.eq(Kind.OTHER)
-        with m.Switch(bth["opcode"]):
-            for code, info in OPCODES.items():
-                with m.Case(code):
-                    m.d.comb += [ext_len.eq(info.ext_len), has_pay.eq(info.has_payload),
-                                 known.eq(1), okind.eq(_opcode_kind(info))]
+        hl1 = Signal(range(HDR_CAP + 1))
+        variants = []
+        for l2 in (L2_UNTAGGED, L2_TAGGED):
+            v_ext, v_pay, v_known = Signal(range(HDR_CAP)), Signal(), Signal()
+            v_kind, v_hl = Signal(Kind), Signal(range(HDR_CAP + 1))
+            m.d.comb += [v_kind.eq(Kind.OTHER), v_hl.eq(l2 + BTH_END)]
+            with m.Switch(field_value(wf.BTH.opcode, lambda g: hb[g], l2 + _BTH_AT)):
+                for code, info in OPCODES.items():
+                    with m.Case(code):
+                        m.d.comb += [v_ext.eq(info.ext_len), v_pay.eq(info.has_payload),
+                                     v_known.eq(1), v_kind.eq(_opcode_kind(info)),
+                                     v_hl.eq(l2 + BTH_END + info.ext_len)]
+            variants.append((v_ext, v_pay, v_known, v_kind, v_hl))
+        for dst, (u, t) in zip((ext_len, has_pay, known, okind, hl1),
+                               zip(*variants, strict=True), strict=True):
+            m.d.comb += dst.eq(Mux(vlan1, t, u))
 
         def trunc(end):   # the frame ended before byte `end`
             return ended1 & (n1 < end)
@@ -469,8 +481,6 @@ class Parser(wiring.Component):
                      != field_value(wf.IPV4.total_length, lambda g: hb[g], l2) - wf.IPV4.size
                      for l2 in (L2_UNTAGGED, L2_TAGGED)]
         udp_bad = Mux(vlan1, udp_bad_v[1], udp_bad_v[0])
-        hl1 = Signal(range(HDR_CAP + 1))
-        m.d.comb += hl1.eq(L2_UNTAGGED + BTH_END + ext_len + Mux(vlan1, wf.DOT1Q.size, 0))
 
         # ------------------------------------------------------------ S1 -> T registers
         # T: the check conditions are registered before the priority selection (keeps S1 and
