@@ -13,14 +13,18 @@ Bus (``s_axil``, :class:`~.axil.AXI4LiteSignature`, 32-bit data, byte addresses)
   allows); when both are pending it alternates, so neither side starves. ``*ready`` depend
   combinationally on the ``*valid`` inputs (allowed by AXI), never the other way round.
 * Latency, counting the cycle whose closing clock edge completes the AR (or AW and W) handshake
-  as cycle 0: a read is decoded in cycle 1 and ``rvalid`` is high from cycle 2; a write is
-  applied at the end of cycle 1, so from cycle 2 the core sees the new value, a WO pulse is high
-  during cycle 2 only, and ``bvalid`` is high from cycle 2. ``rvalid`` / ``bvalid`` then hold
-  (data and response stable) until ``rready`` / ``bready``: that is the only backpressure. A
-  read issued after a write's B handshake sees the write. Peak rate with ``*ready`` held high:
-  one transaction per 3 cycles. The same latencies hold for RAM tables (below): their RAM is
-  read at the AR handshake itself (address straight from ``araddr``) and written at the end of
-  cycle 1.
+  as cycle 0: a read samples the registers (and status inputs and counters) in cycle 1 and goes
+  up a registered select tree of 16 words per level, one level per cycle, so ``rvalid`` is high
+  from cycle ``read_latency`` (1 + the deepest table's levels: 2 for a map of at most 16 words
+  per table, 4 for the default map); a write is applied at the end of cycle 1, so from cycle 2
+  the core sees the new value, a WO pulse is high during cycle 2 only, and ``bvalid`` is high
+  from cycle 2. ``rvalid`` / ``bvalid`` then hold (data and response stable) until ``rready`` /
+  ``bready``: that is the only backpressure. A read issued after a write's B handshake sees the
+  write. Peak rate with ``*ready`` held high: one read per ``read_latency + 1`` cycles, one
+  write per 3. The select tree keeps every register-to-register path of the read within the
+  clock plan's logic depth (docs/engine.md) at any map size. RAM tables (below) are read at the
+  AR handshake itself (address straight from ``araddr``; their word is kept in cycle 1) and
+  written at the end of cycle 1.
 * Errors: an address that decodes to no register of the map (holes inside a table entry, gaps
   between tables, beyond the last entry, beyond the map) or that is not 4-byte aligned answers
   ``DECERR`` (the map's :class:`~netreduce.regmap.BusError`); a write then has no effect, a read
@@ -108,6 +112,9 @@ CLEAR_COUNTERS = "GLOBAL.CONTROL.clear_counters"
 # flow table's RW copy is only scanned by the enable sequencer (the per-frame lookup uses the
 # flow table's own latched CAM), so flops would buy nothing but area.
 RAM_TABLES = ("FLOW",)
+# Read select tree: words per registered level (one LUT6 + MUXF7 + MUXF8 at 16)
+READ_FANIN_BITS = 4
+READ_FANIN_MASK = (1 << READ_FANIN_BITS) - 1
 
 
 def member_name(table: str, role: str) -> str:
@@ -199,6 +206,7 @@ class RegisterBank(wiring.Component):
     that is a counter or constant table or has no RW field).
 
     ``reset_cycles``: cycles after reset during which the bus is not served (the RAM sweep).
+    ``read_latency``: cycles from the AR handshake to ``rvalid`` (see the module docstring).
     """
 
     def __init__(self, regmap: RegMap | None = None, *, addr_width: int | None = None,
@@ -286,9 +294,24 @@ class RegisterBank(wiring.Component):
                 members[member_name(t.name, role)] = flow(shape)
             self._plans.append(plan)
         self.reset_cycles = max((p.table.count for p in self._plans if p.lanes), default=0)
+        # cycles from the AR handshake to rvalid: the decode cycle is the select tree's level 0
+        self.read_latency = 1 + max(self._read_levels(p) for p in self._plans)
         super().__init__(members)
 
     # ------------------------------------------------------------------ helpers
+    @staticmethod
+    def _word_bits(plan: _TablePlan) -> int:
+        """Bits of the word index inside ``plan``'s table (its span in 32-bit words)."""
+        t = plan.table
+        span = t.count * t.stride if t.count > 1 else t.size
+        return max(span // REG_BYTES - 1, 0).bit_length()
+
+    def _read_levels(self, plan: _TablePlan) -> int:
+        """Registered levels of the table's read select tree (a RAM table keeps its word in a
+        level-0 register, so it has at least 2)."""
+        n = max(-(-self._word_bits(plan) // READ_FANIN_BITS), 1)
+        return max(n, 2) if plan.lanes else n
+
     def _port(self, plan: _TablePlan, role: str, i: int):
         v = getattr(self, member_name(plan.table.name, role))
         return v if plan.table.count == 1 else v[i]
@@ -425,6 +448,7 @@ class RegisterBank(wiring.Component):
         decoding = Signal()  # the cycle a latched read address is decoded
         sweeping = Signal()  # after reset: the RAM tables take their reset values
         sweep_i = Signal(range(max(self.reset_cycles, 2)))
+        tree_i = Signal(range(max(self.read_latency, 2)))
 
         wr_pending = bus.awvalid & bus.wvalid
         with m.FSM(name="axil", init="SWEEP" if self.reset_cycles else "IDLE"):
@@ -448,7 +472,13 @@ class RegisterBank(wiring.Component):
                     m.next = "WRITE"
             with m.State("READ"):
                 m.d.comb += decoding.eq(1)
-                m.next = "READ_RESP"
+                m.next = "READ_TREE" if self.read_latency > 2 else "READ_RESP"
+            if self.read_latency > 2:
+                with m.State("READ_TREE"):  # the select tree's upper levels
+                    m.d.sync += tree_i.eq(tree_i + 1)
+                    with m.If(tree_i == self.read_latency - 3):
+                        m.d.sync += tree_i.eq(0)
+                        m.next = "READ_RESP"
             with m.State("READ_RESP"):
                 m.d.comb += bus.rvalid.eq(1)
                 with m.If(bus.rready):
@@ -461,43 +491,65 @@ class RegisterBank(wiring.Component):
                 with m.If(bus.bready):
                     m.next = "IDLE"
 
-        # ---- read path: decode in READ, one registered value per table, OR-ed into rdata
+        # ---- read path: a registered select tree per table (READ_FANIN words per level, so each
+        # level is one LUT6 + MUXF7/F8 deep: the bank stays within the clock plan's logic depth at
+        # any map size). Level 0 samples the flops, status inputs and the RAM's word in the
+        # decode cycle and holds them; the levels above run on every cycle from the held values
+        # and the held address, the top one gated by the table's address check. rdata is the OR
+        # of the tables' top registers (only the addressed table's is non-zero).
         rd_vals, rd_oks = [], []
         for plan in self._plans:
             t = plan.table
-            hit, idx, off = self._decode(m, plan, raddr, f"rd_{t.name.lower()}")
-            val = Signal(REG_BITS, name=f"rd_{t.name.lower()}_val")
-            ok = Signal(name=f"rd_{t.name.lower()}_ok")
-            # entry select first (one wide mux per table), then the register within the entry
-            nregs = len(t.registers)
-            entry = Signal(REG_BITS * nregs, name=f"rd_{t.name.lower()}_entry")
-            if t.count == 1:
-                m.d.comb += entry.eq(Cat(*(reg_value(plan, 0, r) for r in t.registers)))
-            else:
-                with m.Switch(idx):
-                    for i in range(t.count):
-                        with m.Case(i):
-                            m.d.comb += entry.eq(Cat(*(reg_value(plan, i, r)
-                                                       for r in t.registers)))
+            nm = f"rd_{t.name.lower()}"
+            hit, _, _ = self._decode(m, plan, raddr, nm)
+            wbits = self._word_bits(plan)
+            # a table aligned to its span needs no subtraction for its word index
+            rel = raddr if t.base % (REG_BYTES << wbits) == 0 else raddr - t.base
+            sel = rel[2:2 + wbits] if wbits else Const(0, 1)
+            stride = t.stride // REG_BYTES if t.count > 1 else 0
+            items = {i * stride + r.offset // REG_BYTES: (reg_value(plan, i, r), Const(1, 1))
+                     for i in range(t.count) for r in t.registers}
+            levels = self._read_levels(plan)
+            ram_reg = None
             if plan.lanes:
-                # the RAM was read at the AR handshake (address from araddr), so its data is
-                # there in this decode cycle like the flops' values
+                # the RAM was read at the AR handshake (address from araddr): its word is there
+                # in the decode cycle only, so level 0 keeps the addressed register's lane
                 bp = rams[t.name][1]
-                lanes = {r.name: k for k, r in enumerate(plan.lanes)}
-                ram_val = Cat(*(bp.data.word_select(lanes[r.name], REG_BITS) & r.rw_mask
-                                if r.name in lanes else Const(0, REG_BITS)
-                                for r in t.registers))
-                merged = Signal.like(entry, name=f"rd_{t.name.lower()}_merged")
-                m.d.comb += merged.eq(entry | ram_val)
-                entry = merged
-            with m.If(decoding):
-                m.d.sync += [val.eq(0), ok.eq(0)]
-                with m.If(hit):
-                    with m.Switch(off):
-                        for k, r in enumerate(t.registers):
-                            with m.Case(r.offset):
-                                m.d.sync += [val.eq(entry.word_select(k, REG_BITS)), ok.eq(1)]
-            rd_vals.append(val)
+                lane_of = {r.name: k for k, r in enumerate(plan.lanes)}
+                ram_reg = Signal(REG_BITS, name=f"{nm}_ram")
+                off = rel[2:plan.shift] if t.count > 1 else sel
+                with m.If(decoding):
+                    m.d.sync += ram_reg.eq(0)
+                    with m.If(hit), m.Switch(off):
+                        for r in plan.lanes:
+                            with m.Case(r.offset // REG_BYTES):
+                                m.d.sync += ram_reg.eq(
+                                    bp.data.word_select(lane_of[r.name], REG_BITS) & r.rw_mask)
+            for lv in range(levels):
+                top = lv == levels - 1
+                groups: dict[int, dict[int, tuple]] = {}
+                for w, item in items.items():
+                    groups.setdefault(w >> READ_FANIN_BITS, {})[w & READ_FANIN_MASK] = item
+                s = sel[READ_FANIN_BITS * lv:READ_FANIN_BITS * (lv + 1)]
+                nxt = {}
+                for g, members in groups.items():
+                    v = Signal(REG_BITS, name=f"{nm}_l{lv}_{g}")
+                    k = Signal(name=f"{nm}_l{lv}_{g}_ok")
+                    with m.If(decoding if lv == 0 else 1):
+                        m.d.sync += [v.eq(0), k.eq(0)]
+                        with m.If(hit if top else 1):
+                            if len(s) == 0:
+                                iv, ik = members[0]
+                                m.d.sync += [v.eq(iv), k.eq(ik)]
+                            else:
+                                with m.Switch(s):
+                                    for j, (iv, ik) in members.items():
+                                        with m.Case(j):
+                                            m.d.sync += [v.eq(iv), k.eq(ik)]
+                    nxt[g] = (v, k)
+                items = nxt
+            (val, ok), = items.values()
+            rd_vals.append(val if ram_reg is None else val | ram_reg)
             rd_oks.append(ok)
         any_ok = Cat(*rd_oks).any()
         rdata = rd_vals[0]
