@@ -60,10 +60,14 @@ class RoundEmitter(wiring.Component):
     * Order: as the Emitter's (a frame job before a release with a later ``seq``; a release only
       once ``done_seen`` reached its ``seq``); per port, frames leave in that order, a release's
       ranks in rank order.
-    * Throughput: one header per 2 cycles (store read, hand-over) over all ports; a round's
-      payload one beat per cycle to all its ports at once, so with B payload beats per frame and
-      P ports the headers keep up while B >= 2 (ranks per round); a release command takes one
-      cycle to start and one cycle per port and round to plan.
+    * Throughput: one header command per cycle (a release: a round's cycle per port, in port
+      order, a header for each port with a rank left; a frame job: one cycle, a CNP one more);
+      the header store read is issued with the command and pipelined (``hs_latency`` cycles, one
+      read per cycle), the entry and its command wait in the port's header queue of
+      ``hs_latency + 3`` (its credits count the reads in flight), so every port's deparser can
+      take a header every cycle. A round's payload goes one beat per cycle to all its ports at
+      once (:class:`~netreduce.hw.emitter.PayloadReader`). A release command takes two cycles
+      to start (accept, plan).
     * Backpressure: a round's beat moves only when every port of the round can take it
       (``dep_payload<k>.ready`` must be a register output, e.g. a skid buffer's); one held port
       holds the rounds it is in (the engine bounds that: a port held longer than

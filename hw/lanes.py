@@ -7,7 +7,8 @@ holds what the lanes share:
 
 * :class:`LaneSplit`: the control path's decisions (one stream, decision order) into one stream
   per lane (the decision's arrival port), each with its global ordinal ``seq`` and, per slot, the
-  lanes that hold a partial of the slot's current generation (``lmask``, a P-bit word per slot):
+  lanes that hold a partial of the slot's current generation (``lmask``, a P-bit word per slot,
+  in LUT RAM banks of up to 256 slots):
   a contribution's ``overwrite`` becomes "first contribution of this generation *in this lane*".
 * :class:`LaneCombine`: the emitter's slot reads, issued to every lane's result port in lock
   step; the lanes in the read's ``lmask`` are combined in port order 0..P-1 (D20), and SUM_SAT
@@ -28,6 +29,10 @@ from .agg.types import Action
 from .emitter import SEQ_BITS, seq_before
 
 __all__ = ["LaneSplit", "LaneCombine", "xtag_layout", "lane_layout", "min_seq"]
+
+
+# deepest LUT-RAM bank of LaneSplit's lane bits (see LaneSplit.elaborate)
+LUTRAM_BANK = 256
 
 
 def _bits(n: int) -> int:
@@ -84,20 +89,37 @@ class LaneSplit(wiring.Component):
         P = self.lanes
         lanes = [getattr(self, f"lane{k}") for k in range(P)]
         dec = self.dec.payload
-        m.submodules.bits = mem = Memory(shape=P, depth=self.slots, init=[])
-        rd = mem.read_port(domain="comb")
-        wr = mem.write_port()
+        # LUT RAM banks of at most LUTRAM_BANK entries, the bank picked by the slot's high bits
+        # (one 2:1 mux per bank doubling): Yosys 0.23's UltraScale LUT-RAM library has no
+        # mappable single-port shape deeper than 256 (its 512-deep option, OPTION_ABITS 16,
+        # has no case in lutrams_xc5v_map.v: "invalid OPTION_ABITS/WIDTH combination")
+        bank_depth = min(self.slots, LUTRAM_BANK)
+        n_banks = -(-self.slots // bank_depth)
+        lo_bits = ceil_log2(bank_depth)
+        slot_lo, slot_hi = dec.slot[:lo_bits], dec.slot[lo_bits:]
+        wrs, rds = [], []
+        for b in range(n_banks):
+            mem = Memory(shape=P, depth=bank_depth, init=[])
+            m.submodules[f"bits{b}" if n_banks > 1 else "bits"] = mem
+            rd, wr = mem.read_port(domain="comb"), mem.write_port()
+            m.d.comb += [rd.addr.eq(slot_lo), wr.addr.eq(slot_lo)]
+            rds.append(rd)
+            wrs.append(wr)
         port = dec.port
         onehot = Signal(P)
-        m.d.comb += [rd.addr.eq(dec.slot), onehot.eq(Const(1, P) << port)]
-        bits = rd.data
+        m.d.comb += onehot.eq(Const(1, P) << port)
+        bits = Signal(P, name="lane_bits")
+        m.d.comb += bits.eq(rds[0].data if n_banks == 1
+                            else Array(rd.data for rd in rds)[slot_hi])
         is_con = dec.action == Action.CONTRIBUTE
         first = Signal()
         m.d.comb += first.eq(dec.overwrite | ~(bits & onehot).any())
         new = Signal(P)
         m.d.comb += new.eq(Mux(dec.overwrite, onehot, bits | onehot))
         go = self.dec.valid & self.dec.ready
-        m.d.comb += [wr.addr.eq(dec.slot), wr.data.eq(new), wr.en.eq(go & is_con)]
+        for b, wr in enumerate(wrs):
+            hit = (slot_hi == b) if n_banks > 1 else Const(1, 1)
+            m.d.comb += [wr.data.eq(new), wr.en.eq(go & is_con & hit)]
         m.d.comb += self.dec.ready.eq(Array(ln.ready for ln in lanes)[port])
         for k, ln in enumerate(lanes):
             m.d.comb += [ln.valid.eq(self.dec.valid & (port == k)),
