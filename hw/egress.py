@@ -40,11 +40,23 @@ def _bits(n: int) -> int:
 
 
 def _lowest(bits, n: int):
-    """Index of the lowest set bit of ``bits`` (n bits; 0 when none)."""
-    out = Const(0, _bits(n))
-    for i in reversed(range(n)):
-        out = Mux(bits[i], i, out)
-    return out
+    """Index of the lowest set bit of ``bits`` (n bits; 0 when none), as a tree: each level
+    picks the upper half's index only if the lower half has no bit and the upper one has, so the
+    depth grows with log2(n) (a chain of n priority muxes maps to n / 8 chained wide muxes)."""
+    width = _bits(n)
+    size = 1 << ceil_log2(max(n, 2))
+    padded = Cat(bits[:n], Const(0, size - n))
+
+    def tree(lo: int, size: int):   # (any bit set, index within) of bits[lo:lo + size]
+        if size == 1:
+            return padded[lo], Const(0, 0)
+        half = size // 2
+        a_lo, i_lo = tree(lo, half)
+        a_hi, i_hi = tree(lo + half, size - half)
+        return a_lo | a_hi, Mux(a_lo | ~a_hi, Cat(i_lo, Const(0, 1)), Cat(i_hi, Const(1, 1)))
+
+    _, idx = tree(0, size)
+    return idx[:width]
 
 
 class RoundEmitter(wiring.Component):
@@ -53,7 +65,9 @@ class RoundEmitter(wiring.Component):
     Members as :class:`~netreduce.hw.emitter.Emitter` (``jobs``, ``rel``, ``done_seen``,
     ``hs_en`` / ``hs_addr`` / ``hs_data``, ``req`` / ``res``, ``rel_cur`` / ``rel_xtag``), but
     ``dep_hdr<k>`` / ``dep_payload<k>`` per port and no ``port`` stream. Slot reads carry the tag
-    ``Cat(bytes, last, xtag, count, mask)`` (``mask``: the round's ports).
+    ``Cat(bytes, last, xtag, count, mask)`` (``mask``: the round's ports); ``rel_xtag`` (the
+    combine tag of the release ``rel_cur``) is read from the second cycle after the release is
+    taken, so it may be a register of a function of ``rel_cur``.
 
     Contract:
 

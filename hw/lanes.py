@@ -51,11 +51,15 @@ def lane_layout(dec_layout, lanes: int) -> data.StructLayout:
 
 
 def min_seq(values):
-    """The oldest of sequence numbers (modulo 2**SEQ_BITS, distances below 2**15)."""
-    out = values[0]
-    for v in values[1:]:
-        out = Mux(seq_before(v, out), v, out)
-    return out
+    """The oldest of sequence numbers (modulo 2**SEQ_BITS, distances below 2**15), as a tree
+    of pairwise comparisons (ceil(log2(n)) deep)."""
+    values = list(values)
+    while len(values) > 1:
+        odd = [values[-1]] if len(values) % 2 else []
+        ev = values[:len(values) - len(odd)]
+        values = [Mux(seq_before(b, a), b, a)
+                  for a, b in zip(ev[::2], ev[1::2], strict=True)] + odd
+    return values[0]
 
 
 class LaneSplit(wiring.Component):
@@ -341,12 +345,19 @@ def attach_lanes(m, *, width: int, slots: int, pmtu_max: int, max_world: int, rl
         m.d.sync += rr.eq(Mux(sel == P - 1, 0, sel + 1))
 
     # decisions done: the oldest lane bound, taken only while no header write is waiting,
-    # then delayed until the slot memories' writes are visible to their result ports
+    # then delayed until the slot memories' writes are visible to their result ports. The
+    # lanes' bounds are registered first (a snapshot of one cycle, with its header-write flag),
+    # the oldest of them taken a cycle later; the delay after it is one cycle shorter, so
+    # done_seen moves as before
+    snap = [Signal(SEQ_BITS, name=f"lane_bound{k}") for k in range(P)]
+    snap_hs = Signal(name="lane_bound_hs")
+    m.d.sync += [s.eq(b) for s, b in zip(snap, bounds, strict=True)]
+    m.d.sync += snap_hs.eq(any_hs)
     bound = Signal(SEQ_BITS, name="lane_bound")
-    with m.If(~any_hs):
-        m.d.sync += bound.eq(min_seq(bounds))
+    with m.If(~snap_hs):
+        m.d.sync += bound.eq(min_seq(snap))
     delay = [bound]
-    for i in range(rl + 1):
+    for i in range(rl):
         s = Signal(SEQ_BITS, name=f"lane_done_d{i}")
         m.d.sync += s.eq(delay[-1])
         delay.append(s)
@@ -359,11 +370,16 @@ def attach_lanes(m, *, width: int, slots: int, pmtu_max: int, max_world: int, rl
                                   Mux(take, k, best_k))
     jsel = Signal(range(P), name="lane_job_sel")
     m.d.comb += jsel.eq(best_k)
-    jobs_valid, jobs_ready = Signal(name="lane_jobs_valid"), Signal(name="lane_jobs_ready")
-    jobs_payload = Signal(job_l, name="lane_jobs_payload")
-    m.d.comb += [jobs_valid.eq(best_v), jobs_payload.eq(Array(r for _, r in heads)[jsel])]
+    # the merged stream leaves through a skid buffer: the choice (sequence comparisons over
+    # the lanes) ends in its registers, not in the emitter's; the cycle it adds is within
+    # done_seen's delay (a release after the job waits for the job's decision to finish)
+    from .skid import SkidBuffer
+    m.submodules.lane_jobs_skid = jskid = SkidBuffer(job_l)
+    m.d.comb += [jskid.i.valid.eq(best_v), jskid.i.payload.eq(Array(r for _, r in heads)[jsel])]
     for k, (q, _) in enumerate(heads):
-        m.d.comb += q.r_en.eq(jobs_ready & jobs_valid & (jsel == k))
+        m.d.comb += q.r_en.eq(jskid.i.ready & best_v & (jsel == k))
+    jobs_valid, jobs_ready = jskid.o.valid, jskid.o.ready
+    jobs_payload = jskid.o.payload
 
     cnt_width = max(1, ceil_log2(2 * P + 1))
     comb = LaneCombine(width, lanes=P, jobs=jobs, req_layout=mems[0].result_req_layout,
