@@ -166,8 +166,8 @@ class RoundEmitter(wiring.Component):
         # step only clears a decoded bit: no priority search over max_world bits in the step
         low = [Signal(rank_bits, name=f"low{k}") for k in range(P)]
         low_dec = [Signal(nw, name=f"low_dec{k}") for k in range(P)]
-        for k in range(P):
-            m.d.comb += low_dec[k].eq(Const(1, nw) << low[k])
+        for k in range(P):   # a decoder (one compare per bit), not a shifter's mux stages
+            m.d.comb += low_dec[k].eq(Cat(*[low[k] == i for i in range(nw)]))
         rest = [Signal(nw, name=f"rest{k}") for k in range(P)]   # rem without its lowest
         for k in range(P):
             m.d.comb += rest[k].eq(rem[k] & ~low_dec[k])
