@@ -15,13 +15,14 @@ from __future__ import annotations
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import ceil_log2, exact_log2
+from amaranth.utils import ceil_log2
 
 from netreduce.wire import fields as wf
 
 from .emitter import (
     JOB_PROBE,
     SEQ_BITS,
+    PayloadReader,
     _cnp_bytes,
     _probe_bytes,
     frame_job_layout,
@@ -39,11 +40,23 @@ def _bits(n: int) -> int:
 
 
 def _lowest(bits, n: int):
-    """Index of the lowest set bit of ``bits`` (n bits; 0 when none)."""
-    out = Const(0, _bits(n))
-    for i in reversed(range(n)):
-        out = Mux(bits[i], i, out)
-    return out
+    """Index of the lowest set bit of ``bits`` (n bits; 0 when none), as a tree: each level
+    picks the upper half's index only if the lower half has no bit and the upper one has, so the
+    depth grows with log2(n) (a chain of n priority muxes maps to n / 8 chained wide muxes)."""
+    width = _bits(n)
+    size = 1 << ceil_log2(max(n, 2))
+    padded = Cat(bits[:n], Const(0, size - n))
+
+    def tree(lo: int, size: int):   # (any bit set, index within) of bits[lo:lo + size]
+        if size == 1:
+            return padded[lo], Const(0, 0)
+        half = size // 2
+        a_lo, i_lo = tree(lo, half)
+        a_hi, i_hi = tree(lo + half, size - half)
+        return a_lo | a_hi, Mux(a_lo | ~a_hi, Cat(i_lo, Const(0, 1)), Cat(i_hi, Const(1, 1)))
+
+    _, idx = tree(0, size)
+    return idx[:width]
 
 
 class RoundEmitter(wiring.Component):
@@ -52,17 +65,23 @@ class RoundEmitter(wiring.Component):
     Members as :class:`~netreduce.hw.emitter.Emitter` (``jobs``, ``rel``, ``done_seen``,
     ``hs_en`` / ``hs_addr`` / ``hs_data``, ``req`` / ``res``, ``rel_cur`` / ``rel_xtag``), but
     ``dep_hdr<k>`` / ``dep_payload<k>`` per port and no ``port`` stream. Slot reads carry the tag
-    ``Cat(bytes, last, xtag, count, mask)`` (``mask``: the round's ports).
+    ``Cat(bytes, last, xtag, count, mask)`` (``mask``: the round's ports); ``rel_xtag`` (the
+    combine tag of the release ``rel_cur``) is read from the second cycle after the release is
+    taken, so it may be a register of a function of ``rel_cur``.
 
     Contract:
 
     * Order: as the Emitter's (a frame job before a release with a later ``seq``; a release only
       once ``done_seen`` reached its ``seq``); per port, frames leave in that order, a release's
       ranks in rank order.
-    * Throughput: one header per 2 cycles (store read, hand-over) over all ports; a round's
-      payload one beat per cycle to all its ports at once, so with B payload beats per frame and
-      P ports the headers keep up while B >= 2 (ranks per round); a release command takes one
-      cycle to start and one cycle per port and round to plan.
+    * Throughput: one header command per cycle (a release: a round's cycle per port, in port
+      order, a header for each port with a rank left; a frame job: one cycle, a CNP one more);
+      the header store read is issued with the command and pipelined (``hs_latency`` cycles, one
+      read per cycle), the entry and its command wait in the port's header queue of
+      ``hs_latency + 3`` (its credits count the reads in flight), so every port's deparser can
+      take a header every cycle. A round's payload goes one beat per cycle to all its ports at
+      once (:class:`~netreduce.hw.emitter.PayloadReader`). A release command takes two cycles
+      to start (accept, plan).
     * Backpressure: a round's beat moves only when every port of the round can take it
       (``dep_payload<k>.ready`` must be a register output, e.g. a skid buffer's); one held port
       holds the rounds it is in (the engine bounds that: a port held longer than
@@ -71,7 +90,12 @@ class RoundEmitter(wiring.Component):
     """
 
     def __init__(self, width: int, *, ports: int, slots: int, max_world: int, rel_layout,
-                 hs_layout, req_layout, res_layout, read_latency: int, xtag_width: int):
+                 hs_layout, req_layout, res_layout, read_latency: int, xtag_width: int,
+                 hs_latency: int = 1):
+        if not isinstance(hs_latency, int) or hs_latency < 1:
+            raise ValueError(f"round emitter hs_latency = {hs_latency!r}: must be >= 1")
+        self.hs_latency = hs_latency  # the header store's read latency
+        self.req_layout, self.res_layout = req_layout, res_layout
         self.width, self.ports, self.slots, self.max_world = width, ports, slots, max_world
         self.read_latency, self.xtag_width = read_latency, xtag_width
         self.job_layout = frame_job_layout(ports, slots, xtag_width)
@@ -92,28 +116,36 @@ class RoundEmitter(wiring.Component):
         self.rel_layout = rel_layout
         super().__init__(members)
 
-    def elaborate(self, platform):  # noqa: C901 (three small FSMs)
+    def elaborate(self, platform):  # noqa: C901 (two small FSMs)
         m = Module()
         P, w, X = self.ports, self.width, self.xtag_width
-        nb = w // 8
         pb, rank_bits, slot_bits = _bits(P), self.rank_bits, self.slot_bits
-        nb_bits = ceil_log2(nb + 1)
-        beat_shift = exact_log2(nb)
-        rl = self.read_latency
+        rl, hl = self.read_latency, self.hs_latency
         nw = self.max_world
         raw_layout = data.ArrayLayout(8, HDR_CAP)
         hcmd_layout = data.StructLayout({"store": 1, "addr": slot_bits + rank_bits,
                                          "raw": raw_layout, "hdr_len": range(HDR_CAP + 1),
                                          "plen": 16, "ce": 1, "port": pb})
+        xl = data.StructLayout({"xtag": X, "count": 1, "mask": P})
         pcmd_layout = data.StructLayout({"from_slot": 1, "slot": slot_bits, "plen": 16,
-                                         "xtag": X, "count": 1, "mask": P})
+                                         "extra": xl})
 
         def q(name, layout, depth):
             f = fifo.SyncFIFOBuffered(width=layout.size, depth=depth)
             m.submodules[name] = f
             return f, data.View(layout, f.w_data), data.View(layout, f.r_data)
 
-        hq, hq_w, hq_r = q("hcmdq", hcmd_layout, 4)
+        # per port a header queue: commands whose store entry has been read (its credits cover
+        # the reads in flight), the port's deparser header straight from its output register
+        hdr_layout = data.StructLayout({"raw": raw_layout, "hdr_len": range(HDR_CAP + 1),
+                                        "plen": 16, "ce": 1})
+        hdr_depth = hl + 3
+        hqs = [q(f"hdrq{k}", hdr_layout, hdr_depth) for k in range(P)]
+        credit = [Signal(range(hdr_depth + 1), init=hdr_depth, name=f"hdr_credit{k}")
+                  for k in range(P)]
+        has_credit = Cat(*[c != 0 for c in credit])
+        hq_w = Signal(hcmd_layout, name="hcmd")   # the header command pushed this cycle
+        hpush = Signal()
         pcq, pc_w, pc_r = q("pcmdq", pcmd_layout, 4)
         jobs, jq_r = self.jobs, self.jobs.payload
         rel = self.rel.payload
@@ -134,15 +166,16 @@ class RoundEmitter(wiring.Component):
         # step only clears a decoded bit: no priority search over max_world bits in the step
         low = [Signal(rank_bits, name=f"low{k}") for k in range(P)]
         low_dec = [Signal(nw, name=f"low_dec{k}") for k in range(P)]
-        for k in range(P):
-            m.d.comb += low_dec[k].eq(Const(1, nw) << low[k])
+        for k in range(P):   # a decoder (one compare per bit), not a shifter's mux stages
+            m.d.comb += low_dec[k].eq(Cat(*[low[k] == i for i in range(nw)]))
         rest = [Signal(nw, name=f"rest{k}") for k in range(P)]   # rem without its lowest
         for k in range(P):
             m.d.comb += rest[k].eq(rem[k] & ~low_dec[k])
         pi = Signal(range(P), name="round_port")
         first_round = Signal()
         rmask = Signal(P, name="round_mask")
-        both = hq.w_rdy & pcq.w_rdy
+        # a frame job's header and payload commands go together
+        both = has_credit.bit_select(ejob.port, 1) & pcq.w_rdy
         with m.FSM(name="emit"):
             with m.State("IDLE"):
                 with m.If(job_first):
@@ -172,8 +205,8 @@ class RoundEmitter(wiring.Component):
                     hq_w.hdr_len.eq(Mux(probe, Mux(vl, bth_len[L2_TAGGED],
                                                    bth_len[L2_UNTAGGED]), ejob.hdr_len)),
                     pc_w.slot.eq(ejob.slot), pc_w.from_slot.eq(~probe),
-                    pc_w.plen.eq(Mux(probe, 0, ejob.plen)), pc_w.xtag.eq(ejob.xtag),
-                    pc_w.mask.eq(Const(1, P) << ejob.port),
+                    pc_w.plen.eq(Mux(probe, 0, ejob.plen)), pc_w.extra.xtag.eq(ejob.xtag),
+                    pc_w.extra.mask.eq(Const(1, P) << ejob.port),
                 ]
                 pu = _probe_bytes(ejob.raw, L2_UNTAGGED, ejob.ov, ejob.psn)
                 pt = _probe_bytes(ejob.raw, L2_TAGGED, ejob.ov, ejob.psn)
@@ -182,7 +215,7 @@ class RoundEmitter(wiring.Component):
                 with m.Else():
                     m.d.comb += hq_w.raw.eq(ejob.raw)
                 with m.If(both):
-                    m.d.comb += [hq.w_en.eq(1), pcq.w_en.eq(1)]
+                    m.d.comb += [hpush.eq(1), pcq.w_en.eq(1)]
                     m.next = "JOB_CNP"
                     with m.If(~ejob.cnp):
                         m.next = "IDLE"
@@ -194,11 +227,11 @@ class RoundEmitter(wiring.Component):
                     hq_w.store.eq(0), hq_w.port.eq(ejob.port), hq_w.plen.eq(16), hq_w.ce.eq(0),
                     hq_w.hdr_len.eq(Mux(vl, bth_len[L2_TAGGED], bth_len[L2_UNTAGGED])),
                     pc_w.from_slot.eq(0), pc_w.plen.eq(16),
-                    pc_w.mask.eq(Const(1, P) << ejob.port),
+                    pc_w.extra.mask.eq(Const(1, P) << ejob.port),
                     *put_raw(hq_w.raw, cu, ct, vl),
                 ]
                 with m.If(both):
-                    m.d.comb += [hq.w_en.eq(1), pcq.w_en.eq(1)]
+                    m.d.comb += [hpush.eq(1), pcq.w_en.eq(1)]
                     m.next = "IDLE"
             with m.State("RESULTS"):
                 # cycle pi of a round: the round's payload command at pi == 0, then port pi's
@@ -211,10 +244,10 @@ class RoundEmitter(wiring.Component):
                     hq_w.store.eq(1), hq_w.addr.eq(Cat(rank[:rank_bits], erel.slot[:slot_bits])),
                     hq_w.plen.eq(erel.plen), hq_w.ce.eq(1), hq_w.port.eq(pi),
                     pc_w.from_slot.eq(1), pc_w.slot.eq(erel.slot), pc_w.plen.eq(erel.plen),
-                    pc_w.xtag.eq(self.rel_xtag), pc_w.count.eq(first_round),
-                    pc_w.mask.eq(Mux(pi == 0, has, rmask)),
+                    pc_w.extra.xtag.eq(self.rel_xtag), pc_w.extra.count.eq(first_round),
+                    pc_w.extra.mask.eq(Mux(pi == 0, has, rmask)),
                 ]
-                ok = Mux(pi == 0, both, hq.w_rdy)
+                ok = (pcq.w_rdy | (pi != 0)) & (~mine | has_credit.bit_select(pi, 1))
                 # a step takes port pi's lowest rank; its next lowest, lowest(rest), is a
                 # function of registers only, so no search sits behind the step's decision
                 step = [Signal(name=f"step{k}") for k in range(P)]
@@ -223,7 +256,7 @@ class RoundEmitter(wiring.Component):
                     m.d.comb += [step[k].eq((pi == k) & mine),
                                  left[k].eq(Mux(pi == k, rest[k].any(), rem[k].any()))]
                 with m.If(ok):
-                    m.d.comb += [hq.w_en.eq(mine), pcq.w_en.eq(pi == 0)]
+                    m.d.comb += [hpush.eq(mine), pcq.w_en.eq(pi == 0)]
                     with m.If(pi == 0):
                         m.d.sync += rmask.eq(has)
                     for k in range(P):
@@ -236,88 +269,47 @@ class RoundEmitter(wiring.Component):
                     with m.Else():
                         m.d.sync += pi.eq(pi + 1)
 
-        # header path: header store read (1 cycle) -> the port's deparser header
-        hcur = Signal(hcmd_layout, name="hcur")
+        # header path: the store read is issued with the command (address from registers), its
+        # entry comes back hl cycles later and joins the command in its port's header queue
+        for k in range(P):
+            m.d.sync += credit[k].eq(credit[k] - (hpush & (hq_w.port == k)) + hqs[k][0].r_en)
+        m.d.comb += [self.hs_en.eq(hpush & hq_w.store), self.hs_addr.eq(hq_w.addr)]
+        pv, pc = hpush, hq_w.as_value()
+        for i in range(hl):
+            v_i, c_i = Signal(name=f"hs_v{i}"), Signal(hcmd_layout, name=f"hs_c{i}")
+            m.d.sync += [v_i.eq(pv), c_i.eq(pc)]
+            pv, pc = v_i, c_i
+        hsc = Signal(hcmd_layout, name="hs_cmd")
+        m.d.comb += hsc.eq(pc)
         hs_data = self.hs_data
-        hdrs = [getattr(self, f"dep_hdr{k}") for k in range(P)]
-        with m.FSM(name="hdr"):
-            with m.State("IDLE"):
-                with m.If(hq.r_rdy):
-                    m.d.comb += [hq.r_en.eq(1), self.hs_en.eq(1), self.hs_addr.eq(hq_r.addr)]
-                    m.d.sync += hcur.eq(hq_r)
-                    m.next = "OUT"
-            with m.State("OUT"):
-                for k, dh in enumerate(hdrs):
-                    m.d.comb += [
-                        dh.valid.eq(hcur.port == k),
-                        dh.payload.raw.eq(Mux(hcur.store, hs_data.raw.as_value(),
-                                              hcur.raw.as_value())),
-                        dh.payload.hdr_len.eq(Mux(hcur.store, hs_data.hdr_len, hcur.hdr_len)),
-                        dh.payload.plen.eq(hcur.plen), dh.payload.ce_to_ect0.eq(hcur.ce),
-                    ]
-                with m.If(Cat(*[dh.ready & (hcur.port == k) for k, dh in enumerate(hdrs)])
-                          .any()):
-                    m.next = "IDLE"
+        for k, (f, f_w, f_r) in enumerate(hqs):
+            dh = getattr(self, f"dep_hdr{k}")
+            m.d.comb += [
+                f.w_en.eq(pv & (hsc.port == k)),
+                f_w.raw.eq(Mux(hsc.store, hs_data.raw.as_value(), hsc.raw.as_value())),
+                f_w.hdr_len.eq(Mux(hsc.store, hs_data.hdr_len, hsc.hdr_len)),
+                f_w.plen.eq(hsc.plen), f_w.ce.eq(hsc.ce),
+                dh.valid.eq(f.r_rdy), f.r_en.eq(dh.ready),
+                dh.payload.raw.eq(f_r.raw), dh.payload.hdr_len.eq(f_r.hdr_len),
+                dh.payload.plen.eq(f_r.plen), dh.payload.ce_to_ect0.eq(f_r.ce),
+            ]
 
         # payload path: slot beats through the combine, or zero beats (probe, CNP), to the
-        # round's ports at once
-        pcur = Signal(pcmd_layout, name="pcur")
-        pbeat = Signal(16)
-        nbeats = Signal(16)
-        plen_beats = (pc_r.plen + nb - 1) >> beat_shift
-        p_last = pbeat + 1 >= nbeats
-        p_bytes = Mux(p_last, pcur.plen - (pbeat << beat_shift), nb)
-        pending = Signal(range(rl + 8))
-        req, res = self.req, self.res
-        m.d.comb += [req.payload.slot.eq(pcur.slot), req.payload.beat.eq(pbeat),
-                     req.payload.tag.eq(Cat(p_bytes[:nb_bits], p_last, pcur.xtag, pcur.count,
-                                            pcur.mask))]
-        zero_drive = Signal()
-        tag = res.payload.tag
-        rtag_bytes = tag[:nb_bits]
-        rtag_last = tag[nb_bits]
-        rmask_res = tag[nb_bits + 1 + X + 1:nb_bits + 1 + X + 1 + P]
+        # round's ports at once (a beat moves when every port of its round can take it)
+        m.submodules.payload = pr = PayloadReader(w, cmd_layout=pcmd_layout,
+                                                  req_layout=self.req_layout,
+                                                  res_layout=self.res_layout, read_latency=rl)
+        m.d.comb += [pr.cmd.valid.eq(pcq.r_rdy), pr.cmd.payload.eq(pc_r),
+                     pcq.r_en.eq(pr.cmd.ready)]
+        wiring.connect(m, pr.req, wiring.flipped(self.req))
+        wiring.connect(m, wiring.flipped(self.res), pr.res)
         pays = [getattr(self, f"dep_payload{k}") for k in range(P)]
         mask = Signal(P, name="beat_mask")
-        m.d.comb += mask.eq(Mux(zero_drive, pcur.mask, rmask_res))
+        m.d.comb += mask.eq(data.View(xl, pr.extra).mask)
         all_ready = Signal()
-        m.d.comb += all_ready.eq(Cat(*[~mask[k] | p.ready for k, p in enumerate(pays)]).all())
-        with m.FSM(name="payload"):
-            with m.State("IDLE"):
-                with m.If(pcq.r_rdy):
-                    m.d.comb += pcq.r_en.eq(1)
-                    m.d.sync += [pcur.eq(pc_r), pbeat.eq(0),
-                                 nbeats.eq(Mux(pc_r.plen == 0, 1, plen_beats))]
-                    with m.If(pc_r.from_slot):
-                        m.next = "SLOT"
-                    with m.Else():
-                        m.next = "ZERO"
-            with m.State("SLOT"):
-                m.d.comb += req.valid.eq(1)
-                with m.If(req.ready):
-                    m.d.sync += pbeat.eq(pbeat + 1)
-                    with m.If(p_last):
-                        m.next = "IDLE"
-            with m.State("ZERO"):
-                m.d.comb += zero_drive.eq((pending == 0) & ~res.valid)
-                with m.If(zero_drive & all_ready):
-                    m.d.sync += pbeat.eq(pbeat + 1)
-                    with m.If(p_last):
-                        m.next = "IDLE"
-        m.d.sync += pending.eq(pending + (req.valid & req.ready) - (res.valid & res.ready))
-
-        def therm(n):
-            return Cat(*[n > i for i in range(nb)])
-
-        b_valid = Mux(zero_drive, 1, res.valid)
+        m.d.comb += [all_ready.eq(Cat(*[~mask[k] | p.ready for k, p in enumerate(pays)]).all()),
+                     pr.o.ready.eq(all_ready)]
         for k, p in enumerate(pays):
-            dp = p.payload
-            m.d.comb += p.valid.eq(b_valid & mask[k] & all_ready)
-            with m.If(zero_drive):
-                m.d.comb += [dp.data.eq(0), dp.keep.eq(therm(p_bytes)), dp.last.eq(p_last),
-                             dp.first.eq(pbeat == 0)]
-            with m.Else():
-                m.d.comb += [dp.data.eq(res.payload.data), dp.keep.eq(therm(rtag_bytes)),
-                             dp.last.eq(rtag_last), dp.first.eq(res.payload.beat == 0)]
-        m.d.comb += res.ready.eq(~zero_drive & all_ready)
+            m.d.comb += [p.valid.eq(pr.o.valid & mask[k] & all_ready),
+                         p.payload.eq(pr.o.payload)]
         return m

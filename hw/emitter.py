@@ -21,8 +21,8 @@ from .agg.roles import remarked
 from .packet.layout import HDR_CAP, L2_TAGGED, L2_UNTAGGED, deparse_header_layout
 from .stream import beat_signature
 
-__all__ = ["Emitter", "frame_job_layout", "seq_before", "SEQ_BITS", "JOB_NONE", "JOB_REEMIT",
-           "JOB_PROBE", "is_vlan"]
+__all__ = ["Emitter", "PayloadReader", "frame_job_layout", "seq_before", "SEQ_BITS", "JOB_NONE",
+           "JOB_REEMIT", "JOB_PROBE", "is_vlan"]
 
 SEQ_BITS = 16
 JOB_NONE, JOB_REEMIT, JOB_PROBE = 0, 1, 2
@@ -104,6 +104,101 @@ def _cnp_bytes(raw, l2: int, dqpn) -> list:
     return out
 
 
+class PayloadReader(wiring.Component):
+    """Payload commands -> payload beats: a slot's beats through the slot memory's result port,
+    or zero beats (the emitters' shared payload path).
+
+    Members: ``cmd`` (In, stream of ``cmd_layout``: ``from_slot``, ``slot``, ``plen`` and an
+    optional ``extra`` field), ``req`` (Out) / ``res`` (In): the result port (``req_layout`` /
+    ``res_layout``; a request's tag is ``Cat(bytes, last, extra)``, ``bytes`` of
+    ``ceil(log2(width / 8 + 1))`` bits), ``o`` (Out: the beats) and ``extra`` (Out, with ``o``:
+    the beat's command's ``extra``; from the tag for slot beats).
+
+    Contract: a command is taken when the previous one's requests are all issued; a slot
+    command issues one read per cycle (``max(1, ceil(plen / bytes per beat))`` reads), its beats
+    leave as the result port returns them (``o.ready`` is ``res.ready``); a zero command
+    (``from_slot`` clear) sends its beats once every read is back (``read_latency`` + the
+    result port's pipeline), one per cycle while ``o.ready``. ``o.ready`` may depend on
+    ``extra``. Never drops; no errors.
+    """
+
+    def __init__(self, width: int, *, cmd_layout, req_layout, res_layout, read_latency: int):
+        self.width, self.read_latency = width, read_latency
+        self.cmd_layout = cmd_layout
+        extra = dict(cmd_layout.members).get("extra")
+        self.extra_width = 0 if extra is None else data.Layout.cast(extra).size
+        super().__init__({
+            "cmd": In(stream.Signature(self.cmd_layout)),
+            "req": Out(stream.Signature(req_layout)),
+            "res": In(stream.Signature(res_layout)),
+            "o": Out(beat_signature(width)),
+            "extra": Out(max(1, self.extra_width)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        nb = self.width // 8
+        nb_bits = ceil_log2(nb + 1)
+        beat_shift = exact_log2(nb)
+        E = self.extra_width
+        cmd, req, res, o = self.cmd, self.req, self.res, self.o
+        pc_r = cmd.payload
+        pcur = Signal(self.cmd_layout, name="pcur")
+        pbeat = Signal(16)
+        nbeats = Signal(16)
+        plen_beats = (pc_r.plen + nb - 1) >> beat_shift
+        p_last = pbeat + 1 >= nbeats
+        p_bytes = Mux(p_last, pcur.plen - (pbeat << beat_shift), nb)
+        pending = Signal(range(self.read_latency + 8))
+        cur_extra = pcur.extra if E else Const(0, 0)
+        m.d.comb += [req.payload.slot.eq(pcur.slot), req.payload.beat.eq(pbeat),
+                     req.payload.tag.eq(Cat(p_bytes[:nb_bits], p_last, cur_extra))]
+        zero_drive = Signal()
+        with m.FSM(name="payload"):
+            with m.State("IDLE"):
+                m.d.comb += cmd.ready.eq(1)
+                with m.If(cmd.valid):
+                    m.d.sync += [pcur.eq(pc_r), pbeat.eq(0),
+                                 nbeats.eq(Mux(pc_r.plen == 0, 1, plen_beats))]
+                    with m.If(pc_r.from_slot):
+                        m.next = "SLOT"
+                    with m.Else():
+                        m.next = "ZERO"
+            with m.State("SLOT"):
+                m.d.comb += req.valid.eq(1)
+                with m.If(req.ready):
+                    m.d.sync += pbeat.eq(pbeat + 1)
+                    with m.If(p_last):
+                        m.next = "IDLE"
+            with m.State("ZERO"):
+                m.d.comb += zero_drive.eq((pending == 0) & ~res.valid)
+                with m.If(zero_drive & o.ready):
+                    m.d.sync += pbeat.eq(pbeat + 1)
+                    with m.If(p_last):
+                        m.next = "IDLE"
+        m.d.sync += pending.eq(pending + (req.valid & req.ready) - (res.valid & res.ready))
+        tag = res.payload.tag
+        rtag_bytes = tag[:nb_bits]
+        rtag_last = tag[nb_bits]
+
+        def therm(n):
+            return Cat(*[n > i for i in range(nb)])
+
+        op = o.payload
+        with m.If(zero_drive):
+            m.d.comb += [o.valid.eq(1), op.data.eq(0), op.keep.eq(therm(p_bytes)),
+                         op.last.eq(p_last), op.first.eq(pbeat == 0)]
+            if E:
+                m.d.comb += self.extra.eq(cur_extra)
+        with m.Else():
+            m.d.comb += [o.valid.eq(res.valid), op.data.eq(res.payload.data),
+                         op.keep.eq(therm(rtag_bytes)), op.last.eq(rtag_last),
+                         op.first.eq(res.payload.beat == 0), res.ready.eq(o.ready)]
+            if E:
+                m.d.comb += self.extra.eq(tag[nb_bits + 1:nb_bits + 1 + E])
+        return m
+
+
 class Emitter(wiring.Component):
     """Frame jobs and release commands -> deparser headers and payload beats.
 
@@ -145,6 +240,7 @@ class Emitter(wiring.Component):
         self.read_latency = read_latency
         self.job_layout = frame_job_layout(ports, slots)
         self.hs_layout, self.rel_layout = hs_layout, rel_layout
+        self.req_layout, self.res_layout = req_layout, res_layout
         self.rank_bits = _bits(max_world)
         self.slot_bits = _bits(slots)
         super().__init__({
@@ -163,10 +259,7 @@ class Emitter(wiring.Component):
     def elaborate(self, platform):  # noqa: C901 (three small FSMs)
         m = Module()
         P, w = self.ports, self.width
-        nb = w // 8
         pb, rank_bits, slot_bits = _bits(P), self.rank_bits, self.slot_bits
-        nb_bits = ceil_log2(nb + 1)
-        beat_shift = exact_log2(nb)
         rl = self.read_latency
         raw_layout = data.ArrayLayout(8, HDR_CAP)
         hcmd_layout = data.StructLayout({"store": 1, "addr": slot_bits + rank_bits,
@@ -320,54 +413,12 @@ class Emitter(wiring.Component):
         ]
 
         # payload path: slot beats through the result port, or zero beats (probe, CNP)
-        pcur = Signal(pcmd_layout, name="pcur")
-        pbeat = Signal(16)
-        nbeats = Signal(16)
-        plen_beats = (pc_r.plen + nb - 1) >> beat_shift
-        p_last = pbeat + 1 >= nbeats
-        p_bytes = Mux(p_last, pcur.plen - (pbeat << beat_shift), nb)
-        pending = Signal(range(rl + 8))
-        req, res = self.req, self.res
-        dep_p = self.dep_payload
-        m.d.comb += [req.payload.slot.eq(pcur.slot), req.payload.beat.eq(pbeat),
-                     req.payload.tag.eq(Cat(p_bytes[:nb_bits], p_last))]
-        zero_drive = Signal()
-        with m.FSM(name="payload"):
-            with m.State("IDLE"):
-                with m.If(pcq.r_rdy):
-                    m.d.comb += pcq.r_en.eq(1)
-                    m.d.sync += [pcur.eq(pc_r), pbeat.eq(0),
-                                 nbeats.eq(Mux(pc_r.plen == 0, 1, plen_beats))]
-                    with m.If(pc_r.from_slot):
-                        m.next = "SLOT"
-                    with m.Else():
-                        m.next = "ZERO"
-            with m.State("SLOT"):
-                m.d.comb += req.valid.eq(1)
-                with m.If(req.ready):
-                    m.d.sync += pbeat.eq(pbeat + 1)
-                    with m.If(p_last):
-                        m.next = "IDLE"
-            with m.State("ZERO"):
-                m.d.comb += zero_drive.eq((pending == 0) & ~res.valid)
-                with m.If(zero_drive & dep_p.ready):
-                    m.d.sync += pbeat.eq(pbeat + 1)
-                    with m.If(p_last):
-                        m.next = "IDLE"
-        m.d.sync += pending.eq(pending + (req.valid & req.ready) - (res.valid & res.ready))
-        rtag_bytes = res.payload.tag[:nb_bits]
-        rtag_last = res.payload.tag[nb_bits]
-
-        def therm(n):
-            return Cat(*[n > i for i in range(nb)])
-
-        dp = dep_p.payload
-        with m.If(zero_drive):
-            m.d.comb += [dep_p.valid.eq(1), dp.data.eq(0), dp.keep.eq(therm(p_bytes)),
-                         dp.last.eq(p_last), dp.first.eq(pbeat == 0)]
-        with m.Else():
-            m.d.comb += [dep_p.valid.eq(res.valid), dp.data.eq(res.payload.data),
-                         dp.keep.eq(therm(rtag_bytes)), dp.last.eq(rtag_last),
-                         dp.first.eq(res.payload.beat == 0),
-                         res.ready.eq(dep_p.ready)]
+        m.submodules.payload = pr = PayloadReader(w, cmd_layout=pcmd_layout,
+                                                  req_layout=self.req_layout,
+                                                  res_layout=self.res_layout, read_latency=rl)
+        m.d.comb += [pr.cmd.valid.eq(pcq.r_rdy), pr.cmd.payload.eq(pc_r),
+                     pcq.r_en.eq(pr.cmd.ready)]
+        wiring.connect(m, pr.req, wiring.flipped(self.req))
+        wiring.connect(m, wiring.flipped(self.res), pr.res)
+        wiring.connect(m, pr.o, wiring.flipped(self.dep_payload))
         return m

@@ -291,10 +291,9 @@ class NetReduceEngine(wiring.Component):
             m.d.sync += rr.eq(Mux(pick == P - 1, 0, pick + 1))
 
         # ------------------------------------------------------------ storage
-        # registered read (READ_LATENCY 2) for the Emitter; the lanes build's RoundEmitter
-        # reads with latency 1
+        # registered read (READ_LATENCY 2): the emitters' header queues cover it
         m.submodules.hdr_store = hstore = HeaderStore(
-            self.slots, self.max_world, read_latency=HS_LATENCY if self.lanes == 1 else 1)
+            self.slots, self.max_world, read_latency=HS_LATENCY)
         fwd = []
         # a port's TX carries its results at up to a beat per cycle: its forward queue holds 8
         # ACK-sized frames (128 bytes each) so that ACKs waiting for the TX do not stall the
@@ -377,16 +376,20 @@ class NetReduceEngine(wiring.Component):
             m.submodules.emitter = em = RoundEmitter(
                 w, ports=P, slots=self.slots, max_world=self.max_world,
                 rel_layout=ctl.rel_layout, hs_layout=hstore.layout, req_layout=lp.req_layout,
-                res_layout=lp.res_layout, read_latency=rl, xtag_width=lp.xtag_width)
+                res_layout=lp.res_layout, read_latency=rl, xtag_width=lp.xtag_width,
+                hs_latency=hstore.read_latency)
             m.d.comb += [em.jobs.valid.eq(lp.jobs_valid), em.jobs.payload.eq(lp.jobs_payload),
                          lp.jobs_ready.eq(em.jobs.ready)]
-            # the release's combine tag: lanes of its ranks' arrival ports, the job's op
-            erel, xt = em.rel_cur, data.View(lp.xtag, em.rel_xtag)
+            # the release's combine tag: lanes of its ranks' arrival ports, the job's op;
+            # registered (the round emitter uses it from the second cycle after it took the
+            # release: one cycle to plan)
+            erel, xt = em.rel_cur, Signal(lp.xtag, name="rel_xtag")
             lmask = 0
             for r in range(self.max_world):
                 lmask = lmask | Mux(r < erel.n, Const(1, P) << erel.ports[r], 0)
-            m.d.comb += [xt.lmask.eq(lmask), xt.op.eq(lp.split.ops[erel.job]),
+            m.d.sync += [xt.lmask.eq(lmask), xt.op.eq(lp.split.ops[erel.job]),
                          xt.job.eq(erel.job)]
+            m.d.comb += em.rel_xtag.eq(xt)
             wiring.connect(m, em.req, lp.comb.req)
             wiring.connect(m, lp.comb.res, em.res)
         m.d.comb += [em.done_seen.eq(done_seen),

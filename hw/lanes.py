@@ -7,7 +7,8 @@ holds what the lanes share:
 
 * :class:`LaneSplit`: the control path's decisions (one stream, decision order) into one stream
   per lane (the decision's arrival port), each with its global ordinal ``seq`` and, per slot, the
-  lanes that hold a partial of the slot's current generation (``lmask``, a P-bit word per slot):
+  lanes that hold a partial of the slot's current generation (``lmask``, a P-bit word per slot,
+  in LUT RAM banks of up to 256 slots):
   a contribution's ``overwrite`` becomes "first contribution of this generation *in this lane*".
 * :class:`LaneCombine`: the emitter's slot reads, issued to every lane's result port in lock
   step; the lanes in the read's ``lmask`` are combined in port order 0..P-1 (D20), and SUM_SAT
@@ -30,6 +31,10 @@ from .emitter import SEQ_BITS, seq_before
 __all__ = ["LaneSplit", "LaneCombine", "xtag_layout", "lane_layout", "min_seq"]
 
 
+# deepest LUT-RAM bank of LaneSplit's lane bits (see LaneSplit.elaborate)
+LUTRAM_BANK = 256
+
+
 def _bits(n: int) -> int:
     return max(1, ceil_log2(n))
 
@@ -46,11 +51,15 @@ def lane_layout(dec_layout, lanes: int) -> data.StructLayout:
 
 
 def min_seq(values):
-    """The oldest of sequence numbers (modulo 2**SEQ_BITS, distances below 2**15)."""
-    out = values[0]
-    for v in values[1:]:
-        out = Mux(seq_before(v, out), v, out)
-    return out
+    """The oldest of sequence numbers (modulo 2**SEQ_BITS, distances below 2**15), as a tree
+    of pairwise comparisons (ceil(log2(n)) deep)."""
+    values = list(values)
+    while len(values) > 1:
+        odd = [values[-1]] if len(values) % 2 else []
+        ev = values[:len(values) - len(odd)]
+        values = [Mux(seq_before(b, a), b, a)
+                  for a, b in zip(ev[::2], ev[1::2], strict=True)] + odd
+    return values[0]
 
 
 class LaneSplit(wiring.Component):
@@ -84,20 +93,37 @@ class LaneSplit(wiring.Component):
         P = self.lanes
         lanes = [getattr(self, f"lane{k}") for k in range(P)]
         dec = self.dec.payload
-        m.submodules.bits = mem = Memory(shape=P, depth=self.slots, init=[])
-        rd = mem.read_port(domain="comb")
-        wr = mem.write_port()
+        # LUT RAM banks of at most LUTRAM_BANK entries, the bank picked by the slot's high bits
+        # (one 2:1 mux per bank doubling): Yosys 0.23's UltraScale LUT-RAM library has no
+        # mappable single-port shape deeper than 256 (its 512-deep option, OPTION_ABITS 16,
+        # has no case in lutrams_xc5v_map.v: "invalid OPTION_ABITS/WIDTH combination")
+        bank_depth = min(self.slots, LUTRAM_BANK)
+        n_banks = -(-self.slots // bank_depth)
+        lo_bits = ceil_log2(bank_depth)
+        slot_lo, slot_hi = dec.slot[:lo_bits], dec.slot[lo_bits:]
+        wrs, rds = [], []
+        for b in range(n_banks):
+            mem = Memory(shape=P, depth=bank_depth, init=[])
+            m.submodules[f"bits{b}" if n_banks > 1 else "bits"] = mem
+            rd, wr = mem.read_port(domain="comb"), mem.write_port()
+            m.d.comb += [rd.addr.eq(slot_lo), wr.addr.eq(slot_lo)]
+            rds.append(rd)
+            wrs.append(wr)
         port = dec.port
         onehot = Signal(P)
-        m.d.comb += [rd.addr.eq(dec.slot), onehot.eq(Const(1, P) << port)]
-        bits = rd.data
+        m.d.comb += onehot.eq(Const(1, P) << port)
+        bits = Signal(P, name="lane_bits")
+        m.d.comb += bits.eq(rds[0].data if n_banks == 1
+                            else Array(rd.data for rd in rds)[slot_hi])
         is_con = dec.action == Action.CONTRIBUTE
         first = Signal()
         m.d.comb += first.eq(dec.overwrite | ~(bits & onehot).any())
         new = Signal(P)
         m.d.comb += new.eq(Mux(dec.overwrite, onehot, bits | onehot))
         go = self.dec.valid & self.dec.ready
-        m.d.comb += [wr.addr.eq(dec.slot), wr.data.eq(new), wr.en.eq(go & is_con)]
+        for b, wr in enumerate(wrs):
+            hit = (slot_hi == b) if n_banks > 1 else Const(1, 1)
+            m.d.comb += [wr.data.eq(new), wr.en.eq(go & is_con & hit)]
         m.d.comb += self.dec.ready.eq(Array(ln.ready for ln in lanes)[port])
         for k, ln in enumerate(lanes):
             m.d.comb += [ln.valid.eq(self.dec.valid & (port == k)),
@@ -319,12 +345,19 @@ def attach_lanes(m, *, width: int, slots: int, pmtu_max: int, max_world: int, rl
         m.d.sync += rr.eq(Mux(sel == P - 1, 0, sel + 1))
 
     # decisions done: the oldest lane bound, taken only while no header write is waiting,
-    # then delayed until the slot memories' writes are visible to their result ports
+    # then delayed until the slot memories' writes are visible to their result ports. The
+    # lanes' bounds are registered first (a snapshot of one cycle, with its header-write flag),
+    # the oldest of them taken a cycle later; the delay after it is one cycle shorter, so
+    # done_seen moves as before
+    snap = [Signal(SEQ_BITS, name=f"lane_bound{k}") for k in range(P)]
+    snap_hs = Signal(name="lane_bound_hs")
+    m.d.sync += [s.eq(b) for s, b in zip(snap, bounds, strict=True)]
+    m.d.sync += snap_hs.eq(any_hs)
     bound = Signal(SEQ_BITS, name="lane_bound")
-    with m.If(~any_hs):
-        m.d.sync += bound.eq(min_seq(bounds))
+    with m.If(~snap_hs):
+        m.d.sync += bound.eq(min_seq(snap))
     delay = [bound]
-    for i in range(rl + 1):
+    for i in range(rl):
         s = Signal(SEQ_BITS, name=f"lane_done_d{i}")
         m.d.sync += s.eq(delay[-1])
         delay.append(s)
@@ -337,11 +370,16 @@ def attach_lanes(m, *, width: int, slots: int, pmtu_max: int, max_world: int, rl
                                   Mux(take, k, best_k))
     jsel = Signal(range(P), name="lane_job_sel")
     m.d.comb += jsel.eq(best_k)
-    jobs_valid, jobs_ready = Signal(name="lane_jobs_valid"), Signal(name="lane_jobs_ready")
-    jobs_payload = Signal(job_l, name="lane_jobs_payload")
-    m.d.comb += [jobs_valid.eq(best_v), jobs_payload.eq(Array(r for _, r in heads)[jsel])]
+    # the merged stream leaves through a skid buffer: the choice (sequence comparisons over
+    # the lanes) ends in its registers, not in the emitter's; the cycle it adds is within
+    # done_seen's delay (a release after the job waits for the job's decision to finish)
+    from .skid import SkidBuffer
+    m.submodules.lane_jobs_skid = jskid = SkidBuffer(job_l)
+    m.d.comb += [jskid.i.valid.eq(best_v), jskid.i.payload.eq(Array(r for _, r in heads)[jsel])]
     for k, (q, _) in enumerate(heads):
-        m.d.comb += q.r_en.eq(jobs_ready & jobs_valid & (jsel == k))
+        m.d.comb += q.r_en.eq(jskid.i.ready & best_v & (jsel == k))
+    jobs_valid, jobs_ready = jskid.o.valid, jskid.o.ready
+    jobs_payload = jskid.o.payload
 
     cnt_width = max(1, ceil_log2(2 * P + 1))
     comb = LaneCombine(width, lanes=P, jobs=jobs, req_layout=mems[0].result_req_layout,
