@@ -59,7 +59,7 @@ from amaranth.lib import data, stream, wiring
 from .rams import omit_large_ram_init
 
 __all__ = ["AxisPort", "AxisTop", "FIELD_NAMES", "generate", "to_verilog", "rtlil_to_verilog",
-           "native_yosys", "native_conversion", "ConversionError", "YOSYS_MIN"]
+           "native_yosys", "native_conversion", "shared_lowering", "ConversionError", "YOSYS_MIN"]
 
 YOSYS_MIN = (0, 23)  # oldest native Yosys that reads Amaranth 0.5's RTLIL (tested: 0.23)
 
@@ -136,6 +136,46 @@ def rtlil_to_verilog(rtlil_text: str, *, yosys: str = "auto", progress=None,
         return (dp / "design.v").read_text()
 
 
+_SHARED_DEPTH = [0]
+
+
+@contextlib.contextmanager
+def shared_lowering():
+    """While active, Amaranth's domain lowering (``Fragment.prepare``) maps each expression object
+    to one lowered copy, so an expression used several times stays one netlist node.
+
+    Amaranth's ``DomainLowerer`` rebuilds every expression it visits, and its netlist builder
+    shares nodes by object identity: an expression reached *n* times (each bit of a
+    ``Cat(...)[::-1]`` slices the whole ``Cat``) became *n* copies of its cells. In the 512-bit
+    deparser the ICRC un-shift (32 parities of an ``Array`` lookup, bit-reversed) came out 32
+    times: 1024 64-way switches, 60 % of the RTLIL and 75 % of the Verilog. The memo is per
+    domain map (the lowering depends on it); the logic is the same, only not duplicated."""
+    from amaranth.hdl._xfrm import DomainLowerer
+
+    if _SHARED_DEPTH[0]:
+        yield
+        return
+    orig = DomainLowerer.on_value
+
+    def on_value(self, value):
+        memo = self.__dict__.setdefault("_netreduce_memo", {})
+        key = (id(self.domains), id(value))
+        hit = memo.get(key)
+        if hit is not None:
+            return hit[0]
+        new = orig(self, value)
+        memo[key] = (new, value, self.domains)  # the keys' objects stay alive with the memo
+        return new
+
+    DomainLowerer.on_value = on_value
+    _SHARED_DEPTH[0] += 1
+    try:
+        yield
+    finally:
+        _SHARED_DEPTH[0] -= 1
+        DomainLowerer.on_value = orig
+
+
 @contextlib.contextmanager
 def native_conversion(progress=None):
     """While active, Amaranth's own RTLIL -> Verilog step (``platform.build`` uses it for a
@@ -151,7 +191,8 @@ def native_conversion(progress=None):
 
     amaranth_verilog._convert_rtlil_text = convert
     try:
-        yield
+        with shared_lowering():
+            yield
     finally:
         amaranth_verilog._convert_rtlil_text = orig
 
@@ -168,7 +209,7 @@ def to_verilog(component, name: str, ports: dict, *, yosys: str = "auto", progre
     fragment = Fragment.get(component, None)
     t1 = time.monotonic()
     _say(progress, "rtlil", "writing RTLIL (netlist of every module)")
-    with omit_large_ram_init():
+    with omit_large_ram_init(), shared_lowering():
         text, _ = rtlil.convert_fragment(fragment, ports, name, emit_src=False)
     t2 = time.monotonic()
     out = rtlil_to_verilog(text, yosys=yosys, progress=progress)
