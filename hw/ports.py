@@ -17,14 +17,16 @@ The other way, the engine's ``fc`` output (:func:`fc_layout` per port) hands the
 ``PORT.FC_*`` registers (PFC watermarks, priority, quanta, ECN threshold; docs/fabric.md).
 
 Counters are 32 bits, wrap, and clear with ``GLOBAL.CONTROL.clear_counters`` (an increment in the
-clearing cycle still counts). Values are registered: a register read sees them one cycle late.
+clearing cycle still counts). The counts pass one register stage before the counters, so a
+register read sees them two cycles late (a read issued after a clear's B handshake sees the
+cleared values: the register bank samples in the cycle after the AR handshake at the earliest).
 :func:`attach_ports` builds it inside the engine's ``elaborate`` and drives the register bank's
 ``port_status``.
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -63,22 +65,30 @@ class PortStats(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         v = self.value
-
-        def count(reg, inc):
+        # One register stage in front of the counters: the beats' byte counts (a priority
+        # encoder on keep) are registered before the 32-bit adders, so no path runs from a port's
+        # handshake through the byte count into a counter in one cycle. The other strobes and the
+        # clear move along with them, so an increment and a clear keep their order.
+        rx, tx = self.rx_beat, self.tx_beat
+        strobes = {"pause_rx": self.pause, "tx_drop_held": self.hold_drop,
+                   **{n: getattr(self.shell, n) for n in SHELL_STROBES}}
+        nbits = (self.width // 8).bit_length()
+        s1 = {"rx_frames": Signal(name="rx_frames_s1"), "tx_frames": Signal(name="tx_frames_s1"),
+              "rx_bytes": Signal(nbits, name="rx_bytes_s1"),
+              "tx_bytes": Signal(nbits, name="tx_bytes_s1"),
+              **{n: Signal(name=f"{n}_s1") for n in strobes}}
+        clear1 = Signal(name="clear_s1")
+        m.d.sync += [s1["rx_frames"].eq(rx.valid & rx.last),
+                     s1["tx_frames"].eq(tx.valid & tx.last),
+                     s1["rx_bytes"].eq(Mux(rx.valid, keep_count(rx.keep), 0)),
+                     s1["tx_bytes"].eq(Mux(tx.valid, keep_count(tx.keep), 0)),
+                     clear1.eq(self.clear),
+                     *(s1[n].eq(x) for n, x in strobes.items())]
+        for reg, inc in s1.items():
             c = getattr(v, reg).count
             m.d.sync += c.eq(c + inc)
-            with m.If(self.clear):
+            with m.If(clear1):
                 m.d.sync += c.eq(inc)
-
-        rx, tx = self.rx_beat, self.tx_beat
-        count("rx_frames", rx.valid & rx.last)
-        count("rx_bytes", Mux(rx.valid, keep_count(rx.keep), 0))
-        count("tx_frames", tx.valid & tx.last)
-        count("tx_bytes", Mux(tx.valid, keep_count(tx.keep), 0))
-        count("pause_rx", self.pause)
-        count("tx_drop_held", self.hold_drop)
-        for n in SHELL_STROBES:
-            count(n, getattr(self.shell, n))
         m.d.sync += [getattr(v.status, n).eq(getattr(self.shell, n)) for n in SHELL_LEVELS]
         return m
 
