@@ -533,7 +533,7 @@ class AggControl(wiring.Component):
         p4, p5 = stage_regs(4), stage_regs(5)
         hit4, e4, j4, r4, k4, slot4 = p4["hit"], p4["e"], p4["j"], p4["r"], p4["k"], p4["slot"]
         pre4 = p4["pre"]
-        hit5, e5, j5, r5, k5, slot5 = p5["hit"], p5["e"], p5["j"], p5["r"], p5["k"], p5["slot"]
+        e5, j5, r5, k5, slot5 = p5["e"], p5["j"], p5["r"], p5["k"], p5["slot"]
         rq5, st5, pre5 = p5["rq"], p5["st"], p5["pre"]
 
         # ------------------------------------------------------------ stage 3
@@ -639,7 +639,9 @@ class AggControl(wiring.Component):
         slot5_w = Signal(self.slot_layout)
         acked5 = Signal(PSN_BITS)
         sa_slot5, sa_flow5, sa_job5, upsel5 = Signal(), Signal(), Signal(), Signal()
+        ctrl5, rh5 = Signal(), Signal()  # an ACK/NAK/CNP header; ROCE with a flow hit
         with m.If(advance):
+            m.d.sync += [ctrl5.eq(is_ctrl(h4)), rh5.eq((h4.cls == HdrClass.ROCE) & hit4)]
             m.d.sync += [v.eq(p4[n]) for n, v in p5.items()]
             m.d.sync += [sf5_b.eq(sf_b), sf5_f.eq(sf_f), sf5_c.eq(sf_c), jf5.eq(jf_b),
                          jv5.eq(jv), slot5_w.eq(slot_w), acked5.eq(acked_w), cand5.eq(cand4),
@@ -692,7 +694,7 @@ class AggControl(wiring.Component):
         with m.If(~advance):
             m.d.sync += [sf5_b.eq(sf), slot5_w.eq(slot_cur), acked5.eq(acked_cur), jf5.eq(jf_h)]
 
-        registered = v5 & (h5.cls == HdrClass.ROCE) & hit5 & enabled[j5]
+        registered = v5 & rh5 & enabled[j5]
         n_cur = j_n[j5]
         m.d.comb += [dk.roles.eq(Cat(*(jr.any_roles(j) for j in range(J))).bit_select(j5, 1)),
                      dk.leaf.eq(leaf5), dk.role.eq(role_of(r5, j5)),
@@ -704,19 +706,23 @@ class AggControl(wiring.Component):
         slot_write, slot_new, first = dk.slot_write, dk.slot_new, dk.first
         release_now, pend_inc, mismatch = dk.release_now, dk.pend_inc, dk.mismatch
         cnp_send, cnp_supp = dk.cnp_send, dk.cnp_supp
-        ctrl5 = is_ctrl(h5)
 
         # stall conditions of the decision stage (all from registers)
         scrub_turn = Signal()
         scrub_want = seq.scrub_want
         m.d.sync += scrub_turn.eq(~scrub_turn)
         ev_all, ev_free = Signal(J), Signal(J)  # job state moved last cycle, not by a decision
+        fb_nz = Signal(J)  # free_busy != 0, as a register
+        # ACK/NAK acceptance reads rel_j and acked_f (never free_j): only data waits for free_j;
+        # everything waits for a chained release (it moves rel_j)
+        jb_all = Cat(*(chain_busy[j] | jr.chain_up[j] | ev_all[j] for j in range(J)))
+        jb_data = Cat(*(fb_nz[j] | ev_free[j] for j in range(J)))
+        rel_room = Signal()  # the release FIFO takes one more command (with its input register's)
         m.d.comb += block5.eq(
-            # ACK/NAK acceptance reads rel_j and acked_f (never free_j): only data waits for
-            # free_j; everything waits for a chained release (it moves rel_j)
-            (registered & (chain_busy[j5] | Array(jr.chain_up)[j5] | ev_all.bit_select(j5, 1)
-                           | (((free_busy[j5] != 0) | ev_free.bit_select(j5, 1)) & ~ctrl5)))
-            | ~relq.w_rdy
+            (registered & (jb_all.bit_select(j5, 1) | (jb_data.bit_select(j5, 1) & ~ctrl5)))
+            | ~rel_room
+            # the release scheduler may push this cycle: it has the FIFO
+            | sch.checking
             # (any header, not only one writing a slot: keeps the decision off the stall path)
             | (scrub_want & scrub_turn))
         commit = Signal()
@@ -741,8 +747,9 @@ class AggControl(wiring.Component):
             c_wr.data.eq(h5.time),
         ]
         m.d.sync += [sw_en.eq(s_wr.en & ~seq.scrub_go), sw_data.eq(s_wr.data),
-                     cw_en.eq(c_wr.en), cw_data.eq(c_wr.data),
-                     xw_en.eq(x_wr.en), xw_data.eq(x_wr.data)]
+                     cw_en.eq(c_wr.en), cw_data.eq(c_wr.data)]
+        with m.If(advance):
+            m.d.sync += [xw_en.eq(x_wr.en), xw_data.eq(x_wr.data)]
 
         # ---- the decision, registered for the fast-retransmit stage
         d6 = Signal(self.dec_layout)
@@ -774,8 +781,12 @@ class AggControl(wiring.Component):
                          seen6.eq(rtx_seen[j5].bit_select(r5, 1))]
 
         # ------------------------------------------------------------ stage 6: fast retransmit
-        rtx_cur = self._rmw_read(m, _Port(Mux(seen6, x_rd.data, 0)), sa_flow6, advance,
-                                 (xw_en, xw_data), "rtx")
+        # the read port holds its data while the pipeline is stalled and the write in front
+        # (``xw_*``, taken only when the pipeline moves) stays: no hold register here
+        rtx_cur = Signal(self.rtx_layout)
+        m.d.comb += rtx_cur.eq(Mux(xw_en & sa_flow6, xw_data, Mux(seen6, x_rd.data, 0)))
+        if "rtx" in self._no_forwarding:
+            m.d.comb += rtx_cur.eq(Mux(seen6, x_rd.data, 0))
         m.d.comb += [fx.k.eq(d6.index), fx.rel.eq(rel6), fx.present.eq(pres6),
                      fx.contrib.eq(contrib6), fx.ack_cur.eq(ackc6), fx.fast_en.eq(fast6),
                      fx.rtx.eq(rtx_cur)]
@@ -799,8 +810,8 @@ class AggControl(wiring.Component):
         dec_push = commit & (release_now | up_now)
         rel_w = data.View(self.rel_layout, relq.w_data)
         m.d.comb += [sch.chain.eq(Cat(*[chain_busy[j] for j in range(J)])),
-                     sch.fifo_ready.eq(relq.w_rdy),
-                     sch.dec_push.eq(dec_push), s_rd2.addr.eq(sch.rd_addr),
+                     sch.fifo_ready.eq(rel_room),
+                     sch.dec_push.eq(0), s_rd2.addr.eq(sch.rd_addr),
                      s_rd2.en.eq(sch.rd_en), sch.rd_data.eq(s_rd2.data)]
         for j in range(J):
             m.d.comb += [sch.rel[j].eq(rel[j]), sch.base[j].eq(j_base[j]), sch.w[j].eq(j_w[j]),
@@ -826,11 +837,17 @@ class AggControl(wiring.Component):
         # the payload of every decision before seq is written, and after their own frames
         n_commit = Signal(SEQ_BITS)
         m.d.sync += n_commit.eq(n_commit + commit)
-        m.d.comb += [dec_cmd.seq.eq(n_commit + 1), sch_cmd.seq.eq(n_commit + commit)]
+        m.d.comb += [dec_cmd.seq.eq(n_commit + 1), sch_cmd.seq.eq(n_commit)]
         if self.ports > 1:
             m.d.comb += dec_cmd.ports.eq(slot_new.ports)
-        m.d.comb += [relq.w_en.eq(dec_push | sch.push),
-                     rel_w.eq(Mux(dec_push, dec_cmd.as_value(), sch_cmd.as_value()))]
+        # the command is written into the FIFO one cycle later, from a register (the decision's
+        # push is off the FIFO's level logic); the decision waits in the scheduler's CHECK cycles,
+        # so the two never push together
+        rq_en, rq_data = Signal(), Signal(self.rel_layout.size)
+        m.d.sync += [rq_en.eq(dec_push | sch.push),
+                     rq_data.eq(Mux(sch.checking, sch_cmd.as_value(), dec_cmd.as_value()))]
+        m.d.comb += [relq.w_en.eq(rq_en), rel_w.eq(rq_data),
+                     rel_room.eq(relq.level + rq_en <= self.rel_depth - 1)]
 
         # ============================================================ free_j (min tree)
         f_valid = Signal()
@@ -882,7 +899,8 @@ class AggControl(wiring.Component):
             applying = a_valid & (a_job == j)
             with m.If(applying):
                 m.d.sync += free[j].eq(a_free)
-            m.d.sync += free_busy[j].eq(free_busy[j] + (dj & ack_take) - applying)
+            fb_next = (free_busy[j] + (dj & ack_take) - applying)[:4]
+            m.d.sync += [free_busy[j].eq(fb_next), fb_nz[j].eq(fb_next != 0)]
             m.d.sync += busy_slots[j].eq(busy_slots[j] + (dj & first)
                                          - Mux(applying, step, 0))
             with m.If(dj & cnp_send):
@@ -911,7 +929,7 @@ class AggControl(wiring.Component):
                 m.d.sync += error[j].eq(seq_err)
             with m.If((sq == j) & seq_reset):
                 m.d.sync += [free[j].eq(0), rel[j].eq(0), npend[j].eq(0), busy_slots[j].eq(0),
-                             chain_busy[j].eq(0), free_busy[j].eq(0), cnp_seen[j].eq(0),
+                             fb_nz[j].eq(0), chain_busy[j].eq(0), free_busy[j].eq(0), cnp_seen[j].eq(0),
                              rtx_seen[j].eq(0), jr.upptr[j].eq(0), jr.npend_up[j].eq(0),
                              jr.chain_up[j].eq(0)]
                 m.d.sync += [acked[j][r].eq(0) for r in range(WD)]

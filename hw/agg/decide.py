@@ -283,27 +283,39 @@ class FastRetx(wiring.Component):
         m = Module()
         k4, rel_cur, rtx_cur, rtx_new = self.k, self.rel, self.rtx, self.rtx_new
         present, ack_cur, fast_en = self.present, self.ack_cur, self.fast_en
-        k4p1 = Signal(PSN_BITS)
+        P = PSN_BITS
+        k4p1 = Signal(P)
         m.d.comb += k4p1.eq(k4 + 1)
         m.d.comb += rtx_new.eq(rtx_cur)
-        nxt_d = Signal(PSN_BITS)
-        nxt_eff = Signal(PSN_BITS)  # nxt_f, or rel_j if that is ahead
-        m.d.comb += [nxt_d.eq(rtx_cur.nxt - rel_cur),
-                     nxt_eff.eq(Mux(nxt_d[PSN_BITS - 1], rel_cur, rtx_cur.nxt))]
-        top_d = Signal(PSN_BITS)
-        ahead_d = Signal(PSN_BITS)
-        up = Signal(PSN_BITS)
-        m.d.comb += [top_d.eq(rtx_cur.top - nxt_eff), ahead_d.eq(k4 - nxt_eff),
-                     up.eq(k4p1 - rtx_cur.top)]
-        hole = (top_d != 0) & ~top_d[PSN_BITS - 1]
-        at_mark = rtx_cur.mark_v & (rtx_cur.mark == nxt_eff)
-        top_new = Mux((up != 0) & ~up[PSN_BITS - 1], k4p1, rtx_cur.top)
+        # nxt_eff = nxt_f, or rel_j if that is ahead: every check against nxt_eff is made against
+        # both and selected by the sign of nxt_f - rel_j (no compare behind a subtraction)
+        nxt_d = Signal(P)
+        m.d.comb += nxt_d.eq(rtx_cur.nxt - rel_cur)
+        use_rel = nxt_d[P - 1]
+        nxt_eff = Mux(use_rel, rel_cur, rtx_cur.nxt)
+
+        def pos(d):  # a distance modulo 2**24 that is > 0
+            return (d != 0) & ~d[P - 1]
+
+        def both(f):
+            return Mux(use_rel, f(rel_cur, "r"), f(rtx_cur.nxt, "n"))
+
+        def sub(a, b, name):
+            d = Signal(P, name=name)
+            m.d.comb += d.eq(a - b)
+            return d
+
+        hole = both(lambda c, x: pos(sub(rtx_cur.top, c, f"top_d_{x}")))
+        ahead = both(lambda c, x: pos(sub(k4, c, f"ahead_d_{x}")))
+        at_mark = rtx_cur.mark_v & both(lambda c, x: rtx_cur.mark == c)
+        k_at = both(lambda c, x: k4 == c)
+        up = sub(k4p1, rtx_cur.top, "up")
+        top_new = Mux(pos(up), k4p1, rtx_cur.top)
         with m.If(present):
             # the contribution at nxt_f moves it to top_f (model _present)
             m.d.comb += [rtx_new.top.eq(top_new),
-                         rtx_new.nxt.eq(Mux(k4 == nxt_eff, top_new, nxt_eff))]
-            with m.If(fast_en & self.contrib & (ahead_d != 0)
-                      & ~ahead_d[PSN_BITS - 1] & ~at_mark):
+                         rtx_new.nxt.eq(Mux(k_at, top_new, nxt_eff))]
+            with m.If(fast_en & self.contrib & ahead & ~at_mark):
                 m.d.comb += [self.solicit.eq(1), rtx_new.mark_v.eq(1), rtx_new.naked.eq(0),
                              rtx_new.mark.eq(nxt_eff)]
         with m.Elif(ack_cur):

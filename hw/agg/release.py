@@ -30,9 +30,10 @@ class ReleaseScheduler(wiring.Component):
     ``n`` (world size), ``npend`` (COMPLETE slots beyond ``rel``); the slot RAM's second read
     port (``rd_en`` / ``rd_addr`` -> ``rd_data`` one cycle later); ``fifo_ready`` (the release
     FIFO has room) and ``dec_push`` (the decision stage pushes a release command this cycle: it
-    has priority on the FIFO).
+    has priority on the FIFO: 0 when the caller gives the scheduler priority instead).
 
-    Outputs: ``push`` with ``cmd`` (a release command; ``seq`` is left 0 for the caller), and in
+    Outputs: ``checking`` (in CHECK: a push may come this cycle; from the state register only),
+    ``push`` with ``cmd`` (a release command; ``seq`` is left 0 for the caller), and in
     the same cycle ``rel_job`` (one-hot: advance that job's ``rel`` and decrement its
     ``npend``); ``done`` with ``job``: the chain of ``job`` ended (clear its ``chain`` flag).
 
@@ -66,6 +67,7 @@ class ReleaseScheduler(wiring.Component):
             "mmask": In(data.ArrayLayout(c.max_world, J)),
             "upmask": In(data.ArrayLayout(c.max_world, J)),
             "up_job": Out(J), "done_up": Out(1),
+            "checking": Out(1),
         })
 
     def elaborate(self, platform):
@@ -106,6 +108,7 @@ class ReleaseScheduler(wiring.Component):
                 m.d.comb += self.rd_en.eq(1)
                 m.next = "CHECK"
             with m.State("CHECK"):
+                m.d.comb += self.checking.eq(1)
                 ready = Mux(up_mode, word.bitmap == self.cmask[js],
                             Mux(leaf_js, word.total, word.bitmap == full))
                 ok = word.valid & (word.index == rel_js) & ready
