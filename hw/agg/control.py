@@ -168,6 +168,8 @@ from .decide import (
     nak_xor,
     pre_layout,
     precheck,
+    retx_checks,
+    retx_checks_layout,
     slot_flags_layout,
 )
 from .flowtable import FlowTable
@@ -488,24 +490,28 @@ class AggControl(wiring.Component):
         hdr, dec_o = hdr_skid.o, dec_skid.i
         advance = Signal()
         block5 = Signal()
+        rtx_haz = Signal()
         # stages 1..S: the flow lookup (the key is compared from the input register, stage 0;
         # S = the table's lookup latency); S + 1: check ("stage 4"); S + 2: decide ("stage 5");
         # S + 3: fast retransmit ("stage 6"), then the decision output register
         S = ft.lk_latency
-        vs = [Signal(name=f"v{i}") for i in range(1, S + 4)]
+        vs = [Signal(name=f"v{i}") for i in range(1, S + 3)]
         hs = [Signal(self.hdr_layout, name=f"h{i}") for i in range(1, S + 3)]
-        h3, h4, v5, h5, v6 = hs[S - 1], hs[S], vs[S + 1], hs[S + 1], vs[S + 2]
+        h3, h4, v5, h5 = hs[S - 1], hs[S], vs[S + 1], hs[S + 1]
+        v6, v7 = Signal(), Signal()  # the fast-retransmit stages (they move with the output)
+        adv_out = Signal()
         ov = Signal()  # output register valid
         m.d.comb += [
             hdr.ready.eq(advance & ~quiesce),
             dec_o.valid.eq(ov),
-            advance.eq((~ov | dec_o.ready) & ~(v5 & block5)),
+            adv_out.eq(~ov | dec_o.ready),
+            advance.eq(adv_out & ~(v5 & block5)),
         ]
         with m.If(advance):
             m.d.sync += [vs[0].eq(hdr.valid & hdr.ready), hs[0].eq(hdr.payload)]
-            m.d.sync += [vs[i].eq(vs[i - 1]) for i in range(1, S + 3)]
+            m.d.sync += [vs[i].eq(vs[i - 1]) for i in range(1, S + 2)]
             m.d.sync += [hs[i].eq(hs[i - 1]) for i in range(1, S + 2)]
-        pipe_empty = ~Cat(*vs).any()
+        pipe_empty = ~Cat(*vs, v6, v7).any()
 
         def is_ctrl(h):
             return (h.opcode == OP_ACK) | (h.opcode == OP_CNP)
@@ -576,7 +582,6 @@ class AggControl(wiring.Component):
         sw_first, sw_tot = Signal(), Signal()  # the kind of that slot write
         cw_en, cw_data = Signal(), Signal(TB)
         aw_en, aw_data = Signal(), Signal(PSN_BITS)
-        xw_en, xw_data = Signal(), Signal(self.rtx_layout)
         pa_rel, pa_up = Signal(), Signal()  # that decision moved its job's rel_j / upptr
         slot_w = data.View(self.slot_layout,
                            self._rmw_read(m, s_rd, sz_slot, advance, (sw_en, sw_data), "slot"))
@@ -723,6 +728,8 @@ class AggControl(wiring.Component):
             | ~rel_room
             # the release scheduler may push this cycle: it has the FIFO
             | sch.checking
+            # D16: the frame directly ahead writes the flow's word (read it after the write)
+            | (rh5 & rtx_haz)
             # (any header, not only one writing a slot: keeps the decision off the stall path)
             | (scrub_want & scrub_turn))
         commit = Signal()
@@ -748,60 +755,81 @@ class AggControl(wiring.Component):
         ]
         m.d.sync += [sw_en.eq(s_wr.en & ~seq.scrub_go), sw_data.eq(s_wr.data),
                      cw_en.eq(c_wr.en), cw_data.eq(c_wr.data)]
-        with m.If(advance):
-            m.d.sync += [xw_en.eq(x_wr.en), xw_data.eq(x_wr.data)]
 
-        # ---- the decision, registered for the fast-retransmit stage
+        # ---- the decision, registered for the fast-retransmit stages
         d6 = Signal(self.dec_layout)
         reg6, pres6, contrib6, ackc6, fast6 = Signal(), Signal(), Signal(), Signal(), Signal()
-        rel6, sa_flow6 = Signal(PSN_BITS), Signal()
+        rel6, fwd6 = Signal(PSN_BITS), Signal()
         j6, r6 = Signal(self.job_bits), Signal(self.rank_bits)
+        j7, r7 = Signal(self.job_bits), Signal(self.rank_bits)
         # D16 is not used on leaf and spine jobs (D17)
         fast_en = Cat(*(self.job_cfg[j].ctrl.fast_retx & ~jr.any_roles(j)
                         for j in range(J))).bit_select(j5, 1)
         beats = (h5.plen + self.beat_bytes - 1) >> self.beat_shift
-        # the flow's fast-retransmit word counts only once written since the enable (rtx_seen;
-        # the write in front sets it and is forwarded with the word)
+        # the flow's fast-retransmit word counts only once written since the enable (rtx_seen);
+        # the decision stage holds a frame while the frame in stage 6 will write its flow's word
+        # (one bubble), so the word is read after that write or forwarded from it (stage 7)
         seen6 = Signal()
         m.d.comb += [x_rd.en.eq(advance), x_rd.addr.eq(Cat(r5, j5))]
+        d6_next = [d6.action.eq(action), d6.disp.eq(disp), d6.job.eq(j5),
+                   d6.rank.eq(r5), d6.entry.eq(e5), d6.slot.eq(slot5), d6.index.eq(k5),
+                   d6.overwrite.eq(first), d6.op.eq(j_op[j5]), d6.plen.eq(h5.plen),
+                   d6.beats.eq(beats), d6.cnp.eq(cnp_send), d6.rev_qpn.eq(rq5),
+                   d6.port.eq(h5.port), d6.release.eq(release_now | dk.up_now),
+                   d6.remark.eq(dk.remark), d6.mark.eq(dk.mark), d6.total.eq(dk.total),
+                   d6.nak_x.eq(nak_xor(h5)),
+                   # the ACK request's PSN: one acknowledged by f's receiver (a duplicate)
+                   d6.sol_psn.eq(st5 + acked_cur - 1),
+                   reg6.eq(registered), pres6.eq(dk.present),
+                   contrib6.eq(action == Action.CONTRIBUTE), ackc6.eq(dk.ack_cur),
+                   fast6.eq(fast_en), rel6.eq(rel[j5]), j6.eq(j5), r6.eq(r5),
+                   seen6.eq(rtx_seen[j5].bit_select(r5, 1))]
+        # stages 6, 7 and the output register move whenever the output can (a frame held in the
+        # decision stage leaves a bubble behind it)
         with m.If(advance):
-            m.d.sync += [d6.action.eq(action), d6.disp.eq(disp), d6.job.eq(j5),
-                         d6.rank.eq(r5), d6.entry.eq(e5), d6.slot.eq(slot5), d6.index.eq(k5),
-                         d6.overwrite.eq(first), d6.op.eq(j_op[j5]), d6.plen.eq(h5.plen),
-                         d6.beats.eq(beats), d6.cnp.eq(cnp_send), d6.rev_qpn.eq(rq5),
-                         d6.port.eq(h5.port), d6.release.eq(release_now | dk.up_now),
-                         d6.remark.eq(dk.remark), d6.mark.eq(dk.mark), d6.total.eq(dk.total),
-                         d6.nak_x.eq(nak_xor(h5)),
-                         # the ACK request's PSN: one acknowledged by f's receiver (a duplicate)
-                         d6.sol_psn.eq(st5 + acked_cur - 1),
-                         reg6.eq(registered), pres6.eq(dk.present),
-                         contrib6.eq(action == Action.CONTRIBUTE), ackc6.eq(dk.ack_cur),
-                         fast6.eq(fast_en), rel6.eq(rel[j5]), sa_flow6.eq(sa_flow5),
-                         j6.eq(j5), r6.eq(r5),
-                         seen6.eq(rtx_seen[j5].bit_select(r5, 1))]
+            m.d.sync += [v6.eq(v5), fwd6.eq(Cat(r5, j5) == Cat(r7, j7))] + d6_next
+        with m.Elif(adv_out):
+            m.d.sync += v6.eq(0)
 
-        # ------------------------------------------------------------ stage 6: fast retransmit
-        # the read port holds its data while the pipeline is stalled and the write in front
-        # (``xw_*``, taken only when the pipeline moves) stays: no hold register here
-        rtx_cur = Signal(self.rtx_layout)
-        m.d.comb += rtx_cur.eq(Mux(xw_en & sa_flow6, xw_data, Mux(seen6, x_rd.data, 0)))
-        if "rtx" in self._no_forwarding:
-            m.d.comb += rtx_cur.eq(Mux(seen6, x_rd.data, 0))
-        m.d.comb += [fx.k.eq(d6.index), fx.rel.eq(rel6), fx.present.eq(pres6),
-                     fx.contrib.eq(contrib6), fx.ack_cur.eq(ackc6), fx.fast_en.eq(fast6),
-                     fx.rtx.eq(rtx_cur)]
-        commit6 = Signal()
-        m.d.comb += commit6.eq(v6 & advance)
-        m.d.comb += [x_wr.en.eq(commit6 & reg6 & fx.rtx_write), x_wr.addr.eq(Cat(r6, j6)),
+        # ------------------------------------------------------------ stage 6: D16 compares
+        # the word read, forwarded from the write committed by stage 7 in the cycle of the read
+        # (``xw_*``, taken when the output moves, like the read port's data)
+        xw_en, xw_data = Signal(), Signal(self.rtx_layout)
+        with m.If(adv_out):
+            m.d.sync += [xw_en.eq(x_wr.en), xw_data.eq(x_wr.data)]
+        rtx6 = Signal(self.rtx_layout)
+        m.d.comb += rtx6.eq(Mux(xw_en & fwd6, xw_data, Mux(seen6, x_rd.data, 0)))
+        chk6 = retx_checks(m, rtx6, d6.index, rel6)
+        d7 = Signal(self.dec_layout)
+        reg7, pres7, contrib7, ackc7, fast7 = Signal(), Signal(), Signal(), Signal(), Signal()
+        rel7, rtx7 = Signal(PSN_BITS), Signal(self.rtx_layout)
+        chk7 = Signal(retx_checks_layout())
+        with m.If(adv_out):
+            m.d.sync += [v7.eq(v6), d7.eq(d6), reg7.eq(reg6), pres7.eq(pres6),
+                         contrib7.eq(contrib6), ackc7.eq(ackc6), fast7.eq(fast6), rel7.eq(rel6),
+                         rtx7.eq(rtx6), j7.eq(j6), r7.eq(r6), chk7.eq(chk6)]
+
+        # ------------------------------------------------------------ stage 7: D16 decisions
+        m.d.comb += [fx.k.eq(d7.index), fx.rel.eq(rel7), fx.present.eq(pres7),
+                     fx.contrib.eq(contrib7), fx.ack_cur.eq(ackc7), fx.fast_en.eq(fast7),
+                     fx.rtx.eq(rtx7), fx.chk.eq(chk7)]
+        commit7 = Signal()
+        m.d.comb += commit7.eq(v7 & adv_out)
+        m.d.comb += [x_wr.en.eq(commit7 & reg7 & fx.rtx_write), x_wr.addr.eq(Cat(r7, j7)),
                      x_wr.data.eq(fx.rtx_new)]
-        cj6 = Signal(J)
-        m.d.comb += cj6.eq(Mux(commit6 & reg6, 1 << j6, 0))
+        cj7 = Signal(J)
+        m.d.comb += cj7.eq(Mux(commit7 & reg7, 1 << j7, 0))
+        # a write to the word of the decision stage's flow in stage 6 (all registers)
+        flow5 = Cat(r5, j5)
+        m.d.comb += rtx_haz.eq(v6 & reg6 & (pres6 | ackc6) & (Cat(r6, j6) == flow5))
+        if "rtx" in self._no_forwarding:
+            m.d.comb += [rtx_haz.eq(0), rtx6.eq(Mux(seen6, x_rd.data, 0))]
 
         # ---- decision output register
         dec = dec_o.payload
-        with m.If(advance):
-            m.d.sync += [ov.eq(v6), dec.eq(d6), dec.nak.eq(reg6 & fx.nak_fire),
-                         dec.solicit.eq(reg6 & fx.solicit)]
+        with m.If(adv_out):
+            m.d.sync += [ov.eq(v7), dec.eq(d7), dec.nak.eq(reg7 & fx.nak_fire),
+                         dec.solicit.eq(reg7 & fx.solicit)]
         with m.Elif(dec_o.ready):
             m.d.sync += ov.eq(0)
 
@@ -905,8 +933,8 @@ class AggControl(wiring.Component):
                                          - Mux(applying, step, 0))
             with m.If(dj & cnp_send):
                 m.d.sync += cnp_seen[j].eq(cnp_seen[j] | o5)
-            with m.If(cj6[j] & fx.rtx_write):
-                m.d.sync += rtx_seen[j].eq(rtx_seen[j] | onehot(r6))
+            with m.If(cj7[j] & fx.rtx_write):
+                m.d.sync += rtx_seen[j].eq(rtx_seen[j] | onehot(r7))
             with m.If((sq == j) & seq_enable):
                 m.d.sync += [enabled[j].eq(1), error[j].eq(JobError.NONE),
                              jr.leaf[j].eq(seq.roles_leaf), jr.up[j].eq(seq.roles_up),
@@ -929,7 +957,8 @@ class AggControl(wiring.Component):
                 m.d.sync += error[j].eq(seq_err)
             with m.If((sq == j) & seq_reset):
                 m.d.sync += [free[j].eq(0), rel[j].eq(0), npend[j].eq(0), busy_slots[j].eq(0),
-                             fb_nz[j].eq(0), chain_busy[j].eq(0), free_busy[j].eq(0), cnp_seen[j].eq(0),
+                             fb_nz[j].eq(0), chain_busy[j].eq(0), free_busy[j].eq(0),
+                             cnp_seen[j].eq(0),
                              rtx_seen[j].eq(0), jr.upptr[j].eq(0), jr.npend_up[j].eq(0),
                              jr.chain_up[j].eq(0)]
                 m.d.sync += [acked[j][r].eq(0) for r in range(WD)]
@@ -968,7 +997,7 @@ class AggControl(wiring.Component):
         cnp_send_q, cnp_supp_q = q(cnp_send, "cnp_send"), q(cnp_supp, "cnp_supp")
         release_q, up_q = q(release_now, "release_now"), q(up_now, "up_now")
         nak_q, solicit_q = q(fx.nak_fire, "nak_fire"), q(fx.solicit, "solicit")
-        cj6_q = q(cj6, "cj6")
+        cj7_q = q(cj7, "cj7")
         nres_q = q(JobRoles.results(n_cur, leaf5), "nres")
         commit_q = q(commit, "commit")
         sch_rel_q, sch_up_q = q(sch_rel_job, "sch_rel_job"), q(sch.up_job, "sch_up_job")
@@ -995,8 +1024,8 @@ class AggControl(wiring.Component):
                 inc.partials_up.eq((dj & up_q) + sch_up_q[j]),
                 inc.freed.eq(freed_q[j]),
                 inc.saturations.eq(0),
-                inc.fast_retx.eq(cj6_q[j] & nak_q),
-                inc.fast_retx_probes.eq(cj6_q[j] & solicit_q),
+                inc.fast_retx.eq(cj7_q[j] & nak_q),
+                inc.fast_retx_probes.eq(cj7_q[j] & solicit_q),
             ]
         g = self.cnt_inc
         m.d.sync += [

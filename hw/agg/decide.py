@@ -27,7 +27,7 @@ from .roles import MARK_PARTIAL, MARK_TOTAL, stage_mark
 from .types import _ERR_DISP, PSN_BITS, Action, Disp, FrameError, HdrClass
 
 __all__ = ["Decide", "FastRetx", "is_ctrl", "job_flags_layout", "nak_xor", "pre_layout", "precheck",
-           "slot_flags_layout"]
+           "retx_checks", "retx_checks_layout", "slot_flags_layout"]
 
 OP_ACK, OP_CNP = int(Opcode.ACK), int(Opcode.CNP)
 
@@ -258,16 +258,53 @@ class Decide(wiring.Component):
         return m
 
 
-class FastRetx(wiring.Component):
-    """Fast retransmit (model D16), one stage after the decision: per-flow tracking on data,
-    the ACK request (a probe to the receiver) and the ACK rewrite decisions.
+def retx_checks_layout() -> data.StructLayout:
+    """D16's compares on the flow's word (:func:`retx_checks`), registered between its two
+    stages: ``use_rel`` (rel_j is ahead of nxt_f: nxt_eff = rel_j), for each candidate of nxt_eff
+    (``_n``: nxt_f, ``_r``: rel_j) ``hole`` (top_f beyond it), ``ahead`` (k beyond it), ``atm``
+    (the hole last handled is there), ``kat`` (k is it); ``upgt`` (k + 1 beyond top_f)."""
+    return data.StructLayout({"use_rel": 1, "hole_n": 1, "hole_r": 1, "ahead_n": 1,
+                              "ahead_r": 1, "atm_n": 1, "atm_r": 1, "kat_n": 1, "kat_r": 1,
+                              "upgt": 1})
 
-    Inputs (registers of the caller, from the decision): ``k`` (index), ``rel`` (rel_j as the
-    decision saw it), ``present`` / ``contrib`` (a data frame whose contribution is in the slot
-    after it / that contributed), ``ack_cur`` (an ACK within the released range), ``fast_en``
-    (the job's D16 bit), ``rtx`` (the flow's word, 0 if never written, forwarded from the
-    write in front). Outputs: ``solicit``, ``nak_fire``, ``rtx_write`` with ``rtx_new``.
-    Combinational, no state.
+
+def retx_checks(m, rtx, k, rel):
+    """The first half of D16 (model D16's compares, no decision): a :func:`retx_checks_layout`
+    value of the flow's word ``rtx``, index ``k`` and ``rel`` (rel_j as the decision saw it).
+    Every check against nxt_eff = max(nxt_f, rel_j) is made against both candidates (no compare
+    behind the subtraction that chooses)."""
+    P = PSN_BITS
+    out = Signal(retx_checks_layout())
+
+    def sub(a, b, name):
+        d = Signal(P, name=name)
+        m.d.comb += d.eq(a - b)
+        return d
+
+    def pos(d):  # a distance modulo 2**24 that is > 0
+        return (d != 0) & ~d[P - 1]
+
+    nxt_d = sub(rtx.nxt, rel, "rtx_nxt_d")
+    m.d.comb += [out.use_rel.eq(nxt_d[P - 1]),
+                 out.upgt.eq(pos(sub(k + 1, rtx.top, "rtx_up")))]
+    for c, x in ((rtx.nxt, "n"), (rel, "r")):
+        m.d.comb += [out[f"hole_{x}"].eq(pos(sub(rtx.top, c, f"rtx_top_d_{x}"))),
+                     out[f"ahead_{x}"].eq(pos(sub(k, c, f"rtx_ahead_d_{x}"))),
+                     out[f"atm_{x}"].eq(rtx.mark_v & (rtx.mark == c)),
+                     out[f"kat_{x}"].eq(k == c)]
+    return out
+
+
+class FastRetx(wiring.Component):
+    """Fast retransmit (model D16), the decision half: per-flow tracking on data, the ACK
+    request (a probe to the receiver) and the ACK rewrite decisions, from the compares of
+    :func:`retx_checks` made one stage earlier.
+
+    Inputs (registers of the caller): ``k`` (index), ``rel`` (rel_j as the decision saw it),
+    ``present`` / ``contrib`` (a data frame whose contribution is in the slot after it / that
+    contributed), ``ack_cur`` (an ACK within the released range), ``fast_en`` (the job's D16
+    bit), ``rtx`` (the flow's word, 0 if never written) and ``chk`` (its compares). Outputs:
+    ``solicit``, ``nak_fire``, ``rtx_write`` with ``rtx_new``. Combinational, no state.
     """
 
     def __init__(self, ctl):
@@ -275,42 +312,25 @@ class FastRetx(wiring.Component):
         super().__init__({
             "k": In(PSN_BITS), "rel": In(PSN_BITS), "present": In(1), "contrib": In(1),
             "ack_cur": In(1), "fast_en": In(1), "rtx": In(c.rtx_layout),
+            "chk": In(retx_checks_layout()),
             "solicit": Out(1), "nak_fire": Out(1), "rtx_write": Out(1),
             "rtx_new": Out(c.rtx_layout),
         })
 
     def elaborate(self, platform):
         m = Module()
-        k4, rel_cur, rtx_cur, rtx_new = self.k, self.rel, self.rtx, self.rtx_new
+        k4, rel_cur, rtx_cur, rtx_new, chk = self.k, self.rel, self.rtx, self.rtx_new, self.chk
         present, ack_cur, fast_en = self.present, self.ack_cur, self.fast_en
-        P = PSN_BITS
-        k4p1 = Signal(P)
+        k4p1 = Signal(PSN_BITS)
         m.d.comb += k4p1.eq(k4 + 1)
         m.d.comb += rtx_new.eq(rtx_cur)
-        # nxt_eff = nxt_f, or rel_j if that is ahead: every check against nxt_eff is made against
-        # both and selected by the sign of nxt_f - rel_j (no compare behind a subtraction)
-        nxt_d = Signal(P)
-        m.d.comb += nxt_d.eq(rtx_cur.nxt - rel_cur)
-        use_rel = nxt_d[P - 1]
-        nxt_eff = Mux(use_rel, rel_cur, rtx_cur.nxt)
-
-        def pos(d):  # a distance modulo 2**24 that is > 0
-            return (d != 0) & ~d[P - 1]
-
-        def both(f):
-            return Mux(use_rel, f(rel_cur, "r"), f(rtx_cur.nxt, "n"))
-
-        def sub(a, b, name):
-            d = Signal(P, name=name)
-            m.d.comb += d.eq(a - b)
-            return d
-
-        hole = both(lambda c, x: pos(sub(rtx_cur.top, c, f"top_d_{x}")))
-        ahead = both(lambda c, x: pos(sub(k4, c, f"ahead_d_{x}")))
-        at_mark = rtx_cur.mark_v & both(lambda c, x: rtx_cur.mark == c)
-        k_at = both(lambda c, x: k4 == c)
-        up = sub(k4p1, rtx_cur.top, "up")
-        top_new = Mux(pos(up), k4p1, rtx_cur.top)
+        use_rel = chk.use_rel
+        nxt_eff = Mux(use_rel, rel_cur, rtx_cur.nxt)  # nxt_f, or rel_j if that is ahead
+        hole = Mux(use_rel, chk.hole_r, chk.hole_n)
+        ahead = Mux(use_rel, chk.ahead_r, chk.ahead_n)
+        at_mark = Mux(use_rel, chk.atm_r, chk.atm_n)
+        k_at = Mux(use_rel, chk.kat_r, chk.kat_n)
+        top_new = Mux(chk.upgt, k4p1, rtx_cur.top)
         with m.If(present):
             # the contribution at nxt_f moves it to top_f (model _present)
             m.d.comb += [rtx_new.top.eq(top_new),
