@@ -289,12 +289,12 @@ class AggControl(wiring.Component):
         self.ports, self.jobs, self.flows = p["ports"], p["jobs"], p["flows"]
         self.slots, self.pmtu_max, self.max_world = p["slots"], p["pmtu_max"], p["max_world"]
         self.data_width = p["data_width"]
-        if time_bits < 33 or rel_depth < 2 or free_levels < 1:
+        if time_bits < 33 or rel_depth < 4 or free_levels < 1:
             self._MustUse__silence = True  # rejected: no "created but never used" warning
         if time_bits < 33:
             raise ValueError(f"time_bits = {time_bits} must exceed the 32-bit CNP interval")
-        if rel_depth < 2 or free_levels < 1:
-            raise ValueError(f"rel_depth = {rel_depth} (>= 2), free_levels = {free_levels} (>= 1)")
+        if rel_depth < 4 or free_levels < 1:
+            raise ValueError(f"rel_depth = {rel_depth} (>= 4), free_levels = {free_levels} (>= 1)")
         self.time_bits, self.rel_depth, self.free_levels = time_bits, rel_depth, free_levels
         self.port_bits = _bits(self.ports)
         self.job_bits = _bits(self.jobs)
@@ -722,7 +722,9 @@ class AggControl(wiring.Component):
         # everything waits for a chained release (it moves rel_j)
         jb_all = Cat(*(chain_busy[j] | jr.chain_up[j] | ev_all[j] for j in range(J)))
         jb_data = Cat(*(fb_nz[j] | ev_free[j] for j in range(J)))
-        rel_room = Signal()  # the release FIFO takes one more command (with its input register's)
+        # the release FIFO takes one more command (with its input register's), from the level
+        # a cycle ago: the level grows by at most one a cycle
+        rel_room = Signal()
         m.d.comb += block5.eq(
             (registered & (jb_all.bit_select(j5, 1) | (jb_data.bit_select(j5, 1) & ~ctrl5)))
             | ~rel_room
@@ -759,7 +761,7 @@ class AggControl(wiring.Component):
         # ---- the decision, registered for the fast-retransmit stages
         d6 = Signal(self.dec_layout)
         reg6, pres6, contrib6, ackc6, fast6 = Signal(), Signal(), Signal(), Signal(), Signal()
-        rel6, fwd6 = Signal(PSN_BITS), Signal()
+        rel6, fwd6, w6 = Signal(PSN_BITS), Signal(), Signal()
         j6, r6 = Signal(self.job_bits), Signal(self.rank_bits)
         j7, r7 = Signal(self.job_bits), Signal(self.rank_bits)
         # D16 is not used on leaf and spine jobs (D17)
@@ -787,7 +789,8 @@ class AggControl(wiring.Component):
         # stages 6, 7 and the output register move whenever the output can (a frame held in the
         # decision stage leaves a bubble behind it)
         with m.If(advance):
-            m.d.sync += [v6.eq(v5), fwd6.eq(Cat(r5, j5) == Cat(r7, j7))] + d6_next
+            m.d.sync += [v6.eq(v5), fwd6.eq(Cat(r5, j5) == Cat(r7, j7)),
+                         w6.eq(registered & (dk.present | dk.ack_cur))] + d6_next
         with m.Elif(adv_out):
             m.d.sync += v6.eq(0)
 
@@ -820,8 +823,8 @@ class AggControl(wiring.Component):
         cj7 = Signal(J)
         m.d.comb += cj7.eq(Mux(commit7 & reg7, 1 << j7, 0))
         # a write to the word of the decision stage's flow in stage 6 (all registers)
-        flow5 = Cat(r5, j5)
-        m.d.comb += rtx_haz.eq(v6 & reg6 & (pres6 | ackc6) & (Cat(r6, j6) == flow5))
+        # (the frame in stage 6, if any, is the one directly ahead: ``sa_flow5``)
+        m.d.comb += rtx_haz.eq(v6 & w6 & sa_flow5)
         if "rtx" in self._no_forwarding:
             m.d.comb += [rtx_haz.eq(0), rtx6.eq(Mux(seen6, x_rd.data, 0))]
 
@@ -864,7 +867,8 @@ class AggControl(wiring.Component):
         # release counts every decision committed so far): the emitter sends a release only after
         # the payload of every decision before seq is written, and after their own frames
         n_commit = Signal(SEQ_BITS)
-        m.d.sync += n_commit.eq(n_commit + commit)
+        with m.If(commit):
+            m.d.sync += n_commit.eq(n_commit + 1)
         m.d.comb += [dec_cmd.seq.eq(n_commit + 1), sch_cmd.seq.eq(n_commit)]
         if self.ports > 1:
             m.d.comb += dec_cmd.ports.eq(slot_new.ports)
@@ -875,7 +879,8 @@ class AggControl(wiring.Component):
         m.d.sync += [rq_en.eq(dec_push | sch.push),
                      rq_data.eq(Mux(sch.checking, sch_cmd.as_value(), dec_cmd.as_value()))]
         m.d.comb += [relq.w_en.eq(rq_en), rel_w.eq(rq_data),
-                     rel_room.eq(relq.level + rq_en <= self.rel_depth - 1)]
+                     ]
+        m.d.sync += rel_room.eq(relq.level <= self.rel_depth - 3)
 
         # ============================================================ free_j (min tree)
         f_valid = Signal()

@@ -78,6 +78,7 @@ class ReleaseScheduler(wiring.Component):
         up_mode = Signal()  # the chain being run is a leaf's partial chain (D17)
         leaf_js = self.leaf.bit_select(js, 1)
         rel_js = Mux(up_mode, self.upptr[js], self.rel[js])
+        rel_q = Signal(PSN_BITS)  # rel_js, registered in READ (CHECK compares the word with it)
         base_js, w_js, n_js = self.base[js], self.w[js], self.n[js]
         slot_js = Signal(c.slot_bits)
         m.d.comb += [slot_js.eq(base_js + (rel_js & (w_js - 1))), self.rd_addr.eq(slot_js)]
@@ -106,12 +107,13 @@ class ReleaseScheduler(wiring.Component):
                     m.next = "READ"
             with m.State("READ"):
                 m.d.comb += self.rd_en.eq(1)
+                m.d.sync += rel_q.eq(rel_js)
                 m.next = "CHECK"
             with m.State("CHECK"):
                 m.d.comb += self.checking.eq(1)
                 ready = Mux(up_mode, word.bitmap == self.cmask[js],
                             Mux(leaf_js, word.total, word.bitmap == full))
-                ok = word.valid & (word.index == rel_js) & ready
+                ok = word.valid & (word.index == rel_q) & ready
                 npend = Mux(up_mode, self.npend_up[js], self.npend[js])
                 with m.If(~ok):
                     m.d.comb += [self.done.eq(~up_mode), self.done_up.eq(up_mode)]
