@@ -666,38 +666,49 @@ class AggControl(wiring.Component):
         if "cnp" in self._no_forwarding:
             cnp_a = Const(0)
         ptr_a = Mux(upsel5, up_a, rel_a)
+        sf_a = Signal(slot_flags_layout())  # as loaded, corrected
+        jf_a = Signal(job_flags_layout())
+        m.d.comb += [
+            sf_a.empty.eq(Mux(first_a, sf5_f.empty, sf5_b.empty)),
+            sf_a.sigmis.eq(Mux(first_a, sf5_f.sigmis, sf5_b.sigmis)),
+            sf_a.tot.eq(Mux(first_a, 0, tot_a | sf5_b.tot)),
+            sf_a.pres.eq(Mux(first_a, sf5_f.pres, Mux(contrib_a, sf5_c.pres, sf5_b.pres))),
+            sf_a.cc.eq(Mux(first_a, sf5_f.cc, Mux(contrib_a, sf5_c.cc, sf5_b.cc))),
+            sf_a.cf.eq(sf5_b.cf),
+            jf_a.behind.eq(jf5.behind), jf_a.ahead.eq(jf5.ahead),
+            jf_a.released.eq(Mux(rel_a, jv5.released, jf5.released)),
+            jf_a.keq_rel.eq(Mux(rel_a, jv5.keq_rel, jf5.keq_rel)),
+            jf_a.up_lt.eq(Mux(up_a, jv5.up_lt, jf5.up_lt)),
+            jf_a.keq_up.eq(Mux(up_a, jv5.keq_up, jf5.keq_up)),
+            jf_a.ack_nz.eq(Mux(ack_a, jv5.nz_a, jf5.ack_nz)),
+            jf_a.ack_le.eq(Mux(ack_a, Mux(ptr_a, jv5.le_ap, jv5.le_a0),
+                               Mux(ptr_a, jv5.le_0p, jf5.ack_le))),
+            jf_a.supp.eq(Mux(cnp_a, jv5.supp_a, jf5.supp)),
+        ]
+        # a frame held in the stage (``held5``: the pipeline did not move in the cycle before)
+        # uses copies made while it waits (registers loaded only then, so that no register's
+        # input depends on ``advance``): its corrected slot checks and words, and its job checks
+        # made again on the state of that cycle (a chain or a free_j result may move it while it
+        # waits: the ``ev_*`` stall keeps it from deciding on checks older than one cycle)
+        held5 = Signal()
+        m.d.sync += held5.eq(~advance)
+        sf_h, jf_hq = Signal(slot_flags_layout()), Signal(job_flags_layout())
+        slot_h, acked_h = Signal(self.slot_layout), Signal(PSN_BITS)
         sf = Signal(slot_flags_layout())
         jf = Signal(job_flags_layout())
         slot_cur = Signal(self.slot_layout)
         acked_cur = Signal(PSN_BITS)
         m.d.comb += [
-            sf.empty.eq(Mux(first_a, sf5_f.empty, sf5_b.empty)),
-            sf.sigmis.eq(Mux(first_a, sf5_f.sigmis, sf5_b.sigmis)),
-            sf.tot.eq(Mux(first_a, 0, tot_a | sf5_b.tot)),
-            sf.pres.eq(Mux(first_a, sf5_f.pres, Mux(contrib_a, sf5_c.pres, sf5_b.pres))),
-            sf.cc.eq(Mux(first_a, sf5_f.cc, Mux(contrib_a, sf5_c.cc, sf5_b.cc))),
-            sf.cf.eq(sf5_b.cf),
-            slot_cur.eq(Mux(slot_a, sw_data, slot5_w)),
-            acked_cur.eq(Mux(ack_a, aw_data, acked5)),
-            jf.behind.eq(jf5.behind), jf.ahead.eq(jf5.ahead),
-            jf.released.eq(Mux(rel_a, jv5.released, jf5.released)),
-            jf.keq_rel.eq(Mux(rel_a, jv5.keq_rel, jf5.keq_rel)),
-            jf.up_lt.eq(Mux(up_a, jv5.up_lt, jf5.up_lt)),
-            jf.keq_up.eq(Mux(up_a, jv5.keq_up, jf5.keq_up)),
-            jf.ack_nz.eq(Mux(ack_a, jv5.nz_a, jf5.ack_nz)),
-            jf.ack_le.eq(Mux(ack_a, Mux(ptr_a, jv5.le_ap, jv5.le_a0),
-                             Mux(ptr_a, jv5.le_0p, jf5.ack_le))),
-            jf.supp.eq(Mux(cnp_a, jv5.supp_a, jf5.supp)),
+            sf.eq(Mux(held5, sf_h, sf_a)), jf.eq(Mux(held5, jf_hq, jf_a)),
+            slot_cur.eq(Mux(held5, slot_h, Mux(slot_a, sw_data, slot5_w))),
+            acked_cur.eq(Mux(held5, acked_h, Mux(ack_a, aw_data, acked5))),
         ]
-        # a frame held in the stage keeps its corrected slot checks and words; its job checks are
-        # made again on the state now (a chain or a free_j result may move it while it waits:
-        # ``fresh`` below keeps it from deciding on checks older than one cycle)
         leaf5 = Array(jr.leaf)[j5]
         jf_h = self._job_checks(m, "5", k5, cand5, acked_cur, upsel5, free[j5], rel[j5],
                                 Array(jr.upptr)[j5], j_w[j5])
         m.d.comb += jf_h.supp.eq(jf.supp)
         with m.If(~advance):
-            m.d.sync += [sf5_b.eq(sf), slot5_w.eq(slot_cur), acked5.eq(acked_cur), jf5.eq(jf_h)]
+            m.d.sync += [sf_h.eq(sf), slot_h.eq(slot_cur), acked_h.eq(acked_cur), jf_hq.eq(jf_h)]
 
         registered = v5 & rh5 & enabled[j5]
         n_cur = j_n[j5]

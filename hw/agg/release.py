@@ -44,8 +44,9 @@ class ReleaseScheduler(wiring.Component):
     answers with ``up_job`` / ``done_up``. Release chains go first.
 
     Contract: latency: a chain starts one cycle after ``chain`` is seen (lowest job first), then
-    takes 2 cycles per released index (READ: slot RAM read, CHECK: the word must be valid, hold
-    index ``rel`` and a full bitmap). Throughput: one index per 2 cycles. Backpressure: waits in
+    takes 3 cycles per released index (READ: slot RAM read, COMPARE: the word must be valid, hold
+    index ``rel`` and a full bitmap, registered; CHECK: push). Throughput: one index per 3
+    cycles. Backpressure: waits in
     CHECK while ``fifo_ready`` is low or ``dec_push`` is high. Errors: none (a slot that is not
     COMPLETE ends the chain).
     """
@@ -78,7 +79,8 @@ class ReleaseScheduler(wiring.Component):
         up_mode = Signal()  # the chain being run is a leaf's partial chain (D17)
         leaf_js = self.leaf.bit_select(js, 1)
         rel_js = Mux(up_mode, self.upptr[js], self.rel[js])
-        rel_q = Signal(PSN_BITS)  # rel_js, registered in READ (CHECK compares the word with it)
+        rel_q = Signal(PSN_BITS)  # rel_js, registered in READ (COMPARE checks the word with it)
+        ok_q = Signal()  # the word is COMPLETE with index rel_js
         base_js, w_js, n_js = self.base[js], self.w[js], self.n[js]
         slot_js = Signal(c.slot_bits)
         m.d.comb += [slot_js.eq(base_js + (rel_js & (w_js - 1))), self.rd_addr.eq(slot_js)]
@@ -108,12 +110,16 @@ class ReleaseScheduler(wiring.Component):
             with m.State("READ"):
                 m.d.comb += self.rd_en.eq(1)
                 m.d.sync += rel_q.eq(rel_js)
+                m.next = "COMPARE"
+            with m.State("COMPARE"):
+                # the word's checks, registered (the read data holds until the next READ)
+                ready = Mux(up_mode, word.bitmap == self.cmask[js],
+                            Mux(leaf_js, word.total, word.bitmap == full))
+                m.d.sync += ok_q.eq(word.valid & (word.index == rel_q) & ready)
                 m.next = "CHECK"
             with m.State("CHECK"):
                 m.d.comb += self.checking.eq(1)
-                ready = Mux(up_mode, word.bitmap == self.cmask[js],
-                            Mux(leaf_js, word.total, word.bitmap == full))
-                ok = word.valid & (word.index == rel_q) & ready
+                ok = ok_q
                 npend = Mux(up_mode, self.npend_up[js], self.npend[js])
                 with m.If(~ok):
                     m.d.comb += [self.done.eq(~up_mode), self.done_up.eq(up_mode)]
