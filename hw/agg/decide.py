@@ -258,22 +258,31 @@ class Decide(wiring.Component):
         return m
 
 
+_POS = ("hole_n", "hole_r", "ahead_n", "ahead_r", "upgt")  # distances that must be > 0
+_EQ = ("atm_n", "atm_r", "kat_n", "kat_r")  # equalities
+
+
 def retx_checks_layout() -> data.StructLayout:
     """D16's compares on the flow's word (:func:`retx_checks`), registered between its two
-    stages: ``use_rel`` (rel_j is ahead of nxt_f: nxt_eff = rel_j), for each candidate of nxt_eff
-    (``_n``: nxt_f, ``_r``: rel_j) ``hole`` (top_f beyond it), ``ahead`` (k beyond it), ``atm``
-    (the hole last handled is there), ``kat`` (k is it); ``upgt`` (k + 1 beyond top_f)."""
-    return data.StructLayout({"use_rel": 1, "hole_n": 1, "hole_r": 1, "ahead_n": 1,
-                              "ahead_r": 1, "atm_n": 1, "atm_r": 1, "kat_n": 1, "kat_r": 1,
-                              "upgt": 1})
+    stages, each in two halves (the second stage combines them): ``use_rel`` (rel_j is ahead of
+    nxt_f: nxt_eff = rel_j); for each candidate of nxt_eff (``_n``: nxt_f, ``_r``: rel_j) the
+    distances ``hole`` (top_f - it), ``ahead`` (k - it) and ``upgt`` (k + 1 - top_f) as their
+    halves' "not zero" and the sign, ``atm`` (the hole last handled is there) and ``kat`` (k is
+    it) as their halves' equalities."""
+    f = {"use_rel": 1}
+    for n in _POS:
+        f |= {f"{n}_lo": 1, f"{n}_hi": 1, f"{n}_s": 1}
+    for n in _EQ:
+        f |= {f"{n}_lo": 1, f"{n}_hi": 1}
+    return data.StructLayout(f)
 
 
 def retx_checks(m, rtx, k, rel):
-    """The first half of D16 (model D16's compares, no decision): a :func:`retx_checks_layout`
-    value of the flow's word ``rtx``, index ``k`` and ``rel`` (rel_j as the decision saw it).
-    Every check against nxt_eff = max(nxt_f, rel_j) is made against both candidates (no compare
-    behind the subtraction that chooses)."""
-    P = PSN_BITS
+    """The first half of D16 (its compares, no decision): a :func:`retx_checks_layout` value of
+    the flow's word ``rtx``, index ``k`` and ``rel`` (rel_j as the decision saw it). Every check
+    against nxt_eff = max(nxt_f, rel_j) is made against both candidates (no compare behind the
+    subtraction that chooses)."""
+    P, H = PSN_BITS, PSN_BITS // 2
     out = Signal(retx_checks_layout())
 
     def sub(a, b, name):
@@ -281,17 +290,21 @@ def retx_checks(m, rtx, k, rel):
         m.d.comb += d.eq(a - b)
         return d
 
-    def pos(d):  # a distance modulo 2**24 that is > 0
-        return (d != 0) & ~d[P - 1]
+    def dist(name, d):
+        m.d.comb += [out[f"{name}_lo"].eq(d[:H] != 0), out[f"{name}_hi"].eq(d[H:] != 0),
+                     out[f"{name}_s"].eq(d[P - 1])]
+
+    def eq(name, a, b):
+        m.d.comb += [out[f"{name}_lo"].eq(a[:H] == b[:H]), out[f"{name}_hi"].eq(a[H:] == b[H:])]
 
     nxt_d = sub(rtx.nxt, rel, "rtx_nxt_d")
-    m.d.comb += [out.use_rel.eq(nxt_d[P - 1]),
-                 out.upgt.eq(pos(sub(k + 1, rtx.top, "rtx_up")))]
+    m.d.comb += out.use_rel.eq(nxt_d[P - 1])
+    dist("upgt", sub(k + 1, rtx.top, "rtx_up"))
     for c, x in ((rtx.nxt, "n"), (rel, "r")):
-        m.d.comb += [out[f"hole_{x}"].eq(pos(sub(rtx.top, c, f"rtx_top_d_{x}"))),
-                     out[f"ahead_{x}"].eq(pos(sub(k, c, f"rtx_ahead_d_{x}"))),
-                     out[f"atm_{x}"].eq(rtx.mark_v & (rtx.mark == c)),
-                     out[f"kat_{x}"].eq(k == c)]
+        dist(f"hole_{x}", sub(rtx.top, c, f"rtx_top_d_{x}"))
+        dist(f"ahead_{x}", sub(k, c, f"rtx_ahead_d_{x}"))
+        eq(f"atm_{x}", rtx.mark, c)
+        eq(f"kat_{x}", k, c)
     return out
 
 
@@ -326,11 +339,18 @@ class FastRetx(wiring.Component):
         m.d.comb += rtx_new.eq(rtx_cur)
         use_rel = chk.use_rel
         nxt_eff = Mux(use_rel, rel_cur, rtx_cur.nxt)  # nxt_f, or rel_j if that is ahead
-        hole = Mux(use_rel, chk.hole_r, chk.hole_n)
-        ahead = Mux(use_rel, chk.ahead_r, chk.ahead_n)
-        at_mark = Mux(use_rel, chk.atm_r, chk.atm_n)
-        k_at = Mux(use_rel, chk.kat_r, chk.kat_n)
-        top_new = Mux(chk.upgt, k4p1, rtx_cur.top)
+
+        def pos(n):  # a distance modulo 2**24 that is > 0
+            return (chk[f"{n}_lo"] | chk[f"{n}_hi"]) & ~chk[f"{n}_s"]
+
+        def eq(n):
+            return chk[f"{n}_lo"] & chk[f"{n}_hi"]
+
+        hole = Mux(use_rel, pos("hole_r"), pos("hole_n"))
+        ahead = Mux(use_rel, pos("ahead_r"), pos("ahead_n"))
+        at_mark = rtx_cur.mark_v & Mux(use_rel, eq("atm_r"), eq("atm_n"))
+        k_at = Mux(use_rel, eq("kat_r"), eq("kat_n"))
+        top_new = Mux(pos("upgt"), k4p1, rtx_cur.top)
         with m.If(present):
             # the contribution at nxt_f moves it to top_f (model _present)
             m.d.comb += [rtx_new.top.eq(top_new),

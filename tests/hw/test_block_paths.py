@@ -79,10 +79,11 @@ def test_skid_buffer_and_control_have_no_combinational_path(control_net):
 # nets between the control path's blocks that drive more than FANOUT_LIMIT gate inputs (small
 # parameters), open: the pipeline's advance (the flow table's lookup enable is the global stall
 # of the decision pipeline), the sequencer's job (selects its configuration, binds flow entries),
-# the decision's ``registered`` / ``ctrl`` and the release scheduler's job / command
+# the decision's ``registered`` / ``ctrl``, the release scheduler's job / command and the
+# fast-retransmit stage's ``present`` (a flip-flop selecting the flow's new 74-bit word)
 KNOWN_WIDE = {"ft.rd__en", "ft.wr__data", "ft.bind_job", "sequencer.job",
               "sequencer.ft__bind_data", "decide.registered", "decide.ctrl", "release.job",
-              "release.cmd", "release.dec_push"}
+              "release.cmd", "release.dec_push", "retx.present"}
 
 
 @needs_yosys
