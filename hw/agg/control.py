@@ -318,6 +318,9 @@ class AggControl(wiring.Component):
             "psn": PSN_BITS, "ecn": 2, "syndrome": 8, "plen": self.plen_bits, "mark": 2,
             "port": self.port_bits, "time": time_bits,
         })
+        # the header as the pipeline carries it after the key compare (from the input register)
+        self.hdr_pipe_layout = data.StructLayout(
+            {f: sh.shape for f, sh in self.hdr_layout if f not in ("src_ip", "dqpn")})
         self.dec_layout = data.StructLayout({
             "action": Action, "disp": self.disp_bits, "job": self.job_bits,
             "rank": self.rank_bits, "entry": self.entry_bits, "slot": self.slot_bits,
@@ -496,7 +499,7 @@ class AggControl(wiring.Component):
         # S + 3: fast retransmit ("stage 6"), then the decision output register
         S = ft.lk_latency
         vs = [Signal(name=f"v{i}") for i in range(1, S + 3)]
-        hs = [Signal(self.hdr_layout, name=f"h{i}") for i in range(1, S + 3)]
+        hs = [Signal(self.hdr_pipe_layout, name=f"h{i}") for i in range(1, S + 3)]
         h3, h4, v5, h5 = hs[S - 1], hs[S], vs[S + 1], hs[S + 1]
         v6, v7 = Signal(), Signal()  # the fast-retransmit stages (they move with the output)
         adv_out = Signal()
@@ -508,7 +511,8 @@ class AggControl(wiring.Component):
             advance.eq(adv_out & ~(v5 & block5)),
         ]
         with m.If(advance):
-            m.d.sync += [vs[0].eq(hdr.valid & hdr.ready), hs[0].eq(hdr.payload)]
+            m.d.sync += [vs[0].eq(hdr.valid & hdr.ready)]
+            m.d.sync += [hs[0][f].eq(hdr.payload[f]) for f, _ in self.hdr_pipe_layout]
             m.d.sync += [vs[i].eq(vs[i - 1]) for i in range(1, S + 2)]
             m.d.sync += [hs[i].eq(hs[i - 1]) for i in range(1, S + 2)]
         pipe_empty = ~Cat(*vs, v6, v7).any()
@@ -799,11 +803,10 @@ class AggControl(wiring.Component):
                    seen6.eq(rtx_seen[j5].bit_select(r5, 1))]
         # stages 6, 7 and the output register move whenever the output can (a frame held in the
         # decision stage leaves a bubble behind it)
-        with m.If(advance):
-            m.d.sync += [v6.eq(v5), fwd6.eq(Cat(r5, j5) == Cat(r7, j7)),
+        # (its data registers load whenever the output moves: with a bubble they are unused)
+        with m.If(adv_out):
+            m.d.sync += [v6.eq(v5 & advance), fwd6.eq(Cat(r5, j5) == Cat(r7, j7)),
                          w6.eq(registered & (dk.present | dk.ack_cur))] + d6_next
-        with m.Elif(adv_out):
-            m.d.sync += v6.eq(0)
 
         # ------------------------------------------------------------ stage 6: D16 compares
         # the word read, forwarded from the write committed by stage 7 in the cycle of the read

@@ -129,7 +129,7 @@ class Decide(wiring.Component):
         self._ctl = ctl
         c = ctl
         super().__init__({
-            "h": In(c.hdr_layout), "k": In(PSN_BITS), "rank": In(c.rank_bits),
+            "h": In(c.hdr_pipe_layout), "k": In(PSN_BITS), "rank": In(c.rank_bits),
             "onehot_r": In(c.max_world), "cand": In(PSN_BITS), "slot": In(c.slot_layout),
             "sf": In(slot_flags_layout()), "jf": In(job_flags_layout()),
             # precheck() of this frame, computed one stage earlier

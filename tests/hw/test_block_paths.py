@@ -98,4 +98,6 @@ def test_control_fanout_between_blocks(control_net):
     wide = {k for k, v in fan.items() if v > FANOUT_LIMIT and "$" not in k
             and not k.endswith((".clk", ".rst"))}
     assert wide <= KNOWN_WIDE, sorted((k, fan[k]) for k in wide - KNOWN_WIDE)
-    assert max(fan[k] for k in wide) < 1024
+    # the widest is the pipeline's advance (ft.rd__en): it enables every stage register, about
+    # 1050 gate inputs here with the check and fast-retransmit stages
+    assert max(fan[k] for k in wide) < 1536
