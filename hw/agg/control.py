@@ -589,6 +589,18 @@ class AggControl(wiring.Component):
         pa_rel, pa_up = Signal(), Signal()  # that decision moved its job's rel_j / upptr
         slot_w = data.View(self.slot_layout,
                            self._rmw_read(m, s_rd, sz_slot, advance, (sw_en, sw_data), "slot"))
+        # the slot word's checks are made on each of its three sources (the RAM data, the write
+        # forwarded, the word held) and selected after the compares
+        slot_loaded, slot_hold = Signal(), Signal(self.slot_layout)
+        m.d.sync += [slot_loaded.eq(advance), slot_hold.eq(slot_w)]
+        slot_fwd = sw_en & sz_slot
+        if "slot" in self._no_forwarding:
+            slot_fwd = Const(0)
+        slot_srcs = (data.View(self.slot_layout, s_rd.data), sw_data, slot_hold)
+
+        def on_slot(fn):
+            ram_v, sw_v, hold_v = (fn(w) for w in slot_srcs)
+            return Mux(slot_loaded, Mux(slot_fwd, sw_v, ram_v), hold_v)
         cnp_w = self._rmw_read(m, c_rd, sz_flow, advance, (cw_en, cw_data), "cnp")
         acked_w = self._rmw_read(m, _Port(acked_rd), sz_flow, advance, (aw_en, aw_data), "acked")
         o4, o5 = onehot(r4), onehot(r5)
@@ -598,13 +610,14 @@ class AggControl(wiring.Component):
         # writes the same slot: its first contribution (``_f``), another contribution (``_c``)
         sf_b, sf_f, sf_c = (Signal(slot_flags_layout(), name=f"sf{x}4") for x in "bfc")
         m.d.comb += [
-            sf_b.empty.eq(~(slot_w.valid & (slot_w.index == k4))),
-            sf_b.sigmis.eq(Cat(slot_w.opcode, slot_w.plen) != sig4),
-            sf_b.tot.eq(slot_w.total), sf_b.pres.eq((slot_w.bitmap & o4).any()),
-            sf_b.cc.eq((slot_w.bitmap | o4) == mask4), sf_b.cf.eq(o4 == mask4),
+            sf_b.empty.eq(on_slot(lambda w: ~(w.valid & (w.index == k4)))),
+            sf_b.sigmis.eq(on_slot(lambda w: Cat(w.opcode, w.plen) != sig4)),
+            sf_b.tot.eq(slot_w.total), sf_b.pres.eq(on_slot(lambda w: (w.bitmap & o4).any())),
+            sf_b.cc.eq(on_slot(lambda w: (w.bitmap | o4) == mask4)), sf_b.cf.eq(o4 == mask4),
             sf_f.empty.eq(k5 != k4), sf_f.sigmis.eq(sig5 != sig4), sf_f.pres.eq(r5 == r4),
             sf_f.cc.eq((o5 | o4) == mask4),
-            sf_c.pres.eq(sf_b.pres | (r5 == r4)), sf_c.cc.eq((slot_w.bitmap | o5 | o4) == mask4),
+            sf_c.pres.eq(sf_b.pres | (r5 == r4)),
+            sf_c.cc.eq(on_slot(lambda w: (w.bitmap | o5 | o4) == mask4)),
         ]
         # job and flow checks on the state now (``_b``), and variants for what the decision in
         # front changes: rel_j / upptr + 1 (same job), acked_f = its cand, a CNP sent (same flow)
