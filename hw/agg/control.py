@@ -62,7 +62,7 @@ Interfaces
     Release commands in release order: "emit the result of slot ``slot`` (job, index, payload
     length, N) to ranks 0..N-1", each rank on ``ports[r]`` (arrival port, D13). The command for
     an index is issued at the decision of the frame that completes it (or later; it may leave
-    before that decision, and one more, have left the ``dec`` skid buffer); the consumer
+    before that decision and up to three more are on ``dec``); the consumer
     must not read the slot before that frame's last payload beat has been written (its slot
     memory event). Buffered in a FIFO of ``rel_depth``; when the FIFO is full the decision stage
     stalls.
@@ -79,25 +79,31 @@ than 1).
 
 Timing
 ------
-* Latency: header accepted in cycle t -> decision valid in cycle t + 7 (registers: input
+* Latency: header accepted in cycle t -> decision valid in cycle t + 10 (registers: input
   skid, input + key chunk compares, CAM match, entry RAM data, index/slot + slot RAM data,
-  decision, output skid; one more lookup stage, t + 8, with more than 16 flow entries), when
-  nothing stalls. Counter increments and status set strobes are registered one clock edge
-  later, from the decision's registered strobes: they are valid in the cycle after the decision
-  becomes valid (chained releases and free_j results count one cycle after they happen).
+  checks, decision, D16 compares, D16 decisions / output register, output skid; one more lookup
+  stage, t + 11, with more than 16 flow entries), when nothing stalls. A release command of the
+  decision stage reaches the FIFO through a register. Counter increments and status set strobes
+  are registered one clock edge later, from the decision's registered strobes (chained releases
+  and free_j results count one cycle after they happen; D16's counters after its stage).
 * Throughput: one header per cycle (so back-to-back minimum-size frames of one 512-bit beat are
-  decided at line rate), including back-to-back headers to the same slot or flow: the slot,
-  CNP and fast-retransmit RAM reads (issued one stage before the decision) are forwarded from
-  the write of the decision in front, and per-job state is read from flip-flops by the
-  decision itself.
-  The pipeline stalls as a whole (``hdr.ready`` low) only to stay exact:
+  decided at line rate), including back-to-back headers to the same slot, job or flow: the check
+  stage makes each check that the decision in front can change both as read and as that
+  decision leaves it, and the decision selects by that decision's registered strobes (see
+  :mod:`.decide`); the slot, CNP and acked_f reads are forwarded from the write committed two
+  frames ahead.
+  The pipeline stalls as a whole (``hdr.ready`` low) only to stay exact, on registers only:
   - while the header in the decision stage belongs to a job with a chained release in
-    progress (2 cycles per released index; only after out-of-order completions, since an
-    in-order completion is released by the decision stage itself);
+    progress (3 cycles per released index; only after out-of-order completions, since an
+    in-order completion is released by the decision stage itself), and one cycle after each
+    chain step or free_j result of its job (its job checks are made again);
   - while a *data* header's job has a free_j computation in flight (``free_latency`` cycles
     after each ACK/NAK that advanced some acked_f; ACK/NAK acceptance never reads free_j, so
     back-to-back ACKs/NAKs do not wait);
-  - while ``dec`` is not ready, or the release FIFO is full;
+  - one cycle when the frame directly ahead, in the first D16 stage, writes the D16 word of the
+    header's flow (a contribution or an in-range ACK right behind one of its own flow);
+  - while ``dec`` is not ready, the release FIFO has fewer than three free entries a cycle
+    before, or the release scheduler is in its push (CHECK) state;
   - every other cycle while the enable sequencer clears the slots of a job being enabled (the
     stall does not wait for the decision, so the decision logic stays off the pipeline enable);
   - while the sequencer commits or discards a job (it stops taking headers until the pipeline
@@ -272,7 +278,7 @@ class AggControl(wiring.Component):
     time_bits : int
         Width of the arrival timestamps (default 48: wraps after 10 days at 322 MHz).
     rel_depth : int
-        Depth of the release command FIFO (default 16).
+        Depth of the release command FIFO (default 16, at least 4).
     free_levels : int
         Min-tree levels per pipeline stage of the free_j computation (default 2).
     roles : bool
