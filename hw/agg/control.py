@@ -605,7 +605,11 @@ class AggControl(wiring.Component):
         slot_srcs = (data.View(self.slot_layout, s_rd.data), sw_data, slot_hold)
 
         def on_slot(fn):
-            ram_v, sw_v, hold_v = (fn(w) for w in slot_srcs)
+            # (kept nets: the synthesis maps each compare on its own, the select after it)
+            ram_v, sw_v, hold_v = (Signal(name=f"slot_chk_{x}", attrs={"keep": 1})
+                                   for x in ("ram", "fwd", "hold"))
+            m.d.comb += [v.eq(fn(w)) for v, w in zip((ram_v, sw_v, hold_v), slot_srcs,
+                                                     strict=True)]
             return Mux(slot_loaded, Mux(slot_fwd, sw_v, ram_v), hold_v)
         cnp_w = self._rmw_read(m, c_rd, sz_flow, advance, (cw_en, cw_data), "cnp")
         acked_w = self._rmw_read(m, _Port(acked_rd), sz_flow, advance, (aw_en, aw_data), "acked")
