@@ -620,7 +620,11 @@ class AggControl(wiring.Component):
         # writes the same slot: its first contribution (``_f``), another contribution (``_c``)
         sf_b, sf_f, sf_c = (Signal(slot_flags_layout(), name=f"sf{x}4") for x in "bfc")
         m.d.comb += [
-            sf_b.empty.eq(on_slot(lambda w: ~(w.valid & (w.index == k4)))),
+            # (EMPTY = not valid or another index: the index compare in halves, combined in
+            # the decision stage)
+            sf_b.empty.eq(on_slot(lambda w: ~w.valid)),
+            sf_b.idx_lo.eq(on_slot(lambda w: w.index[:12] == k4[:12])),
+            sf_b.idx_hi.eq(on_slot(lambda w: w.index[12:] == k4[12:])),
             sf_b.sigmis.eq(on_slot(lambda w: Cat(w.opcode, w.plen) != sig4)),
             sf_b.tot.eq(slot_w.total), sf_b.pres.eq(on_slot(lambda w: (w.bitmap & o4).any())),
             sf_b.cc.eq(on_slot(lambda w: (w.bitmap | o4) == mask4)), sf_b.cf.eq(o4 == mask4),
@@ -696,7 +700,9 @@ class AggControl(wiring.Component):
         sf_a = Signal(slot_flags_layout())  # as loaded, corrected
         jf_a = Signal(job_flags_layout())
         m.d.comb += [
-            sf_a.empty.eq(Mux(first_a, sf5_f.empty, sf5_b.empty)),
+            sf_a.empty.eq(Mux(first_a, sf5_f.empty,
+                              sf5_b.empty | ~(sf5_b.idx_lo & sf5_b.idx_hi))),
+            sf_a.idx_lo.eq(1), sf_a.idx_hi.eq(1),
             sf_a.sigmis.eq(Mux(first_a, sf5_f.sigmis, sf5_b.sigmis)),
             sf_a.tot.eq(Mux(first_a, 0, tot_a | sf5_b.tot)),
             sf_a.pres.eq(Mux(first_a, sf5_f.pres, Mux(contrib_a, sf5_c.pres, sf5_b.pres))),
