@@ -62,7 +62,7 @@ Interfaces
     Release commands in release order: "emit the result of slot ``slot`` (job, index, payload
     length, N) to ranks 0..N-1", each rank on ``ports[r]`` (arrival port, D13). The command for
     an index is issued at the decision of the frame that completes it (or later; it may leave
-    before that decision, and one more, have left the ``dec`` skid buffer); the consumer
+    before that decision and up to three more are on ``dec``); the consumer
     must not read the slot before that frame's last payload beat has been written (its slot
     memory event). Buffered in a FIFO of ``rel_depth``; when the FIFO is full the decision stage
     stalls.
@@ -79,25 +79,31 @@ than 1).
 
 Timing
 ------
-* Latency: header accepted in cycle t -> decision valid in cycle t + 7 (registers: input
+* Latency: header accepted in cycle t -> decision valid in cycle t + 10 (registers: input
   skid, input + key chunk compares, CAM match, entry RAM data, index/slot + slot RAM data,
-  decision, output skid; one more lookup stage, t + 8, with more than 16 flow entries), when
-  nothing stalls. Counter increments and status set strobes are registered one clock edge
-  later, from the decision's registered strobes: they are valid in the cycle after the decision
-  becomes valid (chained releases and free_j results count one cycle after they happen).
+  checks, decision, D16 compares, D16 decisions / output register, output skid; one more lookup
+  stage, t + 11, with more than 16 flow entries), when nothing stalls. A release command of the
+  decision stage reaches the FIFO through a register. Counter increments and status set strobes
+  are registered one clock edge later, from the decision's registered strobes (chained releases
+  and free_j results count one cycle after they happen; D16's counters after its stage).
 * Throughput: one header per cycle (so back-to-back minimum-size frames of one 512-bit beat are
-  decided at line rate), including back-to-back headers to the same slot or flow: the slot,
-  CNP and fast-retransmit RAM reads (issued one stage before the decision) are forwarded from
-  the write of the decision in front, and per-job state is read from flip-flops by the
-  decision itself.
-  The pipeline stalls as a whole (``hdr.ready`` low) only to stay exact:
+  decided at line rate), including back-to-back headers to the same slot, job or flow: the check
+  stage makes each check that the decision in front can change both as read and as that
+  decision leaves it, and the decision selects by that decision's registered strobes (see
+  :mod:`.decide`); the slot, CNP and acked_f reads are forwarded from the write committed two
+  frames ahead.
+  The pipeline stalls as a whole (``hdr.ready`` low) only to stay exact, on registers only:
   - while the header in the decision stage belongs to a job with a chained release in
-    progress (2 cycles per released index; only after out-of-order completions, since an
-    in-order completion is released by the decision stage itself);
+    progress (3 cycles per released index; only after out-of-order completions, since an
+    in-order completion is released by the decision stage itself), and one cycle after each
+    chain step or free_j result of its job (its job checks are made again);
   - while a *data* header's job has a free_j computation in flight (``free_latency`` cycles
     after each ACK/NAK that advanced some acked_f; ACK/NAK acceptance never reads free_j, so
     back-to-back ACKs/NAKs do not wait);
-  - while ``dec`` is not ready, or the release FIFO is full;
+  - one cycle when the frame directly ahead, in the first D16 stage, writes the D16 word of the
+    header's flow (a contribution or an in-range ACK right behind one of its own flow);
+  - while ``dec`` is not ready, the release FIFO has fewer than three free entries a cycle
+    before, or the release scheduler is in its push (CHECK) state;
   - every other cycle while the enable sequencer clears the slots of a job being enabled (the
     stall does not wait for the decision, so the decision logic stays off the pipeline enable);
   - while the sequencer commits or discards a job (it stops taking headers until the pipeline
@@ -151,6 +157,7 @@ from netreduce.regmap import (
     Access,
     JobError,
     RegMap,
+    Role,
     Table,
     build_regmap,
 )
@@ -158,7 +165,19 @@ from netreduce.wire import ETHERTYPE_IPV4, IP_PROTO_UDP, ROCEV2_UDP_PORT
 
 from ..csr.bank import cfg_read_signature
 from ..skid import SkidBuffer
-from .decide import OP_ACK, OP_CNP, Decide, pre_layout, precheck
+from .decide import (
+    OP_ACK,
+    OP_CNP,
+    Decide,
+    FastRetx,
+    job_flags_layout,
+    nak_xor,
+    pre_layout,
+    precheck,
+    retx_checks,
+    retx_checks_layout,
+    slot_flags_layout,
+)
 from .flowtable import FlowTable
 from .release import FreeMinTree, ReleaseScheduler
 from .roles import MARK_PARTIAL, JobRoles
@@ -259,7 +278,7 @@ class AggControl(wiring.Component):
     time_bits : int
         Width of the arrival timestamps (default 48: wraps after 10 days at 322 MHz).
     rel_depth : int
-        Depth of the release command FIFO (default 16).
+        Depth of the release command FIFO (default 16, at least 4).
     free_levels : int
         Min-tree levels per pipeline stage of the free_j computation (default 2).
     roles : bool
@@ -276,12 +295,12 @@ class AggControl(wiring.Component):
         self.ports, self.jobs, self.flows = p["ports"], p["jobs"], p["flows"]
         self.slots, self.pmtu_max, self.max_world = p["slots"], p["pmtu_max"], p["max_world"]
         self.data_width = p["data_width"]
-        if time_bits < 33 or rel_depth < 2 or free_levels < 1:
+        if time_bits < 33 or rel_depth < 4 or free_levels < 1:
             self._MustUse__silence = True  # rejected: no "created but never used" warning
         if time_bits < 33:
             raise ValueError(f"time_bits = {time_bits} must exceed the 32-bit CNP interval")
-        if rel_depth < 2 or free_levels < 1:
-            raise ValueError(f"rel_depth = {rel_depth} (>= 2), free_levels = {free_levels} (>= 1)")
+        if rel_depth < 4 or free_levels < 1:
+            raise ValueError(f"rel_depth = {rel_depth} (>= 4), free_levels = {free_levels} (>= 1)")
         self.time_bits, self.rel_depth, self.free_levels = time_bits, rel_depth, free_levels
         self.port_bits = _bits(self.ports)
         self.job_bits = _bits(self.jobs)
@@ -305,6 +324,9 @@ class AggControl(wiring.Component):
             "psn": PSN_BITS, "ecn": 2, "syndrome": 8, "plen": self.plen_bits, "mark": 2,
             "port": self.port_bits, "time": time_bits,
         })
+        # the header as the pipeline carries it after the key compare (from the input register)
+        self.hdr_pipe_layout = data.StructLayout(
+            {f: sh.shape for f, sh in self.hdr_layout if f not in ("src_ip", "dqpn")})
         self.dec_layout = data.StructLayout({
             "action": Action, "disp": self.disp_bits, "job": self.job_bits,
             "rank": self.rank_bits, "entry": self.entry_bits, "slot": self.slot_bits,
@@ -381,6 +403,22 @@ class AggControl(wiring.Component):
         m.d.sync += hold.eq(eff)
         return eff
 
+    def _job_checks(self, m, sfx, k, cand, acked, upsel, free, rel, upptr, w):
+        """The job and flow checks (:func:`~.decide.job_flags_layout`, ``supp`` left to the
+        caller) of a frame with index ``k`` (``cand``: its new acked_f if an ACK, ``upsel``: its
+        ACKs are checked against ``upptr``, D17) on the state given."""
+        f = Signal(job_flags_layout(), name=f"jf{sfx}")
+        d_win, rel_d, up_d = (Signal(PSN_BITS, name=f"{n}{sfx}") for n in ("d_win", "rel_d",
+                                                                           "up_d"))
+        adv, lim = Signal(PSN_BITS, name=f"adv{sfx}"), Signal(PSN_BITS, name=f"lim{sfx}")
+        m.d.comb += [d_win.eq(k - free), rel_d.eq(rel - free), up_d.eq(upptr - free),
+                     adv.eq(cand - acked), lim.eq(Mux(upsel, upptr, rel) - acked)]
+        m.d.comb += [f.behind.eq(d_win[PSN_BITS - 1]), f.ahead.eq(d_win >= w),
+                     f.released.eq(d_win < rel_d), f.keq_rel.eq(k == rel),
+                     f.up_lt.eq(d_win < up_d), f.keq_up.eq(k == upptr),
+                     f.ack_nz.eq(adv != 0), f.ack_le.eq(adv <= lim)]
+        return f
+
     # ------------------------------------------------------------------ elaborate
     def elaborate(self, platform):  # noqa: C901 (the pipeline registers and the job state)
         m = Module()
@@ -437,6 +475,7 @@ class AggControl(wiring.Component):
 
         # ============================================================ sub-blocks
         m.submodules.decide = dk = Decide(self)
+        m.submodules.retx = fx = FastRetx(self)
         m.submodules.release = sch = ReleaseScheduler(self)
         m.submodules.freemin = fmin = FreeMinTree(self)
         m.submodules.sequencer = seq = EnableSequencer(self, ft)
@@ -459,32 +498,59 @@ class AggControl(wiring.Component):
         wiring.connect(m, dec_skid.o, wiring.flipped(self.dec))
         hdr, dec_o = hdr_skid.o, dec_skid.i
         advance = Signal()
-        block4 = Signal()
+        block5 = Signal()
+        rtx_haz = Signal()
         # stages 1..S: the flow lookup (the key is compared from the input register, stage 0;
-        # S = the table's lookup latency); stage S + 1: decide
+        # S = the table's lookup latency); S + 1: check ("stage 4"); S + 2: decide ("stage 5");
+        # S + 3: fast retransmit ("stage 6"), then the decision output register
         S = ft.lk_latency
-        vs = [Signal(name=f"v{i}") for i in range(1, S + 2)]
-        hs = [Signal(self.hdr_layout, name=f"h{i}") for i in range(1, S + 2)]
-        h3, v4, h4 = hs[S - 1], vs[S], hs[S]
+        vs = [Signal(name=f"v{i}") for i in range(1, S + 3)]
+        hs = [Signal(self.hdr_pipe_layout, name=f"h{i}") for i in range(1, S + 3)]
+        h3, h4, v5, h5 = hs[S - 1], hs[S], vs[S + 1], hs[S + 1]
+        v6, v7 = Signal(), Signal()  # the fast-retransmit stages (they move with the output)
+        adv_out = Signal()
         ov = Signal()  # output register valid
         m.d.comb += [
             hdr.ready.eq(advance & ~quiesce),
             dec_o.valid.eq(ov),
-            advance.eq((~ov | dec_o.ready) & ~(v4 & block4)),
+            adv_out.eq(~ov | dec_o.ready),
+            advance.eq(adv_out & ~(v5 & block5)),
         ]
         with m.If(advance):
-            m.d.sync += [vs[0].eq(hdr.valid & hdr.ready), hs[0].eq(hdr.payload)]
-            m.d.sync += [vs[i].eq(vs[i - 1]) for i in range(1, S + 1)]
-            m.d.sync += [hs[i].eq(hs[i - 1]) for i in range(1, S + 1)]
-        pipe_empty = ~Cat(*vs).any()
+            m.d.sync += [vs[0].eq(hdr.valid & hdr.ready)]
+            m.d.sync += [hs[0][f].eq(hdr.payload[f]) for f, _ in self.hdr_pipe_layout]
+            m.d.sync += [vs[i].eq(vs[i - 1]) for i in range(1, S + 2)]
+            m.d.sync += [hs[i].eq(hs[i - 1]) for i in range(1, S + 2)]
+        pipe_empty = ~Cat(*vs, v6, v7).any()
 
         def is_ctrl(h):
             return (h.opcode == OP_ACK) | (h.opcode == OP_CNP)
+
+        def onehot(r):
+            return (Const(1, WD) << r)[:WD]
+
+        def role_of(r, j):
+            return JobRoles.role(r, Array(jr.leaf)[j], Array(jr.up)[j], Array(jr.down)[j],
+                                 Array(jr.rack)[j])
 
         # the flow table compares the key of the header being accepted (a flip-flop output of the
         # input skid buffer; a header not taken is compared too, and its result ignored)
         m.d.comb += [ft.lk_en.eq(advance), ft.lk_ip.eq(hdr.payload.src_ip),
                      ft.lk_qpn.eq(hdr.payload.dqpn), ft.lk_rev.eq(is_ctrl(hdr.payload))]
+
+        # per-stage registers of the frame: entry, job, rank, index, slot, reverse QPN, start
+        def stage_regs(i):
+            return dict(hit=Signal(name=f"hit{i}"), e=Signal(self.entry_bits, name=f"e{i}"),
+                        j=Signal(self.job_bits, name=f"j{i}"),
+                        r=Signal(self.rank_bits, name=f"r{i}"), k=Signal(PSN_BITS, name=f"k{i}"),
+                        slot=Signal(self.slot_bits, name=f"slot{i}"),
+                        rq=Signal(24, name=f"rq{i}"), st=Signal(PSN_BITS, name=f"st{i}"),
+                        pre=Signal(pre_layout(self), name=f"pre{i}"))
+        p4, p5 = stage_regs(4), stage_regs(5)
+        hit4, e4, j4, r4, k4, slot4 = p4["hit"], p4["e"], p4["j"], p4["r"], p4["k"], p4["slot"]
+        pre4 = p4["pre"]
+        e5, j5, r5, k5, slot5 = p5["e"], p5["j"], p5["r"], p5["k"], p5["slot"]
+        rq5, st5, pre5 = p5["rq"], p5["st"], p5["pre"]
 
         # ------------------------------------------------------------ stage 3
         fd = ft.lk_data
@@ -495,123 +561,231 @@ class AggControl(wiring.Component):
             slot3.eq(j_base[fd.job] + (k3 & (j_w[fd.job] - 1))),
             s_rd.en.eq(advance), s_rd.addr.eq(slot3),
             c_rd.en.eq(advance), c_rd.addr.eq(Cat(fd.rank, fd.job)),
-            x_rd.en.eq(advance), x_rd.addr.eq(Cat(fd.rank, fd.job)),
         ]
-        hit4 = Signal()
-        e4 = Signal(self.entry_bits)
-        j4 = Signal(self.job_bits)
-        r4 = Signal(self.rank_bits)
-        k4 = Signal(PSN_BITS)
-        slot4 = Signal(self.slot_bits)
-        rq4 = Signal(24)
-        st4 = Signal(PSN_BITS)
         # the decision's header checks, registered with the frame (off the slot word's path)
-        pre3, pre4 = Signal(pre_layout(self)), Signal(pre_layout(self))
+        pre3 = Signal(pre_layout(self))
         precheck(m, self, pre3, h3, ft.lk_hit, Array(enabled)[fd.job], j_pmtu[fd.job],
                  Cat(*(jr.any_roles(j) for j in range(J))).bit_select(fd.job, 1),
-                 JobRoles.role(fd.rank, Array(jr.leaf)[fd.job], Array(jr.up)[fd.job],
-                               Array(jr.down)[fd.job], Array(jr.rack)[fd.job]),
+                 role_of(fd.rank, fd.job),
                  Array(j_full[j] & j_masks[j][0] for j in range(J))[fd.job])
+        # the frame's relation to the ones ahead of it: ``sa_*`` to the frame directly ahead (it
+        # will be decided in the cycle this one is checked: the check stage makes both variants),
+        # ``sz_*`` to the one two ahead (its RAM writes are committed in the cycle this one's
+        # reads are issued: forwarded into the check stage)
+        sa_slot, sa_flow, sa_job = Signal(), Signal(), Signal()
+        sz_slot, sz_flow = Signal(), Signal()
+        flow3 = Cat(fd.rank, fd.job)
+        acked_rd = Signal(PSN_BITS)  # acked_f, read one stage early (forwarded like a RAM read)
         with m.If(advance):
             m.d.sync += [hit4.eq(ft.lk_hit), e4.eq(ft.lk_entry), j4.eq(fd.job), r4.eq(fd.rank),
-                         k4.eq(k3), slot4.eq(slot3), rq4.eq(fd.rev_qpn), st4.eq(fd.start),
-                         pre4.eq(pre3)]
+                         k4.eq(k3), slot4.eq(slot3), p4["rq"].eq(fd.rev_qpn),
+                         p4["st"].eq(fd.start), pre4.eq(pre3),
+                         sa_slot.eq(slot3 == slot4), sa_flow.eq(flow3 == Cat(r4, j4)),
+                         sa_job.eq(fd.job == j4),
+                         sz_slot.eq(slot3 == slot5), sz_flow.eq(flow3 == Cat(r5, j5)),
+                         acked_rd.eq(acked[fd.job][fd.rank])]
 
-        # ------------------------------------------------------------ stage 4: decide
-        # the last writes of the decision in front (forwarded into the decision stage: the slot
-        # scrub needs none, it clears slots of a job whose frames are unregistered) and whether
-        # the header entering the stage has that decision's slot / flow (compared at stage 3)
-        same_slot, same_flow = Signal(), Signal()
-        with m.If(advance):
-            m.d.sync += [same_slot.eq(slot3 == slot4),
-                         same_flow.eq(Cat(fd.rank, fd.job) == Cat(r4, j4))]
+        # ------------------------------------------------------------ stage 4: check
+        # the writes committed by the decision stage in the cycle before (the frame two ahead,
+        # when this one's RAM reads were issued), forwarded into the words read
         sw_en, sw_data = Signal(), Signal(self.slot_layout)
+        sw_first, sw_tot = Signal(), Signal()  # the kind of that slot write
         cw_en, cw_data = Signal(), Signal(TB)
-        xw_en, xw_data = Signal(), Signal(self.rtx_layout)
-        m.d.sync += [sw_en.eq(s_wr.en & ~seq.scrub_go), sw_data.eq(s_wr.data),
-                     cw_en.eq(c_wr.en), cw_data.eq(c_wr.data),
-                     xw_en.eq(x_wr.en), xw_data.eq(x_wr.data)]
-        slot_cur = data.View(self.slot_layout,
-                             self._rmw_read(m, s_rd, same_slot, advance, (sw_en, sw_data),
-                                            "slot"))
-        cnp_last = self._rmw_read(m, c_rd, same_flow, advance, (cw_en, cw_data), "cnp")
-        # the flow's word counts only once written since the enable (rtx_seen, read at stage 3;
-        # the decision in front's write sets it and is forwarded with the word)
-        rtx_seen3 = Signal()
-        with m.If(advance):
-            m.d.sync += rtx_seen3.eq(rtx_seen[fd.job].bit_select(fd.rank, 1))
-        rtx_cur = self._rmw_read(m, _Port(Mux(rtx_seen3, x_rd.data, 0)), same_flow, advance,
-                                 (xw_en, xw_data), "rtx")
-
-        n_cur = j_n[j4]
-        # acked_f is read one stage early (a jobs x max_world mux off the decision path) and
-        # forwarded like a RAM read
-        acked_rd = Signal(PSN_BITS)
-        with m.If(advance):
-            m.d.sync += acked_rd.eq(acked[fd.job][fd.rank])
         aw_en, aw_data = Signal(), Signal(PSN_BITS)
-        acked_cur = self._rmw_read(m, _Port(acked_rd), same_flow, advance, (aw_en, aw_data),
-                                   "acked")
-        registered = v4 & (h4.cls == HdrClass.ROCE) & hit4 & enabled[j4]
-        onehot_r = Signal(WD)
-        m.d.comb += onehot_r.eq((Const(1, WD) << r4)[:WD])
-        # D16 is not used on leaf and spine jobs (D17)
-        fast_en = Cat(*(self.job_cfg[j].ctrl.fast_retx & ~jr.any_roles(j)
-                        for j in range(J))).bit_select(j4, 1)
-        leaf4 = Array(jr.leaf)[j4]
-        role4 = JobRoles.role(r4, leaf4, Array(jr.up)[j4], Array(jr.down)[j4],
-                              Array(jr.rack)[j4])
-        m.d.comb += [dk.roles.eq(Cat(*(jr.any_roles(j) for j in range(J))).bit_select(j4, 1)),
-                     dk.leaf.eq(leaf4), dk.role.eq(role4), dk.upptr.eq(Array(jr.upptr)[j4]),
-                     dk.cmask.eq(Array(mk[0] for mk in j_masks)[j4])]
+        pa_rel, pa_up = Signal(), Signal()  # that decision moved its job's rel_j / upptr
+        slot_w = data.View(self.slot_layout,
+                           self._rmw_read(m, s_rd, sz_slot, advance, (sw_en, sw_data), "slot"))
+        # the slot word's checks are made on each of its three sources (the RAM data, the write
+        # forwarded, the word held) and selected after the compares
+        slot_loaded, slot_hold = Signal(), Signal(self.slot_layout)
+        m.d.sync += [slot_loaded.eq(advance), slot_hold.eq(slot_w)]
+        slot_fwd = sw_en & sz_slot
+        if "slot" in self._no_forwarding:
+            slot_fwd = Const(0)
+        slot_srcs = (data.View(self.slot_layout, s_rd.data), sw_data, slot_hold)
+
+        def on_slot(fn):
+            # (kept nets: the synthesis maps each compare on its own, the select after it)
+            ram_v, sw_v, hold_v = (Signal(name=f"slot_chk_{x}", attrs={"keep": 1})
+                                   for x in ("ram", "fwd", "hold"))
+            m.d.comb += [v.eq(fn(w)) for v, w in zip((ram_v, sw_v, hold_v), slot_srcs,
+                                                     strict=True)]
+            return Mux(slot_loaded, Mux(slot_fwd, sw_v, ram_v), hold_v)
+        cnp_w = self._rmw_read(m, c_rd, sz_flow, advance, (cw_en, cw_data), "cnp")
+        acked_w = self._rmw_read(m, _Port(acked_rd), sz_flow, advance, (aw_en, aw_data), "acked")
+        o4, o5 = onehot(r4), onehot(r5)
+        mask4 = pre4.mask
+        sig4, sig5 = Cat(h4.opcode[:4], h4.plen), Cat(h5.opcode[:4], h5.plen)
+        # slot checks on the word as read (``_b``), and as the decision in front leaves it when it
+        # writes the same slot: its first contribution (``_f``), another contribution (``_c``)
+        sf_b, sf_f, sf_c = (Signal(slot_flags_layout(), name=f"sf{x}4") for x in "bfc")
         m.d.comb += [
-            dk.h.eq(h4), dk.registered.eq(registered), dk.k.eq(k4), dk.st.eq(st4),
-            dk.rank.eq(r4), dk.onehot_r.eq(onehot_r), dk.n.eq(n_cur), dk.w.eq(j_w[j4]),
-            dk.free.eq(free[j4]), dk.rel.eq(rel[j4]), dk.pmtu.eq(j_pmtu[j4]),
-            dk.cnp_interval.eq(j_cnp[j4]), dk.fast_en.eq(fast_en), dk.slot.eq(slot_cur),
-            dk.rtx.eq(rtx_cur),
-            dk.acked.eq(acked_cur), dk.cnp_last.eq(cnp_last), dk.pre.eq(pre4),
-            dk.cnp_seen.eq(cnp_seen[j4].bit_select(r4, 1)),
+            # (EMPTY = not valid or another index: the index compare in halves, combined in
+            # the decision stage)
+            sf_b.empty.eq(on_slot(lambda w: ~w.valid)),
+            sf_b.idx_lo.eq(on_slot(lambda w: w.index[:12] == k4[:12])),
+            sf_b.idx_hi.eq(on_slot(lambda w: w.index[12:] == k4[12:])),
+            sf_b.sigmis.eq(on_slot(lambda w: Cat(w.opcode, w.plen) != sig4)),
+            sf_b.tot.eq(slot_w.total), sf_b.pres.eq(on_slot(lambda w: (w.bitmap & o4).any())),
+            sf_b.cc.eq(on_slot(lambda w: (w.bitmap | o4) == mask4)), sf_b.cf.eq(o4 == mask4),
+            sf_f.empty.eq(k5 != k4), sf_f.sigmis.eq(sig5 != sig4), sf_f.pres.eq(r5 == r4),
+            sf_f.cc.eq((o5 | o4) == mask4),
+            sf_c.pres.eq(sf_b.pres | (r5 == r4)),
+            sf_c.cc.eq(on_slot(lambda w: (w.bitmap | o5 | o4) == mask4)),
         ]
+        # job and flow checks on the state now (``_b``), and variants for what the decision in
+        # front changes: rel_j / upptr + 1 (same job), acked_f = its cand, a CNP sent (same flow)
+        leaf4 = Array(jr.leaf)[j4]
+        upsel4 = leaf4 & (role_of(r4, j4) == Role.UP)  # D17: a leaf's UP flow is acked for upptr
+        cand4, cand5 = Signal(PSN_BITS), Signal(PSN_BITS)
+        m.d.comb += cand4.eq(k4 + (h4.syndrome[5:7] == 0))
+        rel4, up4 = rel[j4], Array(jr.upptr)[j4]
+        jf_b = self._job_checks(m, "4", k4, cand4, acked_w, upsel4, free[j4], rel4, up4, j_w[j4])
+        rel4p1, up4p1, ptr4 = Signal(PSN_BITS), Signal(PSN_BITS), Signal(PSN_BITS)
+        m.d.comb += [rel4p1.eq(rel4 + 1), up4p1.eq(up4 + 1), ptr4.eq(Mux(upsel4, up4, rel4))]
+        ptr4p1 = Signal(PSN_BITS)
+        m.d.comb += ptr4p1.eq(ptr4 + 1)
+        jv = Signal(data.StructLayout({"released": 1, "keq_rel": 1, "up_lt": 1, "keq_up": 1,
+                                       "nz_a": 1, "le_0p": 1, "le_a0": 1, "le_ap": 1,
+                                       "supp_a": 1}))
+
+        def ack_le(cand, a, p):
+            adv, lim = Signal(PSN_BITS), Signal(PSN_BITS)
+            m.d.comb += [adv.eq(cand - a), lim.eq(p - a)]
+            return adv <= lim
+
+        tdb, tda = Signal(TB), Signal(TB)
+        cnp_iv = j_cnp[j4]
+        m.d.comb += [tdb.eq(h4.time - cnp_w), tda.eq(h4.time - h5.time)]
+        seen4 = cnp_seen[j4].bit_select(r4, 1)
+        m.d.comb += [
+            jf_b.supp.eq(seen4 & (tdb[TB - 1] | (tdb < cnp_iv))),
+            jv.released.eq(jf_b.released | jf_b.keq_rel), jv.keq_rel.eq(k4 == rel4p1),
+            jv.up_lt.eq(jf_b.up_lt | jf_b.keq_up), jv.keq_up.eq(k4 == up4p1),
+            jv.nz_a.eq(cand4 != cand5),
+            jv.le_0p.eq(ack_le(cand4, acked_w, ptr4p1)),
+            jv.le_a0.eq(ack_le(cand4, cand5, ptr4)),
+            jv.le_ap.eq(ack_le(cand4, cand5, ptr4p1)),
+            jv.supp_a.eq(tda[TB - 1] | (tda < cnp_iv)),
+        ]
+
+        # ------------------------------------------------------------ stage 5: decide
+        sf5_b, sf5_f, sf5_c = (Signal(slot_flags_layout(), name=f"sf{x}5") for x in "bfc")
+        jf5, jv5 = Signal(job_flags_layout()), Signal.like(jv, name="jv5")
+        slot5_w = Signal(self.slot_layout)
+        acked5 = Signal(PSN_BITS)
+        sa_slot5, sa_flow5, sa_job5, upsel5 = Signal(), Signal(), Signal(), Signal()
+        ctrl5, rh5 = Signal(), Signal()  # an ACK/NAK/CNP header; ROCE with a flow hit
+        with m.If(advance):
+            m.d.sync += [ctrl5.eq(is_ctrl(h4)), rh5.eq((h4.cls == HdrClass.ROCE) & hit4)]
+            m.d.sync += [v.eq(p4[n]) for n, v in p5.items()]
+            m.d.sync += [sf5_b.eq(sf_b), sf5_f.eq(sf_f), sf5_c.eq(sf_c), jf5.eq(jf_b),
+                         jv5.eq(jv), slot5_w.eq(slot_w), acked5.eq(acked_w), cand5.eq(cand4),
+                         sa_slot5.eq(sa_slot), sa_flow5.eq(sa_flow), sa_job5.eq(sa_job),
+                         upsel5.eq(upsel4)]
+        # corrections for the decision in front (committed in the cycle before, when this
+        # frame's checks were made): one LUT level of selects on registers
+        slot_a = sa_slot5 & sw_en
+        first_a, tot_a = slot_a & sw_first, slot_a & sw_tot
+        contrib_a = slot_a & ~sw_first & ~sw_tot
+        rel_a, up_a = sa_job5 & pa_rel, sa_job5 & pa_up
+        ack_a, cnp_a = sa_flow5 & aw_en, sa_flow5 & cw_en
+        if "slot" in self._no_forwarding:
+            slot_a = first_a = tot_a = contrib_a = Const(0)
+        if "acked" in self._no_forwarding:
+            ack_a = Const(0)
+        if "cnp" in self._no_forwarding:
+            cnp_a = Const(0)
+        ptr_a = Mux(upsel5, up_a, rel_a)
+        sf_a = Signal(slot_flags_layout())  # as loaded, corrected
+        jf_a = Signal(job_flags_layout())
+        m.d.comb += [
+            sf_a.empty.eq(Mux(first_a, sf5_f.empty,
+                              sf5_b.empty | ~(sf5_b.idx_lo & sf5_b.idx_hi))),
+            sf_a.idx_lo.eq(1), sf_a.idx_hi.eq(1),
+            sf_a.sigmis.eq(Mux(first_a, sf5_f.sigmis, sf5_b.sigmis)),
+            sf_a.tot.eq(Mux(first_a, 0, tot_a | sf5_b.tot)),
+            sf_a.pres.eq(Mux(first_a, sf5_f.pres, Mux(contrib_a, sf5_c.pres, sf5_b.pres))),
+            sf_a.cc.eq(Mux(first_a, sf5_f.cc, Mux(contrib_a, sf5_c.cc, sf5_b.cc))),
+            sf_a.cf.eq(sf5_b.cf),
+            jf_a.behind.eq(jf5.behind), jf_a.ahead.eq(jf5.ahead),
+            jf_a.released.eq(Mux(rel_a, jv5.released, jf5.released)),
+            jf_a.keq_rel.eq(Mux(rel_a, jv5.keq_rel, jf5.keq_rel)),
+            jf_a.up_lt.eq(Mux(up_a, jv5.up_lt, jf5.up_lt)),
+            jf_a.keq_up.eq(Mux(up_a, jv5.keq_up, jf5.keq_up)),
+            jf_a.ack_nz.eq(Mux(ack_a, jv5.nz_a, jf5.ack_nz)),
+            jf_a.ack_le.eq(Mux(ack_a, Mux(ptr_a, jv5.le_ap, jv5.le_a0),
+                               Mux(ptr_a, jv5.le_0p, jf5.ack_le))),
+            jf_a.supp.eq(Mux(cnp_a, jv5.supp_a, jf5.supp)),
+        ]
+        # a frame held in the stage (``held5``: the pipeline did not move in the cycle before)
+        # uses copies made while it waits (registers loaded only then, so that no register's
+        # input depends on ``advance``): its corrected slot checks and words, and its job checks
+        # made again on the state of that cycle (a chain or a free_j result may move it while it
+        # waits: the ``ev_*`` stall keeps it from deciding on checks older than one cycle)
+        held5 = Signal()
+        m.d.sync += held5.eq(~advance)
+        sf_h, jf_hq = Signal(slot_flags_layout()), Signal(job_flags_layout())
+        slot_h, acked_h = Signal(self.slot_layout), Signal(PSN_BITS)
+        sf = Signal(slot_flags_layout())
+        jf = Signal(job_flags_layout())
+        slot_cur = Signal(self.slot_layout)
+        acked_cur = Signal(PSN_BITS)
+        m.d.comb += [
+            sf.eq(Mux(held5, sf_h, sf_a)), jf.eq(Mux(held5, jf_hq, jf_a)),
+            slot_cur.eq(Mux(held5, slot_h, Mux(slot_a, sw_data, slot5_w))),
+            acked_cur.eq(Mux(held5, acked_h, Mux(ack_a, aw_data, acked5))),
+        ]
+        leaf5 = Array(jr.leaf)[j5]
+        jf_h = self._job_checks(m, "5", k5, cand5, acked_cur, upsel5, free[j5], rel[j5],
+                                Array(jr.upptr)[j5], j_w[j5])
+        m.d.comb += jf_h.supp.eq(jf.supp)
+        with m.If(~advance):
+            m.d.sync += [sf_h.eq(sf), slot_h.eq(slot_cur), acked_h.eq(acked_cur), jf_hq.eq(jf_h)]
+
+        registered = v5 & rh5 & enabled[j5]
+        n_cur = j_n[j5]
+        m.d.comb += [dk.roles.eq(Cat(*(jr.any_roles(j) for j in range(J))).bit_select(j5, 1)),
+                     dk.leaf.eq(leaf5), dk.role.eq(role_of(r5, j5)),
+                     dk.h.eq(h5), dk.k.eq(k5), dk.rank.eq(r5), dk.onehot_r.eq(o5),
+                     dk.cand.eq(cand5), dk.slot.eq(slot_cur), dk.sf.eq(sf), dk.jf.eq(jf),
+                     dk.pre.eq(pre5)]
         disp, action, rx_data = dk.disp, dk.action, dk.rx_data
-        ack_stale, ack_take, cand = dk.ack_stale, dk.ack_take, dk.cand
+        ack_stale, ack_take = dk.ack_stale, dk.ack_take
         slot_write, slot_new, first = dk.slot_write, dk.slot_new, dk.first
         release_now, pend_inc, mismatch = dk.release_now, dk.pend_inc, dk.mismatch
         cnp_send, cnp_supp = dk.cnp_send, dk.cnp_supp
-        nak_fire, solicit, rtx_write = dk.nak_fire, dk.solicit, dk.rtx_write
 
-        # stall conditions of the decision stage
+        # stall conditions of the decision stage (all from registers)
         scrub_turn = Signal()
         scrub_want = seq.scrub_want
         m.d.sync += scrub_turn.eq(~scrub_turn)
-        m.d.comb += block4.eq(
-            # ACK/NAK acceptance reads rel_j and acked_f (never free_j): only data waits for
-            # free_j; everything waits for a chained release (it moves rel_j)
-            (registered & (chain_busy[j4] | Array(jr.chain_up)[j4]
-                           | ((free_busy[j4] != 0) & ~dk.ctrl)))
-            | ~relq.w_rdy
+        ev_all, ev_free = Signal(J), Signal(J)  # job state moved last cycle, not by a decision
+        fb_nz = Signal(J)  # free_busy != 0, as a register
+        # ACK/NAK acceptance reads rel_j and acked_f (never free_j): only data waits for free_j;
+        # everything waits for a chained release (it moves rel_j)
+        jb_all = Cat(*(chain_busy[j] | jr.chain_up[j] | ev_all[j] for j in range(J)))
+        jb_data = Cat(*(fb_nz[j] | ev_free[j] for j in range(J)))
+        # the release FIFO takes one more command (with its input register's), from the level
+        # a cycle ago: the level grows by at most one a cycle
+        rel_room = Signal()
+        m.d.comb += block5.eq(
+            (registered & (jb_all.bit_select(j5, 1) | (jb_data.bit_select(j5, 1) & ~ctrl5)))
+            | ~rel_room
+            # the release scheduler may push this cycle: it has the FIFO
+            | sch.checking
+            # D16: the frame directly ahead writes the flow's word (read it after the write)
+            | (rh5 & rtx_haz)
             # (any header, not only one writing a slot: keeps the decision off the stall path)
             | (scrub_want & scrub_turn))
         commit = Signal()
-        m.d.comb += commit.eq(v4 & advance)
-        m.d.sync += [aw_en.eq(commit & registered & ack_take), aw_data.eq(cand)]
+        m.d.comb += commit.eq(v5 & advance)
         cj = Signal(J)  # commit for job j, registered frame
-        m.d.comb += cj.eq(Mux(commit & registered, 1 << j4, 0))
-
-        # ---- decision output register
-        dec = dec_o.payload
-        beats = (h4.plen + self.beat_bytes - 1) >> self.beat_shift
-        with m.If(advance):
-            m.d.sync += [ov.eq(v4), dec.action.eq(action), dec.disp.eq(disp), dec.job.eq(j4),
-                         dec.rank.eq(r4), dec.entry.eq(e4), dec.slot.eq(slot4), dec.index.eq(k4),
-                         dec.overwrite.eq(first), dec.op.eq(j_op[j4]), dec.plen.eq(h4.plen),
-                         dec.beats.eq(beats), dec.cnp.eq(cnp_send), dec.rev_qpn.eq(rq4),
-                         dec.port.eq(h4.port), dec.release.eq(release_now | dk.up_now),
-                         dec.remark.eq(dk.remark), dec.mark.eq(dk.mark), dec.total.eq(dk.total),
-                         dec.nak.eq(registered & nak_fire), dec.nak_x.eq(dk.nak_x),
-                         dec.solicit.eq(registered & solicit), dec.sol_psn.eq(dk.sol_psn)]
-        with m.Elif(dec_o.ready):
-            m.d.sync += ov.eq(0)
+        m.d.comb += cj.eq(Mux(commit & registered, 1 << j5, 0))
+        m.d.sync += [aw_en.eq(commit & registered & ack_take), aw_data.eq(cand5),
+                     pa_rel.eq(commit & registered & release_now),
+                     pa_up.eq(commit & registered & dk.up_now),
+                     sw_first.eq(first), sw_tot.eq(dk.tot_done)]
 
         # ---- RAM writes of the decision stage (slot memory shared with the scrub)
         scrub_go = Signal()
@@ -619,23 +793,99 @@ class AggControl(wiring.Component):
         m.d.comb += [scrub_go.eq(scrub_want & ~dec_slot_wr), seq.scrub_go.eq(scrub_go)]
         m.d.comb += [
             s_wr.en.eq(dec_slot_wr | scrub_go),
-            s_wr.addr.eq(Mux(dec_slot_wr, slot4, seq.scrub_addr)),
+            s_wr.addr.eq(Mux(dec_slot_wr, slot5, seq.scrub_addr)),
             s_wr.data.eq(Mux(dec_slot_wr, slot_new.as_value(), 0)),
             c_wr.en.eq(commit & cnp_send),
-            c_wr.addr.eq(Cat(r4, j4)),
-            c_wr.data.eq(h4.time),
-            x_wr.en.eq(commit & registered & rtx_write),
-            x_wr.addr.eq(Cat(r4, j4)),
-            x_wr.data.eq(dk.rtx_new),
+            c_wr.addr.eq(Cat(r5, j5)),
+            c_wr.data.eq(h5.time),
         ]
+        m.d.sync += [sw_en.eq(s_wr.en & ~seq.scrub_go), sw_data.eq(s_wr.data),
+                     cw_en.eq(c_wr.en), cw_data.eq(c_wr.data)]
+
+        # ---- the decision, registered for the fast-retransmit stages
+        d6 = Signal(self.dec_layout)
+        reg6, pres6, contrib6, ackc6, fast6 = Signal(), Signal(), Signal(), Signal(), Signal()
+        rel6, fwd6, w6 = Signal(PSN_BITS), Signal(), Signal()
+        j6, r6 = Signal(self.job_bits), Signal(self.rank_bits)
+        j7, r7 = Signal(self.job_bits), Signal(self.rank_bits)
+        # D16 is not used on leaf and spine jobs (D17)
+        fast_en = Cat(*(self.job_cfg[j].ctrl.fast_retx & ~jr.any_roles(j)
+                        for j in range(J))).bit_select(j5, 1)
+        beats = (h5.plen + self.beat_bytes - 1) >> self.beat_shift
+        # the flow's fast-retransmit word counts only once written since the enable (rtx_seen);
+        # the decision stage holds a frame while the frame in stage 6 will write its flow's word
+        # (one bubble), so the word is read after that write or forwarded from it (stage 7)
+        seen6 = Signal()
+        m.d.comb += [x_rd.en.eq(advance), x_rd.addr.eq(Cat(r5, j5))]
+        d6_next = [d6.action.eq(action), d6.disp.eq(disp), d6.job.eq(j5),
+                   d6.rank.eq(r5), d6.entry.eq(e5), d6.slot.eq(slot5), d6.index.eq(k5),
+                   d6.overwrite.eq(first), d6.op.eq(j_op[j5]), d6.plen.eq(h5.plen),
+                   d6.beats.eq(beats), d6.cnp.eq(cnp_send), d6.rev_qpn.eq(rq5),
+                   d6.port.eq(h5.port), d6.release.eq(release_now | dk.up_now),
+                   d6.remark.eq(dk.remark), d6.mark.eq(dk.mark), d6.total.eq(dk.total),
+                   d6.nak_x.eq(nak_xor(h5)),
+                   # the ACK request's PSN: one acknowledged by f's receiver (a duplicate)
+                   d6.sol_psn.eq(st5 + acked_cur - 1),
+                   reg6.eq(registered), pres6.eq(dk.present),
+                   contrib6.eq(action == Action.CONTRIBUTE), ackc6.eq(dk.ack_cur),
+                   fast6.eq(fast_en), rel6.eq(rel[j5]), j6.eq(j5), r6.eq(r5),
+                   seen6.eq(rtx_seen[j5].bit_select(r5, 1))]
+        # stages 6, 7 and the output register move whenever the output can (a frame held in the
+        # decision stage leaves a bubble behind it)
+        # (its data registers load whenever the output moves: with a bubble they are unused)
+        with m.If(adv_out):
+            m.d.sync += [v6.eq(v5 & advance), fwd6.eq(Cat(r5, j5) == Cat(r7, j7)),
+                         w6.eq(registered & (dk.present | dk.ack_cur))] + d6_next
+
+        # ------------------------------------------------------------ stage 6: D16 compares
+        # the word read, forwarded from the write committed by stage 7 in the cycle of the read
+        # (``xw_*``, taken when the output moves, like the read port's data)
+        xw_en, xw_data = Signal(), Signal(self.rtx_layout)
+        with m.If(adv_out):
+            m.d.sync += [xw_en.eq(x_wr.en), xw_data.eq(x_wr.data)]
+        rtx6 = Signal(self.rtx_layout)
+        m.d.comb += rtx6.eq(Mux(xw_en & fwd6, xw_data, Mux(seen6, x_rd.data, 0)))
+        chk6 = retx_checks(m, rtx6, d6.index, rel6)
+        d7 = Signal(self.dec_layout)
+        reg7, pres7, contrib7, ackc7, fast7 = Signal(), Signal(), Signal(), Signal(), Signal()
+        rel7, rtx7 = Signal(PSN_BITS), Signal(self.rtx_layout)
+        chk7 = Signal(retx_checks_layout())
+        with m.If(adv_out):
+            m.d.sync += [v7.eq(v6), d7.eq(d6), reg7.eq(reg6), pres7.eq(pres6),
+                         contrib7.eq(contrib6), ackc7.eq(ackc6), fast7.eq(fast6), rel7.eq(rel6),
+                         rtx7.eq(rtx6), j7.eq(j6), r7.eq(r6), chk7.eq(chk6)]
+
+        # ------------------------------------------------------------ stage 7: D16 decisions
+        m.d.comb += [fx.k.eq(d7.index), fx.rel.eq(rel7), fx.present.eq(pres7),
+                     fx.contrib.eq(contrib7), fx.ack_cur.eq(ackc7), fx.fast_en.eq(fast7),
+                     fx.rtx.eq(rtx7), fx.chk.eq(chk7)]
+        commit7 = Signal()
+        m.d.comb += commit7.eq(v7 & adv_out)
+        m.d.comb += [x_wr.en.eq(commit7 & reg7 & fx.rtx_write), x_wr.addr.eq(Cat(r7, j7)),
+                     x_wr.data.eq(fx.rtx_new)]
+        cj7 = Signal(J)
+        m.d.comb += cj7.eq(Mux(commit7 & reg7, 1 << j7, 0))
+        # a write to the word of the decision stage's flow in stage 6 (all registers)
+        # (the frame in stage 6, if any, is the one directly ahead: ``sa_flow5``)
+        m.d.comb += rtx_haz.eq(v6 & w6 & sa_flow5)
+        if "rtx" in self._no_forwarding:
+            m.d.comb += [rtx_haz.eq(0), rtx6.eq(Mux(seen6, x_rd.data, 0))]
+
+        # ---- decision output register
+        dec = dec_o.payload
+        with m.If(adv_out):
+            m.d.sync += [ov.eq(v7), dec.eq(d7), dec.nak.eq(reg7 & fx.nak_fire),
+                         dec.solicit.eq(reg7 & fx.solicit)]
+        with m.Elif(dec_o.ready):
+            m.d.sync += ov.eq(0)
 
         # ============================================================ release scheduler
         up_now = dk.up_now
         dec_push = commit & (release_now | up_now)
         rel_w = data.View(self.rel_layout, relq.w_data)
         m.d.comb += [sch.chain.eq(Cat(*[chain_busy[j] for j in range(J)])),
-                     sch.fifo_ready.eq(relq.w_rdy),
-                     sch.dec_push.eq(dec_push), s_rd2.addr.eq(sch.rd_addr),
+                     sch.fifo_ready.eq(rel_room),
+                     sch.dec_push.eq(0), s_rd2.addr.eq(sch.rd_addr),
                      s_rd2.en.eq(sch.rd_en), sch.rd_data.eq(s_rd2.data)]
         for j in range(J):
             m.d.comb += [sch.rel[j].eq(rel[j]), sch.base[j].eq(j_base[j]), sch.w[j].eq(j_w[j]),
@@ -648,35 +898,47 @@ class AggControl(wiring.Component):
         sch_cmd = Signal(self.rel_layout)
         m.d.comb += sch_cmd.eq(sch.cmd)
         dec_cmd = Signal(self.rel_layout)
-        m.d.comb += [dec_cmd.job.eq(j4), dec_cmd.slot.eq(slot4), dec_cmd.index.eq(k4),
-                     dec_cmd.n.eq(n_cur), dec_cmd.plen.eq(h4.plen),
+        m.d.comb += [dec_cmd.job.eq(j5), dec_cmd.slot.eq(slot5), dec_cmd.index.eq(k5),
+                     dec_cmd.n.eq(n_cur), dec_cmd.plen.eq(h5.plen),
                      # D17: a leaf's partial goes to UP, its total to the MEMBER ranks
-                     dec_cmd.mask.eq(Mux(up_now, Array(mk[2] for mk in j_masks)[j4],
-                                         Mux(leaf4, Array(mk[1] for mk in j_masks)[j4],
-                                             Array(j_full)[j4]))),
-                     dec_cmd.total.eq(leaf4 & ~up_now),
+                     dec_cmd.mask.eq(Mux(up_now, Array(mk[2] for mk in j_masks)[j5],
+                                         Mux(leaf5, Array(mk[1] for mk in j_masks)[j5],
+                                             Array(j_full)[j5]))),
+                     dec_cmd.total.eq(leaf5 & ~up_now),
                      dec_cmd.mark.eq(Mux(up_now, MARK_PARTIAL, 0))]
         # seq = decisions output up to and including the one that caused the release (a chained
         # release counts every decision committed so far): the emitter sends a release only after
         # the payload of every decision before seq is written, and after their own frames
         n_commit = Signal(SEQ_BITS)
-        m.d.sync += n_commit.eq(n_commit + commit)
-        m.d.comb += [dec_cmd.seq.eq(n_commit + 1), sch_cmd.seq.eq(n_commit + commit)]
+        with m.If(commit):
+            m.d.sync += n_commit.eq(n_commit + 1)
+        m.d.comb += [dec_cmd.seq.eq(n_commit + 1), sch_cmd.seq.eq(n_commit)]
         if self.ports > 1:
             m.d.comb += dec_cmd.ports.eq(slot_new.ports)
-        m.d.comb += [relq.w_en.eq(dec_push | sch.push),
-                     rel_w.eq(Mux(dec_push, dec_cmd.as_value(), sch_cmd.as_value()))]
+        # the command is written into the FIFO one cycle later, from a register (the decision's
+        # push is off the FIFO's level logic); the decision waits in the scheduler's CHECK cycles,
+        # so the two never push together
+        rq_en, rq_data = Signal(), Signal(self.rel_layout.size)
+        m.d.sync += [rq_en.eq(dec_push | sch.push),
+                     rq_data.eq(Mux(sch.checking, sch_cmd.as_value(), dec_cmd.as_value()))]
+        m.d.comb += [relq.w_en.eq(rq_en), rel_w.eq(rq_data),
+                     ]
+        m.d.sync += rel_room.eq(relq.level <= self.rel_depth - 3)
 
         # ============================================================ free_j (min tree)
         f_valid = Signal()
         f_job = Signal(self.job_bits)
-        m.d.sync += [f_valid.eq(commit & registered & ack_take), f_job.eq(j4)]
+        m.d.sync += [f_valid.eq(commit & registered & ack_take), f_job.eq(j5)]
         m.d.comb += [fmin.i_valid.eq(f_valid), fmin.i_job.eq(f_job), fmin.free.eq(free[f_job]),
                      fmin.n.eq(j_n[f_job])]
         m.d.comb += [fmin.acked[r].eq(acked[f_job][r]) for r in range(WD)]
         a_free, a_valid, a_job = fmin.o_free, fmin.o_valid, fmin.o_job
         step = Signal(self.w_bits)  # indices freed by the result being applied
         m.d.comb += step.eq(a_free - free[a_job])
+        # job state moved by a chain or a free_j result: a frame of the job in the decision stage
+        # waits a cycle for its checks to be made again
+        m.d.sync += [ev_all.eq(sch_rel_job | sch.up_job),
+                     ev_free.eq(Mux(a_valid, 1 << a_job, 0))]
 
         # ============================================================ enable sequencer
         m.d.comb += [seq.job_cfg.eq(self.job_cfg),
@@ -709,17 +971,18 @@ class AggControl(wiring.Component):
             with m.If(chain_done & (js == j)):
                 m.d.sync += chain_busy[j].eq(0)
             with m.If(dj & ack_take):
-                m.d.sync += acked[j][r4].eq(cand)
+                m.d.sync += acked[j][r5].eq(cand5)
             applying = a_valid & (a_job == j)
             with m.If(applying):
                 m.d.sync += free[j].eq(a_free)
-            m.d.sync += free_busy[j].eq(free_busy[j] + (dj & ack_take) - applying)
+            fb_next = (free_busy[j] + (dj & ack_take) - applying)[:4]
+            m.d.sync += [free_busy[j].eq(fb_next), fb_nz[j].eq(fb_next != 0)]
             m.d.sync += busy_slots[j].eq(busy_slots[j] + (dj & first)
                                          - Mux(applying, step, 0))
             with m.If(dj & cnp_send):
-                m.d.sync += cnp_seen[j].eq(cnp_seen[j] | onehot_r)
-            with m.If(dj & rtx_write):
-                m.d.sync += rtx_seen[j].eq(rtx_seen[j] | onehot_r)
+                m.d.sync += cnp_seen[j].eq(cnp_seen[j] | o5)
+            with m.If(cj7[j] & fx.rtx_write):
+                m.d.sync += rtx_seen[j].eq(rtx_seen[j] | onehot(r7))
             with m.If((sq == j) & seq_enable):
                 m.d.sync += [enabled[j].eq(1), error[j].eq(JobError.NONE),
                              jr.leaf[j].eq(seq.roles_leaf), jr.up[j].eq(seq.roles_up),
@@ -742,14 +1005,15 @@ class AggControl(wiring.Component):
                 m.d.sync += error[j].eq(seq_err)
             with m.If((sq == j) & seq_reset):
                 m.d.sync += [free[j].eq(0), rel[j].eq(0), npend[j].eq(0), busy_slots[j].eq(0),
-                             chain_busy[j].eq(0), free_busy[j].eq(0), cnp_seen[j].eq(0),
+                             fb_nz[j].eq(0), chain_busy[j].eq(0), free_busy[j].eq(0),
+                             cnp_seen[j].eq(0),
                              rtx_seen[j].eq(0), jr.upptr[j].eq(0), jr.npend_up[j].eq(0),
                              jr.chain_up[j].eq(0)]
                 m.d.sync += [acked[j][r].eq(0) for r in range(WD)]
         # per-entry copy of acked_f for FLOW.ACKED
         for e in range(F):
-            with m.If(commit & registered & ack_take & (e4 == e)):
-                m.d.sync += acked_e[e].eq(cand)
+            with m.If(commit & registered & ack_take & (e5 == e)):
+                m.d.sync += acked_e[e].eq(cand5)
             with m.If(ft.bind_en & (ft.bind_entry == e)):
                 m.d.sync += acked_e[e].eq(0)
 
@@ -780,8 +1044,9 @@ class AggControl(wiring.Component):
             q(ack_stale, "ack_stale")
         cnp_send_q, cnp_supp_q = q(cnp_send, "cnp_send"), q(cnp_supp, "cnp_supp")
         release_q, up_q = q(release_now, "release_now"), q(up_now, "up_now")
-        nak_q, solicit_q = q(nak_fire, "nak_fire"), q(solicit, "solicit")
-        nres_q = q(JobRoles.results(n_cur, leaf4), "nres")
+        nak_q, solicit_q = q(fx.nak_fire, "nak_fire"), q(fx.solicit, "solicit")
+        cj7_q = q(cj7, "cj7")
+        nres_q = q(JobRoles.results(n_cur, leaf5), "nres")
         commit_q = q(commit, "commit")
         sch_rel_q, sch_up_q = q(sch_rel_job, "sch_rel_job"), q(sch.up_job, "sch_up_job")
         freed_q = [q(Mux(a_valid & (a_job == j), step, 0), f"freed{j}") for j in range(J)]
@@ -807,8 +1072,8 @@ class AggControl(wiring.Component):
                 inc.partials_up.eq((dj & up_q) + sch_up_q[j]),
                 inc.freed.eq(freed_q[j]),
                 inc.saturations.eq(0),
-                inc.fast_retx.eq(dj & nak_q),
-                inc.fast_retx_probes.eq(dj & solicit_q),
+                inc.fast_retx.eq(cj7_q[j] & nak_q),
+                inc.fast_retx_probes.eq(cj7_q[j] & solicit_q),
             ]
         g = self.cnt_inc
         m.d.sync += [

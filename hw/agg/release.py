@@ -30,9 +30,10 @@ class ReleaseScheduler(wiring.Component):
     ``n`` (world size), ``npend`` (COMPLETE slots beyond ``rel``); the slot RAM's second read
     port (``rd_en`` / ``rd_addr`` -> ``rd_data`` one cycle later); ``fifo_ready`` (the release
     FIFO has room) and ``dec_push`` (the decision stage pushes a release command this cycle: it
-    has priority on the FIFO).
+    has priority on the FIFO: 0 when the caller gives the scheduler priority instead).
 
-    Outputs: ``push`` with ``cmd`` (a release command; ``seq`` is left 0 for the caller), and in
+    Outputs: ``checking`` (in CHECK: a push may come this cycle; from the state register only),
+    ``push`` with ``cmd`` (a release command; ``seq`` is left 0 for the caller), and in
     the same cycle ``rel_job`` (one-hot: advance that job's ``rel`` and decrement its
     ``npend``); ``done`` with ``job``: the chain of ``job`` ended (clear its ``chain`` flag).
 
@@ -43,8 +44,9 @@ class ReleaseScheduler(wiring.Component):
     answers with ``up_job`` / ``done_up``. Release chains go first.
 
     Contract: latency: a chain starts one cycle after ``chain`` is seen (lowest job first), then
-    takes 2 cycles per released index (READ: slot RAM read, CHECK: the word must be valid, hold
-    index ``rel`` and a full bitmap). Throughput: one index per 2 cycles. Backpressure: waits in
+    takes 3 cycles per released index (READ: slot RAM read, COMPARE: the word must be valid, hold
+    index ``rel`` and a full bitmap, registered; CHECK: push). Throughput: one index per 3
+    cycles. Backpressure: waits in
     CHECK while ``fifo_ready`` is low or ``dec_push`` is high. Errors: none (a slot that is not
     COMPLETE ends the chain).
     """
@@ -66,6 +68,7 @@ class ReleaseScheduler(wiring.Component):
             "mmask": In(data.ArrayLayout(c.max_world, J)),
             "upmask": In(data.ArrayLayout(c.max_world, J)),
             "up_job": Out(J), "done_up": Out(1),
+            "checking": Out(1),
         })
 
     def elaborate(self, platform):
@@ -76,6 +79,8 @@ class ReleaseScheduler(wiring.Component):
         up_mode = Signal()  # the chain being run is a leaf's partial chain (D17)
         leaf_js = self.leaf.bit_select(js, 1)
         rel_js = Mux(up_mode, self.upptr[js], self.rel[js])
+        rel_q = Signal(PSN_BITS)  # rel_js, registered in READ (COMPARE checks the word with it)
+        ok_q = Signal()  # the word is COMPLETE with index rel_js
         base_js, w_js, n_js = self.base[js], self.w[js], self.n[js]
         slot_js = Signal(c.slot_bits)
         m.d.comb += [slot_js.eq(base_js + (rel_js & (w_js - 1))), self.rd_addr.eq(slot_js)]
@@ -104,11 +109,17 @@ class ReleaseScheduler(wiring.Component):
                     m.next = "READ"
             with m.State("READ"):
                 m.d.comb += self.rd_en.eq(1)
-                m.next = "CHECK"
-            with m.State("CHECK"):
+                m.d.sync += rel_q.eq(rel_js)
+                m.next = "COMPARE"
+            with m.State("COMPARE"):
+                # the word's checks, registered (the read data holds until the next READ)
                 ready = Mux(up_mode, word.bitmap == self.cmask[js],
                             Mux(leaf_js, word.total, word.bitmap == full))
-                ok = word.valid & (word.index == rel_js) & ready
+                m.d.sync += ok_q.eq(word.valid & (word.index == rel_q) & ready)
+                m.next = "CHECK"
+            with m.State("CHECK"):
+                m.d.comb += self.checking.eq(1)
+                ok = ok_q
                 npend = Mux(up_mode, self.npend_up[js], self.npend[js])
                 with m.If(~ok):
                     m.d.comb += [self.done.eq(~up_mode), self.done_up.eq(up_mode)]

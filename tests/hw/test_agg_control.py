@@ -345,7 +345,9 @@ class Gateware:
         return self
 
 
-DEC_SKID = 2  # decisions held in AggControl's dec skid buffer, not yet on ``dec``
+# decisions made but not yet on ``dec``: two in the fast-retransmit stages after the decision
+# stage, two in AggControl's dec skid buffer
+DEC_SKID = 4
 
 
 def check(sc: Scenario, cls=AggControl, **run_kw) -> Gateware:
@@ -375,8 +377,8 @@ def check(sc: Scenario, cls=AggControl, **run_kw) -> Gateware:
         ports = [(r.get("ports", 0) >> (pb * i)) & ((1 << pb) - 1) for i in range(r["n"])]
         got_rel.setdefault(r["job"], []).append((r["index"], ports))
         # seq orders the release among the decisions: after the one that released it, and no
-        # later than the decisions output when the command appeared, plus the two the ``dec``
-        # boundary register can hold (DEC_SKID) while the command is already out
+        # later than the decisions output when the command appeared, plus the ones between the
+        # decision stage and ``dec`` (DEC_SKID) while the command is already out
         i = released_by[r["job"], r["index"]].pop(0)
         assert i + 1 <= r["seq"] <= r["_seen"] + DEC_SKID, (r, i)
     assert got_rel == want_rel

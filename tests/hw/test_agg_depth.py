@@ -31,9 +31,6 @@ def test_flow_table_meets_the_depth_budget(flows):
     assert ft.lk_latency == 2 + (flows > 16) + 1 and ft.chk_latency == ft.lk_latency
 
 
-@pytest.mark.xfail(strict=True, reason="issue 16 open: the decision stage's slot read-modify-"
-                   "write loop (slot word -> checks -> new word / release -> per-job state) is one "
-                   "cycle, 17 LUT levels at the CI parameters")
 def test_control_meets_the_depth_budget():
     from netreduce.hw.boards.vcu118 import VCU118Platform
     from netreduce.hw.estimate import estimate_design

@@ -79,10 +79,11 @@ def test_skid_buffer_and_control_have_no_combinational_path(control_net):
 # nets between the control path's blocks that drive more than FANOUT_LIMIT gate inputs (small
 # parameters), open: the pipeline's advance (the flow table's lookup enable is the global stall
 # of the decision pipeline), the sequencer's job (selects its configuration, binds flow entries),
-# the decision's ``registered`` / ``ctrl`` and the release scheduler's job / command
+# the decision's ``registered`` / ``ctrl``, the release scheduler's job / command and the
+# fast-retransmit stage's ``present`` (a flip-flop selecting the flow's new 74-bit word)
 KNOWN_WIDE = {"ft.rd__en", "ft.wr__data", "ft.bind_job", "sequencer.job",
               "sequencer.ft__bind_data", "decide.registered", "decide.ctrl", "release.job",
-              "release.cmd", "release.dec_push"}
+              "release.cmd", "release.dec_push", "retx.present"}
 
 
 @needs_yosys
@@ -97,4 +98,6 @@ def test_control_fanout_between_blocks(control_net):
     wide = {k for k, v in fan.items() if v > FANOUT_LIMIT and "$" not in k
             and not k.endswith((".clk", ".rst"))}
     assert wide <= KNOWN_WIDE, sorted((k, fan[k]) for k in wide - KNOWN_WIDE)
-    assert max(fan[k] for k in wide) < 1024
+    # the widest is the pipeline's advance (ft.rd__en): it enables every stage register, about
+    # 1050 gate inputs here with the check and fast-retransmit stages
+    assert max(fan[k] for k in wide) < 1536
