@@ -22,9 +22,9 @@ from netreduce.wire import fields as wf
 from .emitter import (
     JOB_PROBE,
     SEQ_BITS,
-    PayloadReader,
     _cnp_bytes,
     _probe_bytes,
+    attach_payload_reader,
     frame_job_layout,
     is_vlan,
     seq_before,
@@ -296,13 +296,7 @@ class RoundEmitter(wiring.Component):
 
         # payload path: slot beats through the combine, or zero beats (probe, CNP), to the
         # round's ports at once (a beat moves when every port of its round can take it)
-        m.submodules.payload = pr = PayloadReader(w, cmd_layout=pcmd_layout,
-                                                  req_layout=self.req_layout,
-                                                  res_layout=self.res_layout, read_latency=rl)
-        m.d.comb += [pr.cmd.valid.eq(pcq.r_rdy), pr.cmd.payload.eq(pc_r),
-                     pcq.r_en.eq(pr.cmd.ready)]
-        wiring.connect(m, pr.req, wiring.flipped(self.req))
-        wiring.connect(m, wiring.flipped(self.res), pr.res)
+        pr = attach_payload_reader(m, self, w, pcmd_layout, pcq, pc_r, rl)
         pays = [getattr(self, f"dep_payload{k}") for k in range(P)]
         mask = Signal(P, name="beat_mask")
         m.d.comb += mask.eq(data.View(xl, pr.extra).mask)

@@ -104,6 +104,20 @@ def _cnp_bytes(raw, l2: int, dqpn) -> list:
     return out
 
 
+def attach_payload_reader(m, owner, width, cmd_layout, cmdq, cmd_r, read_latency):
+    """A :class:`PayloadReader` as ``m.submodules.payload``, fed from the command FIFO ``cmdq``
+    (its read data ``cmd_r``) and wired to ``owner``'s slot-memory ``req`` / ``res`` ports."""
+    m.submodules.payload = pr = PayloadReader(width, cmd_layout=cmd_layout,
+                                              req_layout=owner.req_layout,
+                                              res_layout=owner.res_layout,
+                                              read_latency=read_latency)
+    m.d.comb += [pr.cmd.valid.eq(cmdq.r_rdy), pr.cmd.payload.eq(cmd_r),
+                 cmdq.r_en.eq(pr.cmd.ready)]
+    wiring.connect(m, pr.req, wiring.flipped(owner.req))
+    wiring.connect(m, wiring.flipped(owner.res), pr.res)
+    return pr
+
+
 class PayloadReader(wiring.Component):
     """Payload commands -> payload beats: a slot's beats through the slot memory's result port,
     or zero beats (the emitters' shared payload path).
@@ -413,12 +427,6 @@ class Emitter(wiring.Component):
         ]
 
         # payload path: slot beats through the result port, or zero beats (probe, CNP)
-        m.submodules.payload = pr = PayloadReader(w, cmd_layout=pcmd_layout,
-                                                  req_layout=self.req_layout,
-                                                  res_layout=self.res_layout, read_latency=rl)
-        m.d.comb += [pr.cmd.valid.eq(pcq.r_rdy), pr.cmd.payload.eq(pc_r),
-                     pcq.r_en.eq(pr.cmd.ready)]
-        wiring.connect(m, pr.req, wiring.flipped(self.req))
-        wiring.connect(m, wiring.flipped(self.res), pr.res)
+        pr = attach_payload_reader(m, self, w, pcmd_layout, pcq, pc_r, rl)
         wiring.connect(m, pr.o, wiring.flipped(self.dep_payload))
         return m
