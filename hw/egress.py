@@ -26,6 +26,7 @@ from .emitter import (
     _probe_bytes,
     attach_payload_reader,
     frame_job_layout,
+    header_read_delay,
     is_vlan,
     seq_before,
 )
@@ -274,11 +275,7 @@ class RoundEmitter(wiring.Component):
         for k in range(P):
             m.d.sync += credit[k].eq(credit[k] - (hpush & (hq_w.port == k)) + hqs[k][0].r_en)
         m.d.comb += [self.hs_en.eq(hpush & hq_w.store), self.hs_addr.eq(hq_w.addr)]
-        pv, pc = hpush, hq_w.as_value()
-        for i in range(hl):
-            v_i, c_i = Signal(name=f"hs_v{i}"), Signal(hcmd_layout, name=f"hs_c{i}")
-            m.d.sync += [v_i.eq(pv), c_i.eq(pc)]
-            pv, pc = v_i, c_i
+        pv, pc = header_read_delay(m, hpush, hq_w.as_value(), hcmd_layout, hl)
         hsc = Signal(hcmd_layout, name="hs_cmd")
         m.d.comb += hsc.eq(pc)
         hs_data = self.hs_data

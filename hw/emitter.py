@@ -104,6 +104,16 @@ def _cnp_bytes(raw, l2: int, dqpn) -> list:
     return out
 
 
+def header_read_delay(m, valid, cmd, layout, n):
+    """``valid`` and ``cmd`` (of ``layout``) delayed by ``n`` registers, so that a header command
+    meets its header store entry, read in the cycle it was made (``n`` = the store's latency)."""
+    for i in range(n):
+        v_i, c_i = Signal(name=f"hs_v{i}"), Signal(layout, name=f"hs_c{i}")
+        m.d.sync += [v_i.eq(valid), c_i.eq(cmd)]
+        valid, cmd = v_i, c_i
+    return valid, cmd
+
+
 def attach_payload_reader(m, owner, width, cmd_layout, cmdq, cmd_r, read_latency):
     """A :class:`PayloadReader` as ``m.submodules.payload``, fed from the command FIFO ``cmdq``
     (its read data ``cmd_r``) and wired to ``owner``'s slot-memory ``req`` / ``res`` ports."""
@@ -401,11 +411,7 @@ class Emitter(wiring.Component):
         # deparser's header and port come from the queue's output register
         hsc = Signal(hcmd_layout, name="hs_cmd")
         m.d.comb += [self.hs_en.eq(push & hcmd.store), self.hs_addr.eq(hcmd.addr)]
-        pv, pc = push, hcmd.as_value()
-        for i in range(hl):
-            v_i, c_i = Signal(name=f"hs_v{i}"), Signal(hcmd_layout, name=f"hs_c{i}")
-            m.d.sync += [v_i.eq(pv), c_i.eq(pc)]
-            pv, pc = v_i, c_i
+        pv, pc = header_read_delay(m, push, hcmd.as_value(), hcmd_layout, hl)
         m.d.comb += hsc.eq(pc)
         hs_data = self.hs_data
         hraw = Signal(raw_layout)
