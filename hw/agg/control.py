@@ -675,9 +675,12 @@ class AggControl(wiring.Component):
         slot5_w = Signal(self.slot_layout)
         acked5 = Signal(PSN_BITS)
         sa_slot5, sa_flow5, sa_job5, upsel5 = Signal(), Signal(), Signal(), Signal()
-        ctrl5, rh5 = Signal(), Signal()  # an ACK/NAK/CNP header; ROCE with a flow hit
+        rh5 = Signal()  # a ROCE header with a flow hit
+        # a data header whose checks a free_j still in flight can change (see the stall below)
+        fwait5 = Signal()
         with m.If(advance):
-            m.d.sync += [ctrl5.eq(is_ctrl(h4)), rh5.eq((h4.cls == HdrClass.ROCE) & hit4)]
+            m.d.sync += [rh5.eq((h4.cls == HdrClass.ROCE) & hit4),
+                         fwait5.eq(~is_ctrl(h4) & (jf_b.behind | jf_b.ahead | jf_b.released))]
             m.d.sync += [v.eq(p4[n]) for n, v in p5.items()]
             m.d.sync += [sf5_b.eq(sf_b), sf5_f.eq(sf_f), sf5_c.eq(sf_c), jf5.eq(jf_b),
                          jv5.eq(jv), slot5_w.eq(slot_w), acked5.eq(acked_w), cand5.eq(cand4),
@@ -762,15 +765,22 @@ class AggControl(wiring.Component):
         m.d.sync += scrub_turn.eq(~scrub_turn)
         ev_all, ev_free = Signal(J), Signal(J)  # job state moved last cycle, not by a decision
         fb_nz = Signal(J)  # free_busy != 0, as a register
-        # ACK/NAK acceptance reads rel_j and acked_f (never free_j): only data waits for free_j;
-        # everything waits for a chained release (it moves rel_j)
+        # ACK/NAK acceptance reads rel_j and acked_f (never free_j): only data waits for free_j
+        # (``fwait5``); everything waits for a chained release (it moves rel_j)
         jb_all = Cat(*(chain_busy[j] | jr.chain_up[j] | ev_all[j] for j in range(J)))
         jb_data = Cat(*(fb_nz[j] | ev_free[j] for j in range(J)))
+        # ... and only data whose checks a newer free_j can change. A free_j in flight comes from
+        # ACKs/NAKs decided before the frame, each taken only up to rel_j (upptr on a leaf's UP
+        # flow, so free_j <= upptr too): it is at most rel_j as the frame's checks read it. A
+        # frame checked neither behind, nor ahead, nor released (free <= rel <= k < free + W)
+        # gets the same behind / ahead / released / up_lt for any such free_j and need not wait
+        # (data right after an ACK burst: the all-reduce's steady state)
         # the release FIFO takes one more command (with its input register's), from the level
         # a cycle ago: the level grows by at most one a cycle
         rel_room = Signal()
         m.d.comb += block5.eq(
-            (registered & (jb_all.bit_select(j5, 1) | (jb_data.bit_select(j5, 1) & ~ctrl5)))
+            (registered & (jb_all.bit_select(j5, 1)
+                           | (jb_data.bit_select(j5, 1) & fwait5)))
             | ~rel_room
             # the release scheduler may push this cycle: it has the FIFO
             | sch.checking

@@ -446,6 +446,26 @@ def test_one_header_per_cycle():
     assert len(gw.releases) == 12 and gw.cnt[0]["freed"] == 12
 
 
+def test_data_after_acks_does_not_wait():
+    """The all-reduce's steady state: each index's contributions, then the ACKs of the index a
+    half window back, all back to back. A contribution right behind ACKs that move free_j is
+    within the window either way, so it is decided without waiting for free_j (one header per
+    cycle), as the model decides it; a wrapped window's first contributions do wait (the
+    ``ahead`` check needs the new free_j: ``test_ack_nak_freeing_and_stale``)."""
+    sc = Scenario()
+    rng = random.Random(17)
+    job = sc.add(RingJob(job=0, world=4, window=8, slot_base=8))
+    for k in range(24):
+        for r in range(4):
+            sc.frame(job.data_bytes(r, k, payload(rng)))
+        if k >= 4:
+            for r in (2, 0, 3, 1):
+                sc.frame(job.ack(r, k - 4))
+    gw = check(sc)
+    assert gw.stalls == 0
+    assert len(gw.releases) == 24 and gw.cnt[0]["freed"] == 20
+
+
 @pytest.mark.parametrize("scenario", ["slots", "acks", "cnp"])
 def test_without_forwarding_back_to_back_fails(scenario):
     """Back-to-back contributions to one slot / ACKs or CE frames of one flow need the
