@@ -16,7 +16,8 @@ WRITE ONLY frames, random payload), outputs always ready. Measured:
 * every output frame equals the reference model's (per port and flow, in order), and so do the
   counters at the end.
 
-Writes bench/results/engine_ports_512.json (``--out``) after every grid cell (``status``: complete,
+Writes ``--out`` (default bench/results/engine_ports_512.json; the committed grids are
+bench/results/engine_ports_512_p<P>.json, one per P) after every grid cell (``status``: complete,
 or partial with the number of cells done), with each build's parameters and design digest::
 
     nice .venv/bin/python bench/engine_ports.py [--quick] [--width 512] [--indices 4096]
