@@ -370,10 +370,13 @@ class Deparser(wiring.Component):
             m.d.sync += [r2_v.eq(cb_v), r2.eq(cb), r2_meta.eq(cb_meta)]
         r2_k = r2_meta[-lb:]
         # the un-shift x^(-8k) as one matrix chosen by k: per output bit, the row is a constant
-        # selected by k (one LUT level per bit), then a 32-input parity (two or three levels)
-        unshifted = Cat(*[
+        # selected by k (one LUT level per bit), then a 32-input parity (two or three levels).
+        # A Signal, not an expression: crc_output() bit-reverses it, and Amaranth's lowering
+        # would rebuild an expression once per bit slice (32 copies of the 32 selects)
+        unshifted = Signal(32)
+        m.d.comb += unshifted.eq(Cat(*[
             (crc_reg & Array(Const(unshift_matrix(k)[i], 32) for k in range(nb))[r2_k]).xor()
-            for i in range(32)])
+            for i in range(32)]))
 
         # ------------------------------------------------------------ R4: ICRC insertion
         r4_v = Signal()
