@@ -55,7 +55,6 @@ from ..stream import (
     bytes_of,
     check_data_width,
     first_match,
-    keep_count,
 )
 from .icrc import BeatIndex, IcrcChecker, carry_save, ones_complement_fold
 from .layout import (
@@ -202,8 +201,6 @@ class Parser(wiring.Component):
             with m.Else():
                 m.d.sync += base.eq(base_c)
         in_bytes = bytes_of(beat.data)
-        n_avail = Signal(LEN_BITS + 2)   # frame bytes up to the end of this beat
-        m.d.comb += n_avail.eq(base_c + Mux(beat.last, keep_count(beat.keep), nb))
 
         hbuf = [Signal(8, name=f"hbuf{g}") for g in range(HDR_CAP)]
         hcur = []
@@ -216,6 +213,18 @@ class Parser(wiring.Component):
             cur = Signal(8, name=f"hcur{g}")
             m.d.comb += cur.eq(Mux(here, in_bytes[lane], hbuf[g]))
             hcur.append(cur)
+        # For S1's truncation checks: "the frame has fewer than e bytes up to the end of this
+        # beat", for each byte count e they compare with, from the one-hot beat position and the
+        # thermometer keep (a frame's byte count would need a keep_count, a 64-way priority
+        # encoder at 512 bits, and an adder)
+        trunc_ends = sorted({wf.ETH.size, L2_TAGGED}
+                            | {l2 + d for l2 in (L2_UNTAGGED, L2_TAGGED)
+                               for d in (1, wf.IPV4.size, wf.IPV4.size + wf.UDP.size)})
+        short_c = {}
+        for e in trunc_ends:
+            be, lane = divmod(e - 1, nb)   # byte e - 1 is in beat be
+            before = Cat(*[pos.at(k) for k in range(be)]).any() if be else Const(0)
+            short_c[e] = before | (pos.at(be) & beat.last & ~beat.keep[lane])
         pos.build()
 
         def cur_word(g, size):
@@ -374,7 +383,7 @@ class Parser(wiring.Component):
         s1_x_off = Signal(LEN_BITS + 2)
         s1_x_idx = Signal(len(idx_c))
         s1_hbuf = Signal(8 * HDR_CAP)
-        s1_n = Signal(LEN_BITS + 2)
+        s1_short = {e: Signal(name=f"s1_short{e}") for e in trunc_ends}
         s1_ended = Signal()
         m.d.sync += [s1_v.eq(acc), s1_hv.eq(hdr_ev), s1_ev.eq(last_in),
                      s1_pn.eq(slot0_v + slot1_v)]
@@ -389,7 +398,8 @@ class Parser(wiring.Component):
                          s1_x_off.eq((nemit_c + normal) << lb), s1_x_idx.eq(idx_c),
                          ]
         with m.If(hdr_ev):
-            m.d.sync += [s1_hbuf.eq(Cat(*hcur)), s1_n.eq(n_avail), s1_ended.eq(beat.last)]
+            m.d.sync += [s1_hbuf.eq(Cat(*hcur)), s1_ended.eq(beat.last),
+                         *[s1_short[e].eq(short_c[e]) for e in trunc_ends]]
 
         # ------------------------------------------------------------ S1: frame-end payload beat
         # the payload bytes of the frame's last input beat beyond the normal window
@@ -421,9 +431,7 @@ class Parser(wiring.Component):
         ip = fields_of(wf.IPV4, 0)
         udp = fields_of(wf.UDP, wf.IPV4.size)
         bth = fields_of(wf.BTH, _BTH_AT)
-        n1 = s1_n
         ended1 = s1_ended
-        l2_1 = Mux(vlan1, L2_TAGGED, L2_UNTAGGED)
 
         # IPv4 header checksum over the captured bytes
         # (per tag variant from fixed bytes, selected after the carry-save steps)
@@ -456,7 +464,10 @@ class Parser(wiring.Component):
             m.d.comb += dst.eq(Mux(vlan1, t, u))
 
         def trunc(end):   # the frame ended before byte `end`
-            return ended1 & (n1 < end)
+            return ended1 & s1_short[end]
+
+        def trunc_l2(rel):   # ... before byte `rel` after the L2 header
+            return ended1 & Mux(vlan1, s1_short[L2_TAGGED + rel], s1_short[L2_UNTAGGED + rel])
 
         total = ip["total_length"]
         # group A: checks up to the IPv4 total-length minimum (wire.parse order)
@@ -464,13 +475,13 @@ class Parser(wiring.Component):
             (trunc(wf.ETH.size), Reason.TRUNCATED),
             (vlan1 & trunc(L2_TAGGED), Reason.TRUNCATED),
             (eth["ethertype"] != wf.ETHERTYPE_IPV4, Reason.ETHERTYPE),
-            (trunc(l2_1 + 1), Reason.TRUNCATED),
+            (trunc_l2(1), Reason.TRUNCATED),
             (ip["version"] != 4, Reason.IP_VERSION),
             (ip["ihl"] != 5, Reason.IHL),
-            (trunc(l2_1 + wf.IPV4.size), Reason.TRUNCATED),
+            (trunc_l2(wf.IPV4.size), Reason.TRUNCATED),
             ((ip["frag_offset"] != 0) | ip["flags"][0], Reason.FRAGMENT),
             (ip["protocol"] != wf.IP_PROTO_UDP, Reason.PROTOCOL),
-            (trunc(l2_1 + wf.IPV4.size + wf.UDP.size), Reason.TRUNCATED),
+            (trunc_l2(wf.IPV4.size + wf.UDP.size), Reason.TRUNCATED),
             (udp["dport"] != wf.ROCEV2_UDP_PORT, Reason.UDP_PORT),
             (total < MIN_L3_LEN, Reason.IP_LENGTH),
         ]
