@@ -511,6 +511,19 @@ class Parser(wiring.Component):
         t_padcnt = Signal(len(bth["padcnt"]))
         t_udp_bad = Signal()
         t_hl = Signal(range(HDR_CAP + 1))
+        # the record's tag flag and "ImmDt follows a RETH" registered here, not decoded from
+        # S2's header bytes in front of the header FIFO (tag compare -> opcode -> table ->
+        # ImmDt select was 10 LUT levels at 64 bits)
+        t_vlan, t_reth = Signal(), Signal()
+        reth_v = []
+        for l2 in (L2_UNTAGGED, L2_TAGGED):
+            v_reth = Signal(name=f"reth_v{l2}")
+            with m.Switch(field_value(wf.BTH.opcode, lambda g: hb[g], l2 + _BTH_AT)):
+                for code, info in OPCODES.items():
+                    if info.reth:
+                        with m.Case(code):
+                            m.d.comb += v_reth.eq(1)
+            reth_v.append(v_reth)
         t_cs = [Signal(LEN_BITS + 5, name=f"t_cs{j}") for j in range(len(csum_terms))]
         m.d.sync += [t_v.eq(s1_v), t_hv.eq(s1_hv), t_ev.eq(s1_ev), t_pn.eq(s1_pn),
                      t_beat.eq(s1_beat), t_p0.eq(s1_p0_full), t_p1.eq(s1_extra)]
@@ -519,7 +532,8 @@ class Parser(wiring.Component):
                          t_tver_bad.eq(bth["tver"] != 0), t_known.eq(known),
                          t_has_pay.eq(has_pay), t_okind.eq(okind), t_total.eq(total),
                          t_ext_len.eq(ext_len), t_padcnt.eq(bth["padcnt"]),
-                         t_udp_bad.eq(udp_bad), t_hl.eq(hl1),
+                         t_udp_bad.eq(udp_bad), t_hl.eq(hl1), t_vlan.eq(vlan1),
+                         t_reth.eq(Mux(vlan1, reth_v[1], reth_v[0])),
                          *[r.eq(v) for r, v in zip(t_cs, csum_terms, strict=True)]]
 
         # ------------------------------------------------------------ T: reasons
@@ -559,6 +573,7 @@ class Parser(wiring.Component):
         s2_bad_rest = Signal()   # a reason other than the IPv4 checksum's (not NOT_ROCE's)
         s2_data = Signal()       # the opcode kind is DATA
         s2_hl = Signal(range(HDR_CAP + 1))
+        s2_vlan, s2_reth = Signal(), Signal()
         s2_plen_raw = Signal(LEN_BITS)
         m.d.sync += [s2_v.eq(t_v), s2_hv.eq(t_hv), s2_ev.eq(t_ev), s2_pn.eq(t_pn),
                      s2_beat.eq(t_beat), s2_p0.eq(t_p0), s2_p1.eq(t_p1)]
@@ -566,6 +581,7 @@ class Parser(wiring.Component):
             m.d.sync += [s2_hbuf.eq(t_hbuf), s2_ra.eq(reason_a), s2_rb_rest.eq(reason_b_rest),
                          s2_udp_bad.eq(t_udp_bad), s2_not_roce.eq(not_roce),
                          s2_okind.eq(t_okind), s2_csum.eq(csum_sum), s2_hl.eq(t_hl),
+                         s2_vlan.eq(t_vlan), s2_reth.eq(t_reth),
                          s2_bad_rest.eq((reason_a != Reason.NONE) | t_udp_bad
                                         | (reason_b_rest != Reason.NONE)),
                          s2_data.eq(~not_roce & (t_okind == Kind.DATA)),
@@ -636,7 +652,7 @@ class Parser(wiring.Component):
         # header record (combinational view of the S2 registers)
         rec = Signal(header_record_layout())
         hb2 = bytes_of(s2_hbuf)
-        vlan2 = field_value(tpid, lambda g: hb2[g], 0) == wf.ETHERTYPE_VLAN
+        vlan2 = s2_vlan
 
         def fields2(h, rel):
             return extract(h, lambda g: hb2[g], L2_UNTAGGED + rel, L2_TAGGED + rel, vlan2)
@@ -660,13 +676,7 @@ class Parser(wiring.Component):
         # ImmDt follows a RETH when the opcode carries both
         imm_plain = fields2(wf.IMMDT, ext_at)
         imm_after = fields2(wf.IMMDT, ext_at + wf.RETH.size)
-        reth_op = Signal()
-        with m.Switch(groups["bth"]["opcode"]):
-            for code, info in OPCODES.items():
-                if info.reth:
-                    with m.Case(code):
-                        m.d.comb += reth_op.eq(1)
-        groups["immdt"] = {k: Mux(reth_op, imm_after[k], imm_plain[k]) for k in imm_plain}
+        groups["immdt"] = {k: Mux(s2_reth, imm_after[k], imm_plain[k]) for k in imm_plain}
         for hname, vals in groups.items():
             for fname, v in vals.items():
                 m.d.comb += rec[hname][fname].eq(v)
