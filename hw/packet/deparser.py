@@ -281,13 +281,17 @@ class Deparser(wiring.Component):
         # (output beat q + that: hp_lastj)
         ah_lastj = Signal(len(hp_lastj))
         lastj = Mux(start, hp_lastj, ah_lastj)
+        # "this is beat lastj" for a continuing frame registered at the beat before (j + 1 ==
+        # lastj then), so no equality of two selected counts lies in front of pay_err
+        ah_atlast = Signal()
+        at_last = Mux(start, hp_lastj == 0, ah_atlast)
         pin = self.payload.payload
-        bad_end = pay_take & (pin.last != (jj == lastj))
+        bad_end = pay_take & (pin.last != at_last)
         pay_done_n = pdone | (pay_take & pin.last)
         a_err = pay_err & ~start | bad_end | (a_last & ~pay_done_n)
 
         with m.If(go):
-            m.d.sync += [busy.eq(~a_last), j.eq(jj + 1)]
+            m.d.sync += [busy.eq(~a_last), j.eq(jj + 1), ah_atlast.eq(jj + 1 == lastj)]
             m.d.sync += [a_r.eq(r - nb) for r, a_r in zip((rel_h, rel_p, rel_len, rel_e), ah_rel,
                                                            strict=True)]
             m.d.sync += [ah_hin.eq(rel_h < 2 * nb), ah_lin.eq(rel_len <= 2 * nb)]
