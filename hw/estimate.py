@@ -602,6 +602,10 @@ DESIGNS = {
     "shell_port_lbus": (lambda p: _shell_port(p, lbus=True),
                         "shell_port with the UltraScale CMAC's LBUS converters (VCU108) "
                         "[MAC and core]"),
+    "sysglue": (lambda p: __import__("netreduce.hw.boards.sysglue", fromlist=["SysGlue"])
+                .SysGlue(1 + 3 * p["ports"]),
+                "the shell's 125 MHz board-clock logic: CMAC reset hold, LED heartbeat and "
+                "synchronisers (hw/boards/sysglue.py) [sync 125 MHz]"),
 }
 
 DEFAULT_PARAMS = {"data_width": 512, "ports": 1, "slots": 1024, "pmtu_max": 4096}

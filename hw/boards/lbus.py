@@ -31,7 +31,7 @@ then the queue), but the LBUS itself cannot wait: keep ``o.ready`` high.
 
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -134,53 +134,63 @@ class LbusToBeats(wiring.Component):
         m = Module()
         D = self.DEPTH
         aw = (D - 1).bit_length()
-        # Timing at 322 MHz shapes this: the queue is a circular buffer read through registered
-        # pointers (rp_k = read pointer + k), its fill count is a register, keep is precomputed
-        # from mty when a segment enters, admission only looks at the registered count, and the
-        # beat leaves through an output register. No path chains pop -> write position.
+        # Timing at 322 MHz (at most 6 LUT levels per path) shapes this. The segments' data sit
+        # in a circular buffer read through a registered pointer; the loop that decides how many
+        # segments leave (pop) and moves the head on reads no wide select: the eop flags are
+        # also kept in a vector relative to the head (`rel_eop[i]`: the segment at rp + i),
+        # shifted by pop each cycle after this cycle's arrivals are merged in at the tail (at
+        # the registered count), so the decision reads flags at fixed positions. The fill count
+        # is a register, keep is precomputed from mty when a segment enters, admission only
+        # looks at the registered count, and the beat leaves through an output register.
         entry = data.StructLayout({"data": SEG_BITS, "keep": SEG_BYTES, "eop": 1, "err": 1})
         q = Array(Signal(entry, name=f"q{j}") for j in range(D))
         wp = Signal(aw)
-        rp = [Signal(aw, name=f"rp{k}", init=k) for k in range(NSEG)]
+        rp = Signal(aw)
         cnt = Signal(range(D + 1))
+        rel_eop = Signal(D)
+        rel_err = Signal(D)              # the same for the err flags
 
         # ---- head of the queue -> next output beat: up to 4 segments, cut after the first eop
-        head = [q[rp[k]] for k in range(NSEG)]
-        present = [cnt > k for k in range(NSEG)]
-        n = Signal(range(NSEG + 1))
-        has_eop = Signal()
-        for k in reversed(range(NSEG)):
-            with m.If(present[k] & head[k].eop):
-                m.d.comb += [n.eq(k + 1), has_eop.eq(1)]
-        with m.If(~has_eop):
-            m.d.comb += n.eq(Mux(cnt >= NSEG, NSEG, 0))
+        present = Signal(NSEG)           # cnt > k, registered
+        ends = [present[k] & rel_eop[k] for k in range(NSEG)]
+        has_eop = Cat(*ends).any()
+        # takes[k]: the beat has segment k (segments up to the first eop; all 4 without one)
+        full_or_eop = has_eop | present[NSEG - 1]
+        takes = [full_or_eop & present[0]] + [full_or_eop & present[k] & ~Cat(*ends[:k]).any()
+                                              for k in range(1, NSEG)]
+        take = Signal()
+        m.d.comb += take.eq(takes[0] & (~self.o.valid | self.o.ready))
+        # pop one-hot: popk[p] = p segments leave (p = 0..4)
+        popk = [~take] + [take & takes[p - 1] & (~takes[p] if p < NSEG else 1)
+                          for p in range(1, NSEG + 1)]
+
+        def by_pop(cands):               # the candidate of the pop count (one-hot AND-OR)
+            cands = [Value.cast(c) for c in cands]
+            return Cat(*[Cat(*[s & c[b] for s, c in zip(popk, cands, strict=True)]).any()
+                         for b in range(len(cands[0]))])
+
+        head = [Array(q[(j + k) % D] for j in range(D))[rp] for k in range(NSEG)]
         end_err = Signal()
         for k in range(NSEG):
-            with m.If(n == k + 1):
-                m.d.comb += end_err.eq(head[k].err)
+            with m.If(takes[k] & (~takes[k + 1] if k + 1 < NSEG else 1)):
+                m.d.comb += end_err.eq(rel_err[k])
 
         # ---- output register
         first = Signal(init=1)
-        take = Signal()
-        m.d.comb += take.eq((n != 0) & (~self.o.valid | self.o.ready))
         with m.If(self.o.valid & self.o.ready):
             m.d.sync += self.o.valid.eq(0)
         with m.If(take):
             m.d.sync += [
                 self.o.valid.eq(1),
                 self.o.payload.data.eq(Cat(*[swap_bytes(h.data) for h in head])),
-                self.o.payload.keep.eq(Cat(*[Mux(n > k, head[k].keep, 0)
+                self.o.payload.keep.eq(Cat(*[Mux(takes[k], head[k].keep, 0)
                                              for k in range(NSEG)])),
                 self.o.payload.last.eq(has_eop),
                 self.o.payload.error.eq(has_eop & end_err),
                 self.o.payload.first.eq(first),
                 first.eq(has_eop),
             ]
-        pop = Signal(range(NSEG + 1))
-        with m.If(take):
-            m.d.comb += pop.eq(n)
-        for k in range(NSEG):
-            m.d.sync += rp[k].eq(rp[k] + pop)
+        m.d.sync += rp.eq(by_pop([(rp + p)[:aw] for p in range(NSEG + 1)]))
 
         # ---- input stage: the cycle's valid segments compacted (the r-th valid one in slot r),
         # their number and keep (from mty) registered, so the queue write is a 4:1 select per
@@ -217,5 +227,20 @@ class LbusToBeats(wiring.Component):
             m.d.sync += wp.eq(wp + incnt)
         with m.Elif(incnt != 0):
             m.d.sync += self.overflow.eq(1)
-        m.d.sync += cnt.eq(cnt - pop + added)
+        # the next count and `present` for each pop count, from registers, then selected by it
+        cnt_add = Signal(range(D + NSEG + 1))
+        m.d.comb += cnt_add.eq(cnt + added)
+        m.d.sync += cnt.eq(by_pop([(cnt_add - p)[:len(cnt)] for p in range(NSEG + 1)]))
+        m.d.sync += present.eq(by_pop([Cat(*[cnt_add > p + k for k in range(NSEG)])
+                                       for p in range(NSEG + 1)]))
+        # the relative flags: the registered arrivals' flags merged in from position cnt on
+        # (beyond cnt + added the flags are unused: `present` masks them), shifted by pop
+        for rel_v, field in ((rel_eop, "eop"), (rel_err, "err")):
+            in_v = Cat(*[s[field] for s in ins])
+            # (slot (j - cnt) mod 4 of the arrivals, as an AND-OR on the decoded cnt[:2])
+            merged = [Mux(cnt > j, rel_v[j],
+                          Cat(*[(cnt[:2] == (j - r) % 4) & in_v[r] for r in range(NSEG)]).any())
+                      if j < D else Const(0, 1) for j in range(D + NSEG)]
+            m.d.sync += rel_v.eq(Cat(*[by_pop([merged[i + p] for p in range(NSEG + 1)])
+                                       for i in range(D)]))
         return m

@@ -76,13 +76,13 @@ from .framefifo import FrameFifo
 from .limits import check_limits, frame_limits
 from .linkgate import LinkGate
 from .platforms import CMAC_DATAPATH_HZ, NetReducePlatform
+from .sysglue import SYS_RESET_CYCLES, SysGlue
 
 __all__ = ["core_signature", "check_core", "BoardShell", "EngineCore", "CONSTRAINTS_DIR",
            "TOP_NAME", "ENGINE_MODULE", "SYS_RESET_CYCLES"]
 
 TOP_NAME = "netreduce_top"
 ENGINE_MODULE = "netreduce_engine"  # module name of the engine's own Verilog (engine_verilog)
-SYS_RESET_CYCLES = 1024
 CONSTRAINTS_DIR = Path(__file__).resolve().parents[2] / "constraints"
 DATA_WIDTH = 512
 
@@ -395,14 +395,9 @@ class BoardShell(Elaboratable):
             for path, text in {**self.constraint_files(), **self.ip_files()}.items():
                 plat.add_file(path, text)
 
-        # ---- sys domain (125 MHz board clock, from the platform): CMAC reset hold
-        sys_hold = Signal(range(SYS_RESET_CYCLES + 1), init=SYS_RESET_CYCLES)
-        cmac_sys_reset = Signal(init=1)
-        with m.If(sys_hold != 0):
-            m.d.sync += sys_hold.eq(sys_hold - 1)
-        m.d.sync += cmac_sys_reset.eq(sys_hold != 0)
-        heartbeat = Signal(27)
-        m.d.sync += heartbeat.eq(heartbeat + 1)
+        # ---- sync domain (125 MHz board clock, from the platform): CMAC reset hold, LEDs
+        m.submodules.sysglue = glue = SysGlue(self.led_count() - 1)
+        cmac_sys_reset = glue.cmac_sys_reset
 
         core_dom = "core"
         m.domains += ClockDomain(core_dom)
@@ -417,12 +412,9 @@ class BoardShell(Elaboratable):
             m.d.comb += [bus.awvalid.eq(0), bus.wvalid.eq(0), bus.arvalid.eq(0),
                          bus.bready.eq(1), bus.rready.eq(1)]
 
-        leds = [Signal(name=f"led{i}") for i in range(self.led_count())]
-        m.d.comb += leds[0].eq(heartbeat[-1])
+        leds = [glue.leds[i] for i in range(self.led_count())]
         sys_rst = ResetSignal("sync")
-        core_running = Signal()
-        m.submodules.core_running_sync = FFSynchronizer(~ResetSignal(core_dom), core_running)
-        m.d.comb += leds[1].eq(core_running)
+        m.d.comb += glue.status[0].eq(~ResetSignal(core_dom))
 
         for i, c in enumerate(self.ports):
             dom = f"mac{c}"
@@ -501,7 +493,7 @@ class BoardShell(Elaboratable):
             with m.If(mac.tx_error):
                 m.d[dom] += tx_err.eq(1)
             for k, s in enumerate((aligned, rx_drop, tx_err)):
-                m.submodules[f"led_sync{c}_{k}"] = FFSynchronizer(s, leds[base + k])
+                m.d.comb += glue.status[base - 1 + k].eq(s)
 
         nleds = len([r for r in plat.resources if r[0] == "led"])
         for i, s in enumerate(leds[:nleds]):

@@ -281,13 +281,17 @@ class Deparser(wiring.Component):
         # (output beat q + that: hp_lastj)
         ah_lastj = Signal(len(hp_lastj))
         lastj = Mux(start, hp_lastj, ah_lastj)
+        # "this is beat lastj" for a continuing frame registered at the beat before (j + 1 ==
+        # lastj then), so no equality of two selected counts lies in front of pay_err
+        ah_atlast = Signal()
+        at_last = Mux(start, hp_lastj == 0, ah_atlast)
         pin = self.payload.payload
-        bad_end = pay_take & (pin.last != (jj == lastj))
+        bad_end = pay_take & (pin.last != at_last)
         pay_done_n = pdone | (pay_take & pin.last)
         a_err = pay_err & ~start | bad_end | (a_last & ~pay_done_n)
 
         with m.If(go):
-            m.d.sync += [busy.eq(~a_last), j.eq(jj + 1)]
+            m.d.sync += [busy.eq(~a_last), j.eq(jj + 1), ah_atlast.eq(jj + 1 == lastj)]
             m.d.sync += [a_r.eq(r - nb) for r, a_r in zip((rel_h, rel_p, rel_len, rel_e), ah_rel,
                                                            strict=True)]
             m.d.sync += [ah_hin.eq(rel_h < 2 * nb), ah_lin.eq(rel_len <= 2 * nb)]
@@ -366,14 +370,19 @@ class Deparser(wiring.Component):
         r2_v = Signal()
         r2 = Signal(beat_layout(w))
         r2_meta = Signal(3 + LEN_BITS + 3 + lb)
+        # the un-shift x^(-8k) as one matrix chosen by k: its rows (constants selected by k, a
+        # nb:1 select per bit) are registered with R2, from cb's k, so R2's path is an AND and
+        # a 32-input parity per output bit (the select in front of it made 9 LUT levels at 512)
+        cb_k = cb_meta[-lb:]
+        r2_rows = [Signal(32, name=f"r2_row{i}") for i in range(32)]
         with m.If(adv):
             m.d.sync += [r2_v.eq(cb_v), r2.eq(cb), r2_meta.eq(cb_meta)]
-        r2_k = r2_meta[-lb:]
-        # the un-shift x^(-8k) as one matrix chosen by k: per output bit, the row is a constant
-        # selected by k (one LUT level per bit), then a 32-input parity (two or three levels)
-        unshifted = Cat(*[
-            (crc_reg & Array(Const(unshift_matrix(k)[i], 32) for k in range(nb))[r2_k]).xor()
-            for i in range(32)])
+            m.d.sync += [r.eq(Array(Const(unshift_matrix(k)[i], 32) for k in range(nb))[cb_k])
+                         for i, r in enumerate(r2_rows)]
+        # A Signal, not an expression: crc_output() bit-reverses it, and Amaranth's lowering
+        # would rebuild an expression once per bit slice (32 copies of the 32 selects)
+        unshifted = Signal(32)
+        m.d.comb += unshifted.eq(Cat(*[(crc_reg & r2_rows[i]).xor() for i in range(32)]))
 
         # ------------------------------------------------------------ R4: ICRC insertion
         r4_v = Signal()

@@ -55,7 +55,6 @@ from ..stream import (
     bytes_of,
     check_data_width,
     first_match,
-    keep_count,
 )
 from .icrc import BeatIndex, IcrcChecker, carry_save, ones_complement_fold
 from .layout import (
@@ -202,8 +201,6 @@ class Parser(wiring.Component):
             with m.Else():
                 m.d.sync += base.eq(base_c)
         in_bytes = bytes_of(beat.data)
-        n_avail = Signal(LEN_BITS + 2)   # frame bytes up to the end of this beat
-        m.d.comb += n_avail.eq(base_c + Mux(beat.last, keep_count(beat.keep), nb))
 
         hbuf = [Signal(8, name=f"hbuf{g}") for g in range(HDR_CAP)]
         hcur = []
@@ -216,6 +213,18 @@ class Parser(wiring.Component):
             cur = Signal(8, name=f"hcur{g}")
             m.d.comb += cur.eq(Mux(here, in_bytes[lane], hbuf[g]))
             hcur.append(cur)
+        # For S1's truncation checks: "the frame has fewer than e bytes up to the end of this
+        # beat", for each byte count e they compare with, from the one-hot beat position and the
+        # thermometer keep (a frame's byte count would need a keep_count, a 64-way priority
+        # encoder at 512 bits, and an adder)
+        trunc_ends = sorted({wf.ETH.size, L2_TAGGED}
+                            | {l2 + d for l2 in (L2_UNTAGGED, L2_TAGGED)
+                               for d in (1, wf.IPV4.size, wf.IPV4.size + wf.UDP.size)})
+        short_c = {}
+        for e in trunc_ends:
+            be, lane = divmod(e - 1, nb)   # byte e - 1 is in beat be
+            before = Cat(*[pos.at(k) for k in range(be)]).any() if be else Const(0)
+            short_c[e] = before | (pos.at(be) & beat.last & ~beat.keep[lane])
         pos.build()
 
         def cur_word(g, size):
@@ -374,7 +383,7 @@ class Parser(wiring.Component):
         s1_x_off = Signal(LEN_BITS + 2)
         s1_x_idx = Signal(len(idx_c))
         s1_hbuf = Signal(8 * HDR_CAP)
-        s1_n = Signal(LEN_BITS + 2)
+        s1_short = {e: Signal(name=f"s1_short{e}") for e in trunc_ends}
         s1_ended = Signal()
         m.d.sync += [s1_v.eq(acc), s1_hv.eq(hdr_ev), s1_ev.eq(last_in),
                      s1_pn.eq(slot0_v + slot1_v)]
@@ -389,7 +398,8 @@ class Parser(wiring.Component):
                          s1_x_off.eq((nemit_c + normal) << lb), s1_x_idx.eq(idx_c),
                          ]
         with m.If(hdr_ev):
-            m.d.sync += [s1_hbuf.eq(Cat(*hcur)), s1_n.eq(n_avail), s1_ended.eq(beat.last)]
+            m.d.sync += [s1_hbuf.eq(Cat(*hcur)), s1_ended.eq(beat.last),
+                         *[s1_short[e].eq(short_c[e]) for e in trunc_ends]]
 
         # ------------------------------------------------------------ S1: frame-end payload beat
         # the payload bytes of the frame's last input beat beyond the normal window
@@ -421,9 +431,7 @@ class Parser(wiring.Component):
         ip = fields_of(wf.IPV4, 0)
         udp = fields_of(wf.UDP, wf.IPV4.size)
         bth = fields_of(wf.BTH, _BTH_AT)
-        n1 = s1_n
         ended1 = s1_ended
-        l2_1 = Mux(vlan1, L2_TAGGED, L2_UNTAGGED)
 
         # IPv4 header checksum over the captured bytes
         # (per tag variant from fixed bytes, selected after the carry-save steps)
@@ -456,7 +464,10 @@ class Parser(wiring.Component):
             m.d.comb += dst.eq(Mux(vlan1, t, u))
 
         def trunc(end):   # the frame ended before byte `end`
-            return ended1 & (n1 < end)
+            return ended1 & s1_short[end]
+
+        def trunc_l2(rel):   # ... before byte `rel` after the L2 header
+            return ended1 & Mux(vlan1, s1_short[L2_TAGGED + rel], s1_short[L2_UNTAGGED + rel])
 
         total = ip["total_length"]
         # group A: checks up to the IPv4 total-length minimum (wire.parse order)
@@ -464,13 +475,13 @@ class Parser(wiring.Component):
             (trunc(wf.ETH.size), Reason.TRUNCATED),
             (vlan1 & trunc(L2_TAGGED), Reason.TRUNCATED),
             (eth["ethertype"] != wf.ETHERTYPE_IPV4, Reason.ETHERTYPE),
-            (trunc(l2_1 + 1), Reason.TRUNCATED),
+            (trunc_l2(1), Reason.TRUNCATED),
             (ip["version"] != 4, Reason.IP_VERSION),
             (ip["ihl"] != 5, Reason.IHL),
-            (trunc(l2_1 + wf.IPV4.size), Reason.TRUNCATED),
+            (trunc_l2(wf.IPV4.size), Reason.TRUNCATED),
             ((ip["frag_offset"] != 0) | ip["flags"][0], Reason.FRAGMENT),
             (ip["protocol"] != wf.IP_PROTO_UDP, Reason.PROTOCOL),
-            (trunc(l2_1 + wf.IPV4.size + wf.UDP.size), Reason.TRUNCATED),
+            (trunc_l2(wf.IPV4.size + wf.UDP.size), Reason.TRUNCATED),
             (udp["dport"] != wf.ROCEV2_UDP_PORT, Reason.UDP_PORT),
             (total < MIN_L3_LEN, Reason.IP_LENGTH),
         ]
@@ -500,6 +511,19 @@ class Parser(wiring.Component):
         t_padcnt = Signal(len(bth["padcnt"]))
         t_udp_bad = Signal()
         t_hl = Signal(range(HDR_CAP + 1))
+        # the record's tag flag and "ImmDt follows a RETH" registered here, not decoded from
+        # S2's header bytes in front of the header FIFO (tag compare -> opcode -> table ->
+        # ImmDt select was 10 LUT levels at 64 bits)
+        t_vlan, t_reth = Signal(), Signal()
+        reth_v = []
+        for l2 in (L2_UNTAGGED, L2_TAGGED):
+            v_reth = Signal(name=f"reth_v{l2}")
+            with m.Switch(field_value(wf.BTH.opcode, lambda g: hb[g], l2 + _BTH_AT)):
+                for code, info in OPCODES.items():
+                    if info.reth:
+                        with m.Case(code):
+                            m.d.comb += v_reth.eq(1)
+            reth_v.append(v_reth)
         t_cs = [Signal(LEN_BITS + 5, name=f"t_cs{j}") for j in range(len(csum_terms))]
         m.d.sync += [t_v.eq(s1_v), t_hv.eq(s1_hv), t_ev.eq(s1_ev), t_pn.eq(s1_pn),
                      t_beat.eq(s1_beat), t_p0.eq(s1_p0_full), t_p1.eq(s1_extra)]
@@ -508,7 +532,8 @@ class Parser(wiring.Component):
                          t_tver_bad.eq(bth["tver"] != 0), t_known.eq(known),
                          t_has_pay.eq(has_pay), t_okind.eq(okind), t_total.eq(total),
                          t_ext_len.eq(ext_len), t_padcnt.eq(bth["padcnt"]),
-                         t_udp_bad.eq(udp_bad), t_hl.eq(hl1),
+                         t_udp_bad.eq(udp_bad), t_hl.eq(hl1), t_vlan.eq(vlan1),
+                         t_reth.eq(Mux(vlan1, reth_v[1], reth_v[0])),
                          *[r.eq(v) for r, v in zip(t_cs, csum_terms, strict=True)]]
 
         # ------------------------------------------------------------ T: reasons
@@ -548,6 +573,7 @@ class Parser(wiring.Component):
         s2_bad_rest = Signal()   # a reason other than the IPv4 checksum's (not NOT_ROCE's)
         s2_data = Signal()       # the opcode kind is DATA
         s2_hl = Signal(range(HDR_CAP + 1))
+        s2_vlan, s2_reth = Signal(), Signal()
         s2_plen_raw = Signal(LEN_BITS)
         m.d.sync += [s2_v.eq(t_v), s2_hv.eq(t_hv), s2_ev.eq(t_ev), s2_pn.eq(t_pn),
                      s2_beat.eq(t_beat), s2_p0.eq(t_p0), s2_p1.eq(t_p1)]
@@ -555,6 +581,7 @@ class Parser(wiring.Component):
             m.d.sync += [s2_hbuf.eq(t_hbuf), s2_ra.eq(reason_a), s2_rb_rest.eq(reason_b_rest),
                          s2_udp_bad.eq(t_udp_bad), s2_not_roce.eq(not_roce),
                          s2_okind.eq(t_okind), s2_csum.eq(csum_sum), s2_hl.eq(t_hl),
+                         s2_vlan.eq(t_vlan), s2_reth.eq(t_reth),
                          s2_bad_rest.eq((reason_a != Reason.NONE) | t_udp_bad
                                         | (reason_b_rest != Reason.NONE)),
                          s2_data.eq(~not_roce & (t_okind == Kind.DATA)),
@@ -625,7 +652,7 @@ class Parser(wiring.Component):
         # header record (combinational view of the S2 registers)
         rec = Signal(header_record_layout())
         hb2 = bytes_of(s2_hbuf)
-        vlan2 = field_value(tpid, lambda g: hb2[g], 0) == wf.ETHERTYPE_VLAN
+        vlan2 = s2_vlan
 
         def fields2(h, rel):
             return extract(h, lambda g: hb2[g], L2_UNTAGGED + rel, L2_TAGGED + rel, vlan2)
@@ -649,13 +676,7 @@ class Parser(wiring.Component):
         # ImmDt follows a RETH when the opcode carries both
         imm_plain = fields2(wf.IMMDT, ext_at)
         imm_after = fields2(wf.IMMDT, ext_at + wf.RETH.size)
-        reth_op = Signal()
-        with m.Switch(groups["bth"]["opcode"]):
-            for code, info in OPCODES.items():
-                if info.reth:
-                    with m.Case(code):
-                        m.d.comb += reth_op.eq(1)
-        groups["immdt"] = {k: Mux(reth_op, imm_after[k], imm_plain[k]) for k in imm_plain}
+        groups["immdt"] = {k: Mux(s2_reth, imm_after[k], imm_plain[k]) for k in imm_plain}
         for hname, vals in groups.items():
             for fname, v in vals.items():
                 m.d.comb += rec[hname][fname].eq(v)
