@@ -381,6 +381,13 @@ class MgmtAgent(wiring.Component):
                 m.d.comb += first_hit.eq(e)
         ent_seq = Signal(32)
         m.d.comb += ent_seq.eq(last_seq[ent])
+        # the replay check (seq <= the entry's last sequence number) per entry, registered every
+        # cycle (seq is stable from RX_END, last_seq changes only in VALIDATE), selected by the
+        # first hit into ``replay`` with the tag: the decision reads one flip-flop
+        seq_le = Signal(nsel)
+        for e in range(self.nsrc):
+            m.d.sync += seq_le[e].eq(seq <= last_seq[e])
+        replay = Signal()
 
         def hash_byte(b):
             """Append a message byte; a full word goes to the core, which is always ready for
@@ -671,7 +678,8 @@ class MgmtAgent(wiring.Component):
             with m.State("HASH_WAIT"):
                 m.d.comb += sip.o.ready.eq(1)
                 with m.If(sip.o.valid):
-                    m.d.sync += [tag_bad.eq(sip.o.payload != tag_rx), ent.eq(first_hit)]
+                    m.d.sync += [tag_bad.eq(sip.o.payload != tag_rx), ent.eq(first_hit),
+                                 replay.eq(seq_le.bit_select(first_hit, 1))]
                     m.next = "DECIDE"
 
             with m.State("DECIDE"):
@@ -685,7 +693,7 @@ class MgmtAgent(wiring.Component):
                 with m.Elif(self.auth & tag_bad):
                     m.d.comb += inc.mgmt_reject_auth.eq(1)
                     m.next = "IDLE"
-                with m.Elif(seq <= ent_seq):
+                with m.Elif(replay):
                     m.d.comb += inc.mgmt_reject_replay.eq(1)
                     m.d.sync += status.eq(MgmtStatus.REPLAY)
                     m.next = "RESP"

@@ -3,8 +3,9 @@ budget (docs/engine.md, "Clock plan": at 250 MHz at most 8 LUT-class cells and 8
 register-to-register path, Yosys ``synth_xilinx -family xcup``).
 
 Measured on its own at the CI register map (``hw/pathcheck.py`` ``levels()``: LUT and MUXF
-cells on the worst path, CARRY8 on any path). The agent reads and answers byte-serially; what keeps it shallow
-is described in its docstring (shift registers instead of byte muxes, half a SipRound per cycle).
+cells on the worst path, CARRY8 on any path). The agent reads and answers byte-serially; what
+keeps it shallow is described in its docstring (shift registers instead of byte muxes, half a
+SipRound per cycle).
 """
 
 import shutil
