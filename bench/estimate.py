@@ -92,6 +92,8 @@ def _brief(e: Estimate) -> dict:
     if e.lut_levels is not None:
         d["within_budget"] = e.lut_levels <= LUT_BUDGET and e.carry_max <= CARRY_BUDGET
         d["lut_path"] = e.lut_path
+        if e.lut_nets:   # results cached before the names were recorded have none
+            d.update(lut_nets=e.lut_nets, lut_from=e.lut_from, lut_to=e.lut_to)
     return d
 
 

@@ -314,6 +314,12 @@ class Emitter(wiring.Component):
         ejob = Signal(self.job_layout, name="ejob")
         erel = Signal(self.rel_layout, name="erel")
         rank = Signal(rank_bits + 1)
+        # the command's per-rank fields as shift registers (rank r's bit / port at position 0)
+        # and "rank is the last one" as a register: no max_world:1 select, no compare, between
+        # the rank counter and the next state
+        mask_sr = Signal(self.max_world, name="mask_sr")
+        ports_sr = Signal(self.max_world * pb, name="ports_sr")
+        last_rank = Signal(name="last_rank")
         credit = Signal(range(hdr_depth + 1), init=hdr_depth)
         can_push = (credit != 0) & pcq.w_rdy
         push = Signal()
@@ -353,7 +359,10 @@ class Emitter(wiring.Component):
                         m.next = "JOB_CNP"
                 with m.Elif(rel_ok):
                     m.d.comb += self.rel.ready.eq(1)
-                    m.d.sync += [erel.eq(rel), rank.eq(0)]
+                    m.d.sync += [erel.eq(rel), rank.eq(0), mask_sr.eq(rel.mask),
+                                 last_rank.eq(rel.n <= 1)]
+                    if P > 1:
+                        m.d.sync += ports_sr.eq(rel.ports.as_value())
                     m.next = "RESULTS"
             with m.State("JOB_FRAME"):
                 vl = is_vlan(ejob.raw)
@@ -391,7 +400,7 @@ class Emitter(wiring.Component):
                     m.d.comb += push.eq(1)
                     m.next = "IDLE"
             with m.State("RESULTS"):
-                ports_r = (erel.ports[rank[:rank_bits]] if P > 1 else Const(0, 1))
+                ports_r = ports_sr[:pb] if P > 1 else Const(0, 1)
                 m.d.comb += [
                     hcmd.store.eq(1), hcmd.addr.eq(Cat(rank[:rank_bits], erel.slot[:slot_bits])),
                     hcmd.plen.eq(erel.plen), hcmd.ce.eq(1), hcmd.port.eq(ports_r),
@@ -399,11 +408,12 @@ class Emitter(wiring.Component):
                     pc_w.slot.eq(slot_addr(erel.slot, erel.total)), pc_w.plen.eq(erel.plen),
                 ]
                 # D17: only the ranks of the command's mask get a result (a cycle per other)
-                in_mask = erel.mask.bit_select(rank[:rank_bits], 1)
+                in_mask = mask_sr[0]
                 with m.If(~in_mask | can_push):
                     m.d.comb += push.eq(in_mask)
-                    m.d.sync += rank.eq(rank + 1)
-                    with m.If(rank + 1 >= erel.n):
+                    m.d.sync += [rank.eq(rank + 1), mask_sr.eq(mask_sr >> 1),
+                                 ports_sr.eq(ports_sr >> pb), last_rank.eq(rank + 2 >= erel.n)]
+                    with m.If(last_rank):
                         m.next = "IDLE"
 
         # header path: the store read is issued with the command (address from registers), its

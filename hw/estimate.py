@@ -193,6 +193,9 @@ class Estimate:
     carry_levels: int | None = None  # CARRY8 (equivalents) on that same path
     carry_max: int | None = None  # CARRY8 (equivalents) on the path with the most of them
     lut_path: list = field(default_factory=list)  # cell types along the worst path
+    lut_nets: list = field(default_factory=list)  # the net each cell of lut_path drives
+    lut_from: list = field(default_factory=list)  # what starts that path (registers, ports)
+    lut_to: list = field(default_factory=list)  # and where it ends
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -229,9 +232,12 @@ def path_levels(netlist: dict, top: str) -> dict:
     Returns ``lut_levels``: the most LUT-class cells (LUT1-6, MUXF7/8/9) on any path;
     ``carry_levels``: the carry cells on that same path (the one with the most carry cells among
     those with ``lut_levels``); ``carry_max``: the most carry cells on any path; ``lut_path``: the
-    cell types along the worst path. Carry cells count in CARRY8 units: Yosys 0.23 maps both
-    families to CARRY4, and two chained CARRY4 are one CARRY8 of the (UltraScale and
-    UltraScale+) hardware, so a path's CARRY4 count is halved, rounded up.
+    cell types along the worst path, source first; ``lut_nets``: the net each of those cells
+    drives (a named signal where the netlist has one), to show the path cell by cell. Carry
+    cells count in CARRY8 units: Yosys 0.23 maps both families to CARRY4, and two chained CARRY4
+    are one CARRY8 of the (UltraScale and UltraScale+) hardware, so a path's CARRY4 count is
+    halved, rounded up. This is the one logic-level counter of the project
+    (``netreduce.hw.pathcheck.levels`` uses it too).
     """
     mod = netlist["modules"][top]
     cells = {n: c for n, c in mod["cells"].items() if c["type"] in _PATH_CELLS}
@@ -282,15 +288,71 @@ def path_levels(netlist: dict, top: str) -> dict:
     if len(order) != len(cells):
         raise ValueError(f"{top}: combinational loop among {len(cells) - len(order)} cells")
     if not cells:
-        return {"lut_levels": 0, "carry_levels": 0, "carry_max": 0, "lut_path": []}
+        return {"lut_levels": 0, "carry_levels": 0, "carry_max": 0, "lut_path": [],
+                "lut_nets": [], "lut_from": [], "lut_to": []}
     worst = max(best_lut.values(), key=_lut_key)
     most_carry = max(best_carry.values(), key=_carry_key)
     path, link = [], worst[3]
     while link is not None:
-        path.append(cells[link[0]]["type"])
+        path.append(link[0])
         link = link[1]
+    path.reverse()
+    names = _bit_names(mod)
     return {"lut_levels": worst[0], "carry_levels": _carry8(worst),
-            "carry_max": _carry8(most_carry), "lut_path": path[::-1]}
+            "carry_max": _carry8(most_carry), "lut_path": [cells[n]["type"] for n in path],
+            "lut_nets": [_net_name(names, _bits(cells[n], "output")) for n in path],
+            "lut_from": _path_ends(mod, names, cells, path[0], "from"),
+            "lut_to": _path_ends(mod, names, cells, path[-1], "to")}
+
+
+def _bits(cell: dict, direction: str) -> list:
+    dirs = cell.get("port_directions", {})
+    return [b for p, bits in cell["connections"].items() if dirs.get(p) == direction
+            for b in bits if isinstance(b, int)]
+
+
+def _bit_names(mod: dict) -> dict:
+    names: dict[int, list] = {}
+    for name, d in mod.get("netnames", {}).items():
+        for i, b in enumerate(d["bits"]):
+            if isinstance(b, int):
+                names.setdefault(b, []).append(f"{name}[{i}]" if len(d["bits"]) > 1 else name)
+    return names
+
+
+def _net_name(names: dict, bits) -> str:
+    """The best name of the first named bit of ``bits``: a user signal rather than one Yosys
+    made up (``$abc$...``), the shortest."""
+    cand = [n for b in bits for n in names.get(b, ())]
+    return min(cand, key=lambda n: (n.startswith("$"), n.count("$"), len(n)), default="?")
+
+
+def _path_ends(mod: dict, names: dict, cells: dict, cell: str, end: str) -> list:
+    """Where a path starts (``from``: the registers, memories and ports feeding its first cell)
+    or ends (``to``: those its last cell feeds), as ``TYPE name`` (at most 6)."""
+    out = []
+    if end == "from":
+        drv = {}
+        for n, c in mod["cells"].items():
+            if n not in cells:
+                for b in _bits(c, "output"):
+                    drv[b] = c["type"]
+        for d in mod.get("ports", {}).values():
+            for b in d["bits"]:
+                drv.setdefault(b, "port")
+        for b in _bits(cells[cell], "input"):
+            if b in drv and f"{drv[b]} {_net_name(names, [b])}" not in out:
+                out.append(f"{drv[b]} {_net_name(names, [b])}")
+    else:
+        outs = set(_bits(cells[cell], "output"))
+        for n, c in mod["cells"].items():
+            if n in cells or not outs & set(_bits(c, "input")):
+                continue
+            q = _bits(c, "output")
+            out.append(f"{c['type']} {_net_name(names, q) if q else n}")
+        ports = [p for p, d in mod.get("ports", {}).items() if outs & set(d["bits"])]
+        out += [f"port {p}" for p in ports]
+    return out[:6]
 
 
 def _carry8(entry) -> int:
@@ -802,10 +864,13 @@ def sum_estimates(parts: list[Estimate], *, design: str, capacity=None,
     if len(fam) != 1:
         raise ValueError(f"blocks of different families {sorted(fam)}")
     worst = max(parts, key=lambda e: (e.lut_levels or 0, e.carry_levels or 0), default=None)
-    levels = {"lut_levels": None, "carry_levels": None, "carry_max": None, "lut_path": []}
+    levels = {"lut_levels": None, "carry_levels": None, "carry_max": None, "lut_path": [],
+              "lut_nets": [], "lut_from": [], "lut_to": []}
     if worst is not None and all(e.lut_levels is not None for e in parts):
         levels = {"lut_levels": worst.lut_levels, "carry_levels": worst.carry_levels,
-                  "carry_max": max(e.carry_max for e in parts), "lut_path": worst.lut_path}
+                  "carry_max": max(e.carry_max for e in parts), "lut_path": worst.lut_path,
+                  "lut_nets": worst.lut_nets, "lut_from": worst.lut_from,
+                  "lut_to": worst.lut_to}
     return Estimate(design=design, family=fam.pop(), resources=res, **levels,
                     logic_depth=max((e.logic_depth for e in parts), default=0), cells=cells,
                     yosys=parts[0].yosys if parts else "", seconds=round(sum(e.seconds

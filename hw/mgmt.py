@@ -381,6 +381,13 @@ class MgmtAgent(wiring.Component):
                 m.d.comb += first_hit.eq(e)
         ent_seq = Signal(32)
         m.d.comb += ent_seq.eq(last_seq[ent])
+        # the replay check (seq <= the entry's last sequence number) per entry, registered every
+        # cycle (seq is stable from RX_END, last_seq changes only in VALIDATE), selected by the
+        # first hit into ``replay`` with the tag: the decision reads one flip-flop
+        seq_le = Signal(nsel)
+        for e in range(self.nsrc):
+            m.d.sync += seq_le[e].eq(seq <= last_seq[e])
+        replay = Signal()
 
         def hash_byte(b):
             """Append a message byte; a full word goes to the core, which is always ready for
@@ -517,10 +524,12 @@ class MgmtAgent(wiring.Component):
 
         # ------------------------------------------------------------ the FSM
         bad_end = Signal()  # the end-of-frame checks failed (set in RX_CSUM)
-        bad_set = Signal()  # a defect seen this cycle (several checks may fire at once)
-        bad_q = Signal()  # bad_set, registered (``bad`` is read at the decision, cycles later)
+        # a defect seen this cycle, one bit per check (several may fire at once; no OR of them
+        # before the register)
+        bad_set = Signal(6)
+        bad_q = Signal(6)  # bad_set, registered (``bad`` is read at the decision, cycles later)
         m.d.sync += [bad_q.eq(bad_set),
-                     bad.eq(bad | bad_q)]  # before the FSM: IDLE's clear comes later and wins
+                     bad.eq(bad | bad_q.any())]  # before the FSM: IDLE's clear comes later and wins
         with m.FSM(name="state") as fsm:
             # (and while a registered counter strobe is out, the cycle after the frame's end)
             m.d.comb += self.busy.eq(~fsm.ongoing("IDLE") | self.inc.as_value().any())
@@ -537,7 +546,7 @@ class MgmtAgent(wiring.Component):
                 with m.If(rxf & rxk[0]):
                     m.d.sync += [pos.eq(Mux(pos == 2047, pos, pos + 1)), ph.eq(ph << 1)]
                     with m.If(pos == 2047):
-                        m.d.comb += bad_set.eq(1)
+                        m.d.comb += bad_set[0].eq(1)
                     with m.If(~in_l3):
                         with m.If(ph[_E_SRC:_E_SRC + 6].any()):
                             m.d.sync += src_mac.eq(Cat(byte, src_mac[:40]))
@@ -552,11 +561,11 @@ class MgmtAgent(wiring.Component):
                             with m.Else():
                                 m.d.sync += in_l3.eq(1)
                                 with m.If(not_ipv4):
-                                    m.d.comb += bad_set.eq(1)
+                                    m.d.comb += bad_set[1].eq(1)
                         with m.If(vlan & ph[_E_TYPE_TAGGED + 1]):
                             m.d.sync += in_l3.eq(1)
                             with m.If(not_ipv4):
-                                m.d.comb += bad_set.eq(1)
+                                m.d.comb += bad_set[2].eq(1)
                     with m.Else():
                         q_next = Mux(q == 2047, q, q + 1)
                         m.d.sync += [q.eq(q_next), qh.eq(qh << 1), q_ops.eq(q_ops | qh[-1]),
@@ -575,7 +584,7 @@ class MgmtAgent(wiring.Component):
                                   (at(ff + 1), byte != 0),
                                   (at(_IP["protocol"]), byte != IP_PROTO_UDP)]
                         with m.If(Cat(*[w & c for w, c in checks]).any()):
-                            m.d.comb += bad_set.eq(1)
+                            m.d.comb += bad_set[3].eq(1)
                         for lo, n, reg in ((_IP["tos"], 1, dscp),
                                            (_IP["total_length"], 2, total),
                                            (_IP["src"], 4, src_ip), (_IP["dst"], 4, dst_ip),
@@ -616,13 +625,13 @@ class MgmtAgent(wiring.Component):
                                 rd_val = (full[88:96] == MgmtOpcode.READ) & \
                                     (full[:32] != 0)
                                 with m.If(rsv | rd_val):
-                                    m.d.comb += bad_set.eq(1)
+                                    m.d.comb += bad_set[4].eq(1)
                 with m.If(rxf):
                     with m.If(beat_done):
                         m.d.sync += rxf.eq(0)
                         with m.If(rxl):
                             with m.If(rxe):
-                                m.d.comb += bad_set.eq(1)
+                                m.d.comb += bad_set[5].eq(1)
                             m.next = "RX_END"
                         with m.Else():
                             m.d.comb += self.i.ready.eq(1)  # the next beat, without a gap
@@ -671,7 +680,8 @@ class MgmtAgent(wiring.Component):
             with m.State("HASH_WAIT"):
                 m.d.comb += sip.o.ready.eq(1)
                 with m.If(sip.o.valid):
-                    m.d.sync += [tag_bad.eq(sip.o.payload != tag_rx), ent.eq(first_hit)]
+                    m.d.sync += [tag_bad.eq(sip.o.payload != tag_rx), ent.eq(first_hit),
+                                 replay.eq(seq_le.bit_select(first_hit, 1))]
                     m.next = "DECIDE"
 
             with m.State("DECIDE"):
@@ -685,7 +695,7 @@ class MgmtAgent(wiring.Component):
                 with m.Elif(self.auth & tag_bad):
                     m.d.comb += inc.mgmt_reject_auth.eq(1)
                     m.next = "IDLE"
-                with m.Elif(seq <= ent_seq):
+                with m.Elif(replay):
                     m.d.comb += inc.mgmt_reject_replay.eq(1)
                     m.d.sync += status.eq(MgmtStatus.REPLAY)
                     m.next = "RESP"

@@ -168,88 +168,21 @@ def port_fanout(net: Netlist, children, top: str = "top") -> dict[str, int]:
 
 LEVELS_SCRIPT = ("read_rtlil {il}; synth_xilinx -family xcup -top {top} -flatten -noiopad "
                  "-noclkbuf; opt_clean; write_json {out}")
-_LUT_CLASS = re.compile(r"^(LUT[1-6]|MUXF[789]|INV)$")
-_CARRY = re.compile(r"^CARRY(4|8)$")
 
 
 def xilinx_levels(doc: dict, top: str) -> dict:
-    """Longest register-to-register path of a ``synth_xilinx`` netlist (Yosys JSON), counted two
-    ways: ``lut_levels`` (LUT / MUXF / INV cells on the path; carry cells pass through) and
-    ``carry_levels`` (carry cells on the path; LUT-class cells pass through); ``lut_path``: the
-    cell names of one deepest LUT path, source first (to show a path cell by cell).
+    """Longest register-to-register path of a ``synth_xilinx`` netlist (Yosys JSON): the
+    project's one counter, :func:`netreduce.hw.estimate.path_levels` (``lut_levels``: LUT1-6 and
+    MUXF7/8/9 cells, INV passed through uncounted; ``carry_levels`` on that path and
+    ``carry_max`` on any path, in CARRY8 units; ``lut_path`` / ``lut_nets``: the worst path's
+    cell types and the nets they drive), with ``lut_cells``: both as ``"TYPE -> net"``, source
+    first, to show the path cell by cell. Flip-flops, RAMs, DSPs, black boxes and ports end a
+    path; a combinational loop raises ``ValueError``."""
+    from .estimate import path_levels
 
-    Every other cell (flip-flops, RAMs, DSPs, black boxes) and the ports end a path."""
-    mod = doc["modules"][top]
-    drivers: dict[int, str] = {}
-    ins: dict[str, list[int]] = {}
-    kind: dict[str, str] = {}
-    for cname, cell in mod["cells"].items():
-        t = cell["type"]
-        k = "lut" if _LUT_CLASS.match(t) else "carry" if _CARRY.match(t) else None
-        if k is None:
-            continue
-        kind[cname] = k
-        dirs = cell.get("port_directions", {})
-        ins[cname] = []
-        for pin, bits in cell["connections"].items():
-            for b in bits:
-                if not isinstance(b, int):
-                    continue
-                if dirs.get(pin) == "output":
-                    drivers[b] = cname
-                else:
-                    ins[cname].append(b)
-    memo: dict[str, tuple[int, int, str | None]] = {}
-
-    def depth(c):    # iterative DFS: (lut levels, carry levels, predecessor on the lut path)
-        stack, onstack = [c], {c}
-        while stack:
-            x = stack[-1]
-            if x in memo:
-                stack.pop()
-                onstack.discard(x)
-                continue
-            preds = [drivers[b] for b in ins[x] if b in drivers]
-            todo = [p for p in preds if p not in memo and p not in onstack]
-            if todo:
-                stack += todo
-                onstack.update(todo)
-                continue
-            preds = [p for p in preds if p in memo]   # (a combinational loop is cut)
-            lut = max((memo[p][0] for p in preds), default=0)
-            car = max((memo[p][1] for p in preds), default=0)
-            best = max(preds, key=lambda p: memo[p][0], default=None)
-            memo[x] = (lut + (kind[x] == "lut"), car + (kind[x] == "carry"), best)
-            stack.pop()
-            onstack.discard(x)
-        return memo[c]
-
-    bitname: dict[int, str] = {}
-    for name, d in mod["netnames"].items():
-        for i, b in enumerate(d["bits"]):
-            if isinstance(b, int) and (b not in bitname or "$" in bitname[b]):
-                bitname[b] = f"{name}[{i}]" if len(d["bits"]) > 1 else name
-
-    def label(c):
-        cell = mod["cells"][c]
-        dirs = cell.get("port_directions", {})
-        outs = [b for p, bits in cell["connections"].items() if dirs.get(p) == "output"
-                for b in bits if isinstance(b, int)]
-        names = [bitname[b] for b in outs if b in bitname]
-        best = min(names, key=lambda n: ("$" in n, len(n)), default="?")
-        return f"{cell['type']} -> {best}"
-
-    worst_l, worst_c, end = 0, 0, None
-    for c in kind:
-        lv, cv, _ = depth(c)
-        if lv > worst_l:
-            worst_l, end = lv, c
-        worst_c = max(worst_c, cv)
-    path = []
-    while end is not None:
-        path.append(label(end))
-        end = memo[end][2]
-    return {"lut_levels": worst_l, "carry_levels": worst_c, "lut_path": path[::-1]}
+    lv = path_levels(doc, top)
+    lv["lut_cells"] = [f"{t} -> {n}" for t, n in zip(lv["lut_path"], lv["lut_nets"], strict=True)]
+    return lv
 
 
 def levels(component, *, top: str = "top", timeout: float = 3600) -> dict:

@@ -17,9 +17,11 @@ The other way, the engine's ``fc`` output (:func:`fc_layout` per port) hands the
 ``PORT.FC_*`` registers (PFC watermarks, priority, quanta, ECN threshold; docs/fabric.md).
 
 Counters are 32 bits, wrap, and clear with ``GLOBAL.CONTROL.clear_counters`` (an increment in the
-clearing cycle still counts). The counts pass one register stage before the counters, so a
-register read sees them two cycles late (a read issued after a clear's B handshake sees the
-cleared values: the register bank samples in the cycle after the AR handshake at the earliest).
+clearing cycle still counts). The frame and strobe counts pass one register stage before the
+counters, so a register read sees them two cycles late; the byte counts three stages (their
+priority encoder split by 8-byte groups), four cycles late, and a clear empties the stages
+holding earlier beats. A read issued after a clear's B handshake sees the cleared values (the
+register bank samples in the cycle after the AR handshake at the earliest).
 :func:`attach_ports` builds it inside the engine's ``elaborate`` and drives the register bank's
 ``port_status``.
 """
@@ -65,23 +67,20 @@ class PortStats(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         v = self.value
-        # One register stage in front of the counters: the beats' byte counts (a priority
-        # encoder on keep) are registered before the 32-bit adders, so no path runs from a port's
-        # handshake through the byte count into a counter in one cycle. The other strobes and the
-        # clear move along with them, so an increment and a clear keep their order.
+        # One register stage in front of the frame and strobe counters, so an increment and a
+        # clear keep their order. The byte counts (a priority encoder on keep: 10 LUT levels on
+        # its own at 512 bits) go through three stages of their own: the beat's keep, then per
+        # 8-byte group "any byte" and its candidate count (8 g + the group's count), then the
+        # highest group's candidate; a clear empties the two stages whose beats came before it
+        # and zeroes the counter at once, so it still erases exactly the beats before it.
         rx, tx = self.rx_beat, self.tx_beat
         strobes = {"pause_rx": self.pause, "tx_drop_held": self.hold_drop,
                    **{n: getattr(self.shell, n) for n in SHELL_STROBES}}
-        nbits = (self.width // 8).bit_length()
         s1 = {"rx_frames": Signal(name="rx_frames_s1"), "tx_frames": Signal(name="tx_frames_s1"),
-              "rx_bytes": Signal(nbits, name="rx_bytes_s1"),
-              "tx_bytes": Signal(nbits, name="tx_bytes_s1"),
               **{n: Signal(name=f"{n}_s1") for n in strobes}}
         clear1 = Signal(name="clear_s1")
         m.d.sync += [s1["rx_frames"].eq(rx.valid & rx.last),
                      s1["tx_frames"].eq(tx.valid & tx.last),
-                     s1["rx_bytes"].eq(Mux(rx.valid, keep_count(rx.keep), 0)),
-                     s1["tx_bytes"].eq(Mux(tx.valid, keep_count(tx.keep), 0)),
                      clear1.eq(self.clear),
                      *(s1[n].eq(x) for n, x in strobes.items())]
         for reg, inc in s1.items():
@@ -89,8 +88,32 @@ class PortStats(wiring.Component):
             m.d.sync += c.eq(c + inc)
             with m.If(clear1):
                 m.d.sync += c.eq(inc)
+        for reg, beat in (("rx_bytes", rx), ("tx_bytes", tx)):
+            self._bytes(m, reg, beat, getattr(v, reg).count)
         m.d.sync += [getattr(v.status, n).eq(getattr(self.shell, n)) for n in SHELL_LEVELS]
         return m
+
+    def _bytes(self, m, name, beat, count):
+        """``count`` += the bytes of every beat (:func:`keep_count`: highest valid byte + 1),
+        three cycles late; ``clear`` (combinational) zeroes it and drops the beats before it."""
+        nb = self.width // 8
+        groups = max(1, nb // 8)
+        gb = nb // groups
+        nbits = nb.bit_length()
+        keep = Signal(nb, name=f"{name}_keep")          # stage 1: the beat's keep (0: no beat)
+        m.d.sync += keep.eq(Mux(beat.valid, beat.keep, 0))
+        anyb = Signal(groups, name=f"{name}_any")       # stage 2: per group
+        cand = [Signal(nbits, name=f"{name}_cand{g}") for g in range(groups)]
+        for g in range(groups):
+            kg = keep[g * gb:(g + 1) * gb]
+            m.d.sync += [anyb[g].eq(kg.any() & ~self.clear), cand[g].eq(g * gb + keep_count(kg))]
+        inc = Signal(nbits, name=f"{name}_inc")        # stage 3: the highest group's count
+        top = [anyb[g] & ~anyb[g + 1:].any() for g in range(groups - 1)] + [anyb[groups - 1]]
+        sel = 0
+        for g in range(groups):
+            sel = sel | (cand[g] & top[g].replicate(nbits))
+        m.d.sync += inc.eq(Mux(self.clear, 0, sel))
+        m.d.sync += count.eq(Mux(self.clear, 0, count + inc))
 
 
 def attach_ports(m: Module, engine, bank, pause_valid: list) -> list[PortStats]:

@@ -27,7 +27,7 @@ def test_flow_table_meets_the_depth_budget(flows):
     ft = FlowTable(flows, jobs=2, max_world=4)
     lv = levels(ft)
     assert lv["lut_levels"] <= LUT_BUDGET, lv["lut_path"]
-    assert lv["carry_levels"] <= CARRY_BUDGET, lv
+    assert lv["carry_max"] <= CARRY_BUDGET, lv
     assert ft.lk_latency == 2 + (flows > 16) + 1 and ft.chk_latency == ft.lk_latency
 
 

@@ -110,6 +110,12 @@ def test_path_levels_counts_lut_class_and_carry_cells_of_one_path():
     # the tie between the two 4-LUT paths goes to the one with more carry cells
     assert lv["carry_levels"] == 2
     assert lv["lut_path"] == ["LUT6", "CARRY4", "CARRY4", "CARRY4", "LUT2", "INV", "MUXF7", "LUT3"]
+    # the nets along it, named where the netlist names them
+    net = {"modules": {"top": {"cells": cells, "netnames": {"x": {"bits": [2]},
+                                                            "$abc$1": {"bits": [17]},
+                                                            "y": {"bits": [16, 19]}}}}}
+    assert path_levels(net, "top")["lut_nets"] == ["x", "?", "?", "?", "?", "y[0]", "y[1]",
+                                                   "$abc$1"]
     cells["loop"] = _cell("LUT2", {"I0": [30]}, {"O": [30]})    # a self-loop is ignored
     assert path_levels({"modules": {"top": {"cells": cells}}}, "top")["lut_levels"] == 4
     cells["x"] = _cell("LUT2", {"I0": [41]}, {"O": [40]})

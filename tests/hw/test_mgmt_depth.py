@@ -2,10 +2,10 @@
 budget (docs/engine.md, "Clock plan": at 250 MHz at most 8 LUT-class cells and 8 CARRY8 per
 register-to-register path, Yosys ``synth_xilinx -family xcup``).
 
-Measured on its own at the CI register map (``hw/pathcheck.py`` ``levels()``: LUT, MUXF and INV
-cells counted, carry cells counted one by one, so the carry figure is in CARRY4 units, twice as
-strict as the budget's CARRY8). The agent reads and answers byte-serially; what keeps it shallow
-is described in its docstring (shift registers instead of byte muxes, half a SipRound per cycle).
+Measured on its own at the CI register map (``hw/pathcheck.py`` ``levels()``: LUT and MUXF
+cells on the worst path, CARRY8 on any path). The agent reads and answers byte-serially; what
+keeps it shallow is described in its docstring (shift registers instead of byte muxes, half a
+SipRound per cycle).
 """
 
 import shutil
@@ -29,4 +29,4 @@ def test_mgmt_agent_meets_the_depth_budget():
 
     lv = levels(MgmtAgent(build_regmap(**CI)))
     assert lv["lut_levels"] <= LUT_BUDGET, lv["lut_path"]
-    assert lv["carry_levels"] <= CARRY_BUDGET, lv
+    assert lv["carry_max"] <= CARRY_BUDGET, lv
