@@ -147,21 +147,24 @@ class LbusToBeats(wiring.Component):
         wp = Signal(aw)
         rp = Signal(aw)
         cnt = Signal(range(D + 1))
-        rel_eop = Signal(D)
-        rel_err = Signal(D)              # the same for the err flags
+        rel_eop = Signal(D)              # 0 beyond the queued segments (masked when merged)
+        rel_err = Signal(D)              # the same for the err flags (not masked)
 
         # ---- head of the queue -> next output beat: up to 4 segments, cut after the first eop
-        present = Signal(NSEG)           # cnt > k, registered
-        ends = [present[k] & rel_eop[k] for k in range(NSEG)]
+        present = Signal(NSEG)           # cnt > k, registered (a thermometer)
+        ends = [rel_eop[k] for k in range(NSEG)]   # (rel_eop is 0 where nothing is queued)
         has_eop = Cat(*ends).any()
         # takes[k]: the beat has segment k (segments up to the first eop; all 4 without one)
         full_or_eop = has_eop | present[NSEG - 1]
         takes = [full_or_eop & present[0]] + [full_or_eop & present[k] & ~Cat(*ends[:k]).any()
                                               for k in range(1, NSEG)]
         take = Signal()
-        m.d.comb += take.eq(takes[0] & (~self.o.valid | self.o.ready))
-        # pop one-hot: popk[p] = p segments leave (p = 0..4)
-        popk = [~take] + [take & takes[p - 1] & (~takes[p] if p < NSEG else 1)
+        # (full_or_eop implies present[0]: 7 inputs, two LUT levels)
+        m.d.comb += take.eq(full_or_eop & (~self.o.valid | self.o.ready))
+        # pop one-hot: popk[p] = p segments leave (p = 0..4); given take, segment p - 1 is in
+        # the beat and segment p is not (a few inputs each: take, two present bits, the eops)
+        popk = [~take] + [take & present[p - 1] & ~Cat(*ends[:p - 1]).any()
+                          & (~(present[p] & ~Cat(*ends[:p]).any()) if p < NSEG else 1)
                           for p in range(1, NSEG + 1)]
 
         def by_pop(cands):               # the candidate of the pop count (one-hot AND-OR)
@@ -234,13 +237,15 @@ class LbusToBeats(wiring.Component):
         m.d.sync += present.eq(by_pop([Cat(*[cnt_add > p + k for k in range(NSEG)])
                                        for p in range(NSEG + 1)]))
         # the relative flags: the registered arrivals' flags merged in from position cnt on
-        # (beyond cnt + added the flags are unused: `present` masks them), shifted by pop
+        # (beyond cnt + added: eop 0, err unused), shifted by pop
         for rel_v, field in ((rel_eop, "eop"), (rel_err, "err")):
             in_v = Cat(*[s[field] for s in ins])
             # (slot (j - cnt) mod 4 of the arrivals, as an AND-OR on the decoded cnt[:2])
             merged = [Mux(cnt > j, rel_v[j],
                           Cat(*[(cnt[:2] == (j - r) % 4) & in_v[r] for r in range(NSEG)]).any())
                       if j < D else Const(0, 1) for j in range(D + NSEG)]
+            if field == "eop":   # masked to the queued segments: `ends` need no `present`
+                merged = [v & (cnt_add > j) for j, v in enumerate(merged)]
             m.d.sync += rel_v.eq(Cat(*[by_pop([merged[i + p] for p in range(NSEG + 1)])
                                        for i in range(D)]))
         return m

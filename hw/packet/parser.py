@@ -42,8 +42,8 @@ accepted in cycle t is visible on ``frame``/``payload`` in cycle t+6 at the earl
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
-from amaranth.lib import fifo, stream, wiring
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed
+from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from netreduce.wire import fields as wf
@@ -74,7 +74,7 @@ from .layout import (
     verdict_layout,
 )
 
-__all__ = ["Parser"]
+__all__ = ["HeaderCapture", "Parser", "capture_layout"]
 
 _ICRC = 4
 _BTH_AT = wf.IPV4.size + wf.UDP.size   # BTH offset from the IPv4 header
@@ -84,6 +84,157 @@ def _opcode_kind(info) -> Kind:
     if info.rc_data:
         return Kind.DATA
     return {"ACK": Kind.ACK, "CNP": Kind.CNP}.get(info.kind, Kind.OTHER)
+
+
+def capture_layout(data_width: int) -> data.StructLayout:
+    """What :class:`HeaderCapture` passes on with each beat (see there)."""
+    nb = data_width // 8
+    lb = (nb - 1).bit_length()
+    hdr_beats = -(-HDR_CAP // nb)
+    return data.StructLayout({
+        "beat": beat_layout(data_width),
+        "sof": 1,
+        "idx": LEN_BITS + 1 - lb,
+        "at": hdr_beats,
+        "hl": range(HDR_CAP + 1),
+        "fit": max(1, hdr_beats - 1),
+        "plen": signed(LEN_BITS + 3),
+    })
+
+
+class HeaderCapture(wiring.Component):
+    """Parser stage P: header byte capture and the header geometry, one beat per cycle.
+
+    Ports (``w`` = ``data_width``):
+
+    * ``i``: ``In`` always-ready stream of beats: ``i.valid`` = a beat the parser accepts.
+    * ``o``: ``Out`` always-ready stream of :func:`capture_layout`, registered: each beat one
+      cycle later (``o.valid`` the cycle after ``i.valid``), with ``sof`` (first beat of its
+      frame), ``idx`` (its beat index, saturating with the byte offset at 2**16), ``at`` (one
+      hot: ``at[b]`` = it is beat ``b``, for the beats a header can reach), and the geometry
+      decoded from the header bytes up to and including it: ``hl`` (header length by opcode and
+      tag; the longest header for an unknown opcode), ``fit`` (``fit[b]``: a header of that
+      length is complete by the end of beat ``b``) and ``plen`` (IPv4 total length - BTH..ext
+      headers - ICRC - PadCnt: the payload bytes; may be negative for a malformed frame).
+    * ``hdr_bytes``: ``Out(8 * HDR_CAP)``: the frame's first HDR_CAP bytes as captured up to and
+      including the beat on ``o`` (bytes beyond it: stale), valid while ``o`` shows that beat.
+
+    Latency 1 cycle; throughput one beat per cycle; no backpressure (the parser's ``room``
+    decides what enters); no error outputs (the checks are in later stages). Why a stage: the
+    opcode table and the length arithmetic behind it end in flip-flops here, so the payload
+    realignment and the header event of S0 start from registers (the 512-bit parser was 9-12
+    LUT levels from the captured opcode byte through the table into S0's paths).
+    """
+
+    def __init__(self, data_width: int = 512):
+        self._w = check_data_width(data_width)
+        super().__init__({
+            "i": In(stream.Signature(beat_layout(data_width), always_ready=True)),
+            "o": Out(stream.Signature(capture_layout(data_width), always_ready=True)),
+            "hdr_bytes": Out(8 * HDR_CAP),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        nb = self._w // 8
+        lb = (nb - 1).bit_length()
+        acc, beat = self.i.valid, self.i.payload
+        o = self.o.payload
+        hdr_beats = -(-HDR_CAP // nb)
+        fit_beats = hdr_beats - 1   # beats that may end before the longest header
+
+        sof = Signal(init=1)
+        base = Signal(LEN_BITS + 1)
+        base_c = Mux(sof, 0, base)
+        with m.If(acc):
+            m.d.sync += sof.eq(beat.last)
+            with m.If(beat.last):
+                m.d.sync += base.eq(0)
+            with m.Elif(base_c < (1 << LEN_BITS)):
+                m.d.sync += base.eq(base_c + nb)
+            with m.Else():
+                m.d.sync += base.eq(base_c)
+        in_bytes = bytes_of(beat.data)
+
+        hbuf = [Signal(8, name=f"hbuf{g}") for g in range(HDR_CAP)]
+        hcur = []
+        pos = BeatIndex(m, acc, beat.last)   # one-hot beat position: header bytes 1 LUT from FFs
+        for g in range(HDR_CAP):
+            b, lane = divmod(g, nb)
+            here = pos.at(b)
+            with m.If(acc & here):
+                m.d.sync += hbuf[g].eq(in_bytes[lane])
+            cur = Signal(8, name=f"hcur{g}")
+            m.d.comb += cur.eq(Mux(here, in_bytes[lane], hbuf[g]))
+            hcur.append(cur)
+        at = Cat(*[pos.at(b) for b in range(hdr_beats)])
+        pos.build()
+        # the bytes through the beat on `o`: hbuf holds them until the next beat is accepted
+        m.d.comb += self.hdr_bytes.eq(Cat(*hbuf))
+
+        def cur_word(g, size):
+            return Cat(*[hcur[g + i] for i in reversed(range(size))])
+
+        tpid = wf.ETH.ethertype
+        vlan_c = cur_word(tpid.offset, tpid.size) == wf.ETHERTYPE_VLAN
+
+        # The header geometry as a one-hot select: per tag variant, the opcode's extension-header
+        # class (its extension length, or unknown) decoded from the opcode byte, and the payload
+        # length for every class computed beside it (constants subtracted, no table in front of
+        # the adders); both selected by the tag, then one AND-OR over the classes. An unknown
+        # opcode captures the longest header.
+        exts = sorted({info.ext_len for info in OPCODES.values()})
+        ncls = len(exts) + 1
+        flags = [[], []]    # [variant][class]
+        plens = [[], []]
+        for v, l2v in ((0, L2_UNTAGGED), (1, L2_TAGGED)):
+            op = cur_word(l2v + _BTH_AT + wf.BTH.opcode.offset, wf.BTH.opcode.size)
+            pc = cur_word(l2v + _BTH_AT + wf.BTH.padcnt.offset, wf.BTH.padcnt.size)
+            pc = pc[wf.BTH.padcnt.shift: wf.BTH.padcnt.shift + wf.BTH.padcnt.bits]
+            total_v = cur_word(l2v + wf.IPV4.total_length.offset, wf.IPV4.total_length.size)
+            for e in exts:
+                f = Signal(name=f"ext{e}_v{v}")
+                m.d.comb += f.eq(Cat(*[op == code for code, info in OPCODES.items()
+                                       if info.ext_len == e]).any())
+                flags[v].append(f)
+            flags[v].append(~Cat(*flags[v]).any())
+            # bytes after the IPv4 header's start that are not payload, per class
+            for k, kk in enumerate([BTH_END + e + _ICRC for e in exts] + [BTH_END + _ICRC]):
+                p_k = Signal(signed(LEN_BITS + 3), name=f"plen_v{v}_{k}")
+                m.d.comb += p_k.eq(total_v - pc - kk)
+                plens[v].append(p_k)
+        sel = [Signal(name=f"cls{k}") for k in range(ncls)]
+        cand = [Signal(signed(LEN_BITS + 3), name=f"plen_cls{k}") for k in range(ncls)]
+        m.d.comb += [dst[k].eq(Mux(vlan_c, t1[k], t0[k]))
+                     for dst, t0, t1 in ((sel, *flags), (cand, *plens)) for k in range(ncls)]
+        hl_max = HDR_CAP - wf.DOT1Q.size
+        # header lengths per class and tag (the tag adds DOT1Q.size to each)
+        hls = [[l2 + BTH_END + e for e in exts] + [hl_max - L2_TAGGED + l2]
+               for l2 in (L2_UNTAGGED, L2_TAGGED)]
+
+        def one_hot(values, width):
+            pairs = list(zip(sel, values, strict=True))
+            return Cat(*[Cat(*[s_k & Value.cast(val)[i] for s_k, val in pairs]).any()
+                         for i in range(width)])
+
+        def fits(hl):
+            return Cat(*[Const(hl <= (b + 1) * nb) for b in range(max(1, fit_beats))])
+
+        hl_f = Signal(range(HDR_CAP + 1))
+        fit_f = Signal(max(1, fit_beats))
+        plen_f = Signal(signed(LEN_BITS + 3))
+        m.d.comb += [
+            hl_f.eq(Mux(vlan_c, one_hot([Const(h, len(hl_f)) for h in hls[1]], len(hl_f)),
+                        one_hot([Const(h, len(hl_f)) for h in hls[0]], len(hl_f)))),
+            fit_f.eq(Mux(vlan_c, one_hot([fits(h) for h in hls[1]], len(fit_f)),
+                         one_hot([fits(h) for h in hls[0]], len(fit_f)))),
+            plen_f.eq(one_hot(cand, len(plen_f)))]
+
+        m.d.sync += self.o.valid.eq(acc)
+        with m.If(acc):
+            m.d.sync += [o.beat.eq(beat), o.sof.eq(sof), o.idx.eq(base_c >> lb), o.at.eq(at),
+                         o.hl.eq(hl_f), o.fit.eq(fit_f), o.plen.eq(plen_f)]
+        return m
 
 
 class Parser(wiring.Component):
@@ -121,12 +272,25 @@ class Parser(wiring.Component):
         m = Module()
         w, nb = self._w, self._w // 8
         lb = (nb - 1).bit_length()   # log2(bytes per beat)
+        tpid = wf.ETH.ethertype
         beat = self.i.payload
         acc = Signal()
         m.d.comb += acc.eq(self.i.valid & self.i.ready)
 
         m.submodules.checker = checker = IcrcChecker(w)
-        m.d.comb += [checker.i.valid.eq(acc), checker.i.payload.eq(beat)]
+        # ------------------------------------------------------------ P: capture and decode
+        m.submodules.capture = cap = HeaderCapture(w)
+        m.d.comb += [cap.i.valid.eq(acc), cap.i.payload.eq(beat)]
+        cp = cap.o.payload
+        acc0 = cap.o.valid          # S0 has a beat (accepted the cycle before)
+        beat0 = cp.beat
+        sof = cp.sof
+        idx_c = cp.idx
+        hl_c, fit_c, plen_c = cp.hl, cp.fit, cp.plen
+        at0 = cp.at
+        fit_beats = len(fit_c) if -(-HDR_CAP // nb) > 1 else 0
+        m.d.comb += [checker.i.valid.eq(acc0), checker.i.payload.eq(beat0)]
+
         # S2 + extra: the stage where the checker's result for a frame's last beat is ready
         extra = IcrcChecker.LATENCY - 3
 
@@ -136,16 +300,16 @@ class Parser(wiring.Component):
         ver_w = verdict_layout().size
         hdr_beats = -(-HDR_CAP // nb)
         # (+1 each: `room` is registered, so it counts the beat accepted in the cycle before)
-        frame_depth = hdr_beats + 6 + extra
+        frame_depth = hdr_beats + 7 + extra
         m.submodules.frame_fifo = frame_fifo = fifo.SyncFIFO(width=beat_w, depth=frame_depth)
         # the payload FIFOs also absorb the header-length lag of a downstream consumer that waits
         # for `hdr` (e.g. the deparser in a loopback) before it takes payload beats
         # (+1 more for payload and header: their in-flight counts below over-count the beat
         # accepted in the cycle before, see `room`)
-        pay_depth = max(4, (hdr_beats + 8) // 2) + 3 + extra
+        pay_depth = max(4, (hdr_beats + 8) // 2) + 4 + extra
         m.submodules.pay_fifo0 = pay0 = fifo.SyncFIFO(width=beat_w, depth=pay_depth)
         m.submodules.pay_fifo1 = pay1 = fifo.SyncFIFO(width=beat_w, depth=pay_depth)
-        hdr_depth, ver_depth = 7, 6 + extra
+        hdr_depth, ver_depth = 8, 7 + extra
         m.submodules.hdr_fifo = hdr_fifo = fifo.SyncFIFO(width=hdr_w, depth=hdr_depth)
         m.submodules.ver_fifo = ver_fifo = fifo.SyncFIFO(width=ver_w, depth=ver_depth)
 
@@ -162,21 +326,21 @@ class Parser(wiring.Component):
         x_pn = [Signal(range(3), name=f"s{3 + k}_pn") for k in range(extra)]
         # registered: room for one more beat in the next cycle, counting what is in the FIFOs
         # and in flight now and the most the beat accepted now may push (reads ignored)
-        # What is in flight (stages S1 .. S<3 + extra>) is itself a register, loaded with the
+        # What is in flight (stages S0 .. S<3 + extra>) is itself a register, loaded with the
         # stages' next contents (they shift every cycle): the sums end in flip-flops. The
-        # payload beats and the header event of the beat accepted now are over-counted there
-        # (2 * acc, acc: their exact values come from S0's deep logic) until it reaches S1.
-        n_stages = 3 + extra
+        # payload beats and the header event of the beats in P and S0 are over-counted there
+        # (2 * acc, acc: their exact values come from S0's deep logic) until they reach S1.
+        n_stages = 4 + extra
         infl_f = Signal(range(n_stages + 1))
         infl_p = Signal(range(2 * n_stages + 1))
-        infl_h = Signal(range(4))
+        infl_h = Signal(range(5))
         infl_e = Signal(range(n_stages + 1))
-        last_acc = Signal()
-        m.d.comb += last_acc.eq(acc & beat.last)
-        chains = ((infl_f, [acc, s1_v, x_t[0], s2_v, *x_v]),
-                  (infl_p, [2 * acc, s1_pn, x_t[3], s2_pn, *x_pn]),
-                  (infl_h, [acc, s1_hv, x_t[1], s2_hv]),
-                  (infl_e, [last_acc, s1_ev, x_t[2], s2_ev, *x_ev]))
+        last_acc, last_acc0 = Signal(), Signal()
+        m.d.comb += [last_acc.eq(acc & beat.last), last_acc0.eq(acc0 & beat0.last)]
+        chains = ((infl_f, [acc, acc0, s1_v, x_t[0], s2_v, *x_v]),
+                  (infl_p, [2 * acc, 2 * acc0, s1_pn, x_t[3], s2_pn, *x_pn]),
+                  (infl_h, [acc, acc0, s1_hv, x_t[1], s2_hv]),
+                  (infl_e, [last_acc, last_acc0, s1_ev, x_t[2], s2_ev, *x_ev]))
         # (each chain: the stages in order; the last one's content leaves into its FIFO)
         m.d.sync += [r.eq(sum(c[:-1])) for r, c in chains]
         room = Signal()
@@ -187,32 +351,6 @@ class Parser(wiring.Component):
             & (ver_fifo.level + infl_e + acc + 1 <= ver_depth))
         m.d.comb += self.i.ready.eq(room)
 
-        # ------------------------------------------------------------ S0: position and capture
-        sof = Signal(init=1)
-        base = Signal(LEN_BITS + 1)
-        base_c = Mux(sof, 0, base)
-        idx_c = base_c >> lb
-        with m.If(acc):
-            m.d.sync += sof.eq(beat.last)
-            with m.If(beat.last):
-                m.d.sync += base.eq(0)
-            with m.Elif(base_c < (1 << LEN_BITS)):
-                m.d.sync += base.eq(base_c + nb)
-            with m.Else():
-                m.d.sync += base.eq(base_c)
-        in_bytes = bytes_of(beat.data)
-
-        hbuf = [Signal(8, name=f"hbuf{g}") for g in range(HDR_CAP)]
-        hcur = []
-        pos = BeatIndex(m, acc, beat.last)   # one-hot beat position: header bytes 1 LUT from FFs
-        for g in range(HDR_CAP):
-            b, lane = divmod(g, nb)
-            here = pos.at(b)
-            with m.If(acc & here):
-                m.d.sync += hbuf[g].eq(in_bytes[lane])
-            cur = Signal(8, name=f"hcur{g}")
-            m.d.comb += cur.eq(Mux(here, in_bytes[lane], hbuf[g]))
-            hcur.append(cur)
         # For S1's truncation checks: "the frame has fewer than e bytes up to the end of this
         # beat", for each byte count e they compare with, from the one-hot beat position and the
         # thermometer keep (a frame's byte count would need a keep_count, a 64-way priority
@@ -223,69 +361,17 @@ class Parser(wiring.Component):
         short_c = {}
         for e in trunc_ends:
             be, lane = divmod(e - 1, nb)   # byte e - 1 is in beat be
-            before = Cat(*[pos.at(k) for k in range(be)]).any() if be else Const(0)
-            short_c[e] = before | (pos.at(be) & beat.last & ~beat.keep[lane])
-        pos.build()
-
-        def cur_word(g, size):
-            return Cat(*[hcur[g + i] for i in reversed(range(size))])
-
-        tpid = wf.ETH.ethertype
-        vlan_c = cur_word(tpid.offset, tpid.size) == wf.ETHERTYPE_VLAN
-
-        # The header geometry is decoded from the opcode for both tag variants at once and
-        # selected by the tag last, so the decode does not wait for the tag comparison.
-        # Header length by opcode; an unknown opcode captures the maximum.
-        fit_beats = -(-HDR_CAP // nb) - 1   # beats that may end before the longest header
-        geo = {}
-        for v, l2v in ((0, L2_UNTAGGED), (1, L2_TAGGED)):
-            op = cur_word(l2v + _BTH_AT + wf.BTH.opcode.offset, wf.BTH.opcode.size)
-            pc = cur_word(l2v + _BTH_AT + wf.BTH.padcnt.offset, wf.BTH.padcnt.size)
-            pc = pc[wf.BTH.padcnt.shift: wf.BTH.padcnt.shift + wf.BTH.padcnt.bits]
-            total_v = cur_word(l2v + wf.IPV4.total_length.offset, wf.IPV4.total_length.size)
-            hl_v = Signal(range(HDR_CAP + 1), name=f"hl_v{v}")
-            kk_v = Signal(range(HDR_CAP + 1), name=f"kk_v{v}")   # hdr after IPv4 start + ICRC
-            fit_v = Signal(max(1, fit_beats), name=f"fit_v{v}")  # header complete by beat b
-            hl_max = HDR_CAP - wf.DOT1Q.size + l2v - L2_UNTAGGED
-            m.d.comb += [hl_v.eq(hl_max), kk_v.eq(BTH_END + _ICRC),
-                         fit_v.eq(Cat(*[Const(hl_max <= (b + 1) * nb)
-                                        for b in range(max(1, fit_beats))]))]
-            with m.Switch(op):
-                for code, info in OPCODES.items():
-                    hl = l2v + BTH_END + info.ext_len
-                    with m.Case(code):
-                        m.d.comb += [hl_v.eq(hl), kk_v.eq(BTH_END + info.ext_len + _ICRC),
-                                     fit_v.eq(Cat(*[Const(hl <= (b + 1) * nb)
-                                                    for b in range(max(1, fit_beats))]))]
-            plen_v = Signal(signed(LEN_BITS + 3), name=f"plen_v{v}")
-            m.d.comb += plen_v.eq(total_v - (pc + kk_v))
-            geo[v] = (hl_v, fit_v, plen_v)
-        hl_c = Signal(range(HDR_CAP + 1))
-        fit_c = Signal(max(1, fit_beats))
-        m.d.comb += [hl_c.eq(Mux(vlan_c, geo[1][0], geo[0][0])),
-                     fit_c.eq(Mux(vlan_c, geo[1][1], geo[0][1]))]
+            before = at0[:be].any() if be else Const(0)
+            short_c[e] = before | (at0[be] & beat0.last & ~beat0.keep[lane])
 
         # header event: the beat that completes hdr_len bytes, or the frame's last beat
         hdr_sent = Signal()
         hdr_ev = Signal()
-        early = Cat(*[pos.at(b) for b in range(fit_beats)]).any() if fit_beats else Const(0)
-        # When the opcode (and the tag) always arrive in a beat before the earliest one that can
-        # complete a header (64 and 128 bits), the fit is taken from a register loaded at the
-        # previous beat: the opcode decode then ends in flip-flops, not in hdr_ev's enables
-        # (before its beat, every fit bit is 0 whatever the opcode)
-        op_beat = (L2_TAGGED + _BTH_AT + wf.BTH.opcode.offset) // nb
-        if fit_beats and op_beat < (L2_UNTAGGED + BTH_END - 1) // nb:
-            fit_r = Signal(fit_beats)
-            with m.If(acc):
-                m.d.sync += fit_r.eq(fit_c)
-            fit_sel = fit_r
-        else:
-            fit_sel = fit_c
-        complete = Cat(*[pos.at(b) & fit_sel[b] for b in range(fit_beats)]).any() | ~early \
-            if fit_beats else Const(1)
-        m.d.comb += hdr_ev.eq(acc & ~(hdr_sent & ~sof) & (complete | beat.last))
-        with m.If(acc):
-            m.d.sync += hdr_sent.eq(Mux(beat.last, 0, hdr_ev | (hdr_sent & ~sof)))
+        early = at0[:fit_beats].any() if fit_beats else Const(0)
+        complete = (at0[:fit_beats] & fit_c).any() | ~early if fit_beats else Const(1)
+        m.d.comb += hdr_ev.eq(acc0 & ~(hdr_sent & ~sof) & (complete | beat0.last))
+        with m.If(acc0):
+            m.d.sync += hdr_sent.eq(Mux(beat0.last, 0, hdr_ev | (hdr_sent & ~sof)))
 
         # ------------------------------------------------------------ S0: payload realign
         # Payload geometry from the header bytes seen so far. The normal path (payload beat k
@@ -293,17 +379,14 @@ class Parser(wiring.Component):
         # beat, complete by then (every byte they need precedes the payload's first beat); the
         # frame-end path (the last payload beat taken from the last input beat alone) is
         # finished in S1 from registered values. Both keep the header decode out of S0's paths.
-        plen_c = Signal(signed(LEN_BITS + 3))
-        m.d.comb += plen_c.eq(Mux(vlan_c, geo[1][2], geo[0][2]))
         hl_r = Signal(range(HDR_CAP + 1))
-        plen_r = Signal(signed(LEN_BITS + 3))
-        with m.If(acc):
-            m.d.sync += [hl_r.eq(hl_c), plen_r.eq(plen_c)]
+        with m.If(acc0):
+            m.d.sync += hl_r.eq(hl_c)
         q_r = hl_r >> lb
         s_r = hl_r[:lb]
         prev = Signal(w)
-        with m.If(acc):
-            m.d.sync += prev.eq(beat.data)
+        with m.If(acc0):
+            m.d.sync += prev.eq(beat0.data)
         nemit = Signal(LEN_BITS - lb + 2)   # payload beats generated so far in this frame
         done = Signal()                      # the last payload beat has been generated
         hold_v = Signal()
@@ -334,22 +417,22 @@ class Parser(wiring.Component):
                         m.d.comb += out.eq(Cat(lo, hi)[sh: sh + nb])
             return out
 
-        # normal_left = plen_r - (nemit_c << lb): both are loaded at the previous beat, so it is
+        # normal_left = plen - (nemit_c << lb): both are loaded at the previous beat, so it is
         # a register loaded there too (the subtraction ends in flip-flops, not in the beat mux)
         normal_left = Signal(signed(LEN_BITS + 4))
         # bytes present: the previous beat is full, the current one has `keep` (a thermometer,
         # so shifting it like the data clips at the frame's end without arithmetic)
         normal_keep = Signal(nb)
         m.d.comb += normal_keep.eq(therm(normal_left)
-                                   & window_keep(Const((1 << nb) - 1, nb), beat.keep, s_r))
+                                   & window_keep(Const((1 << nb) - 1, nb), beat0.keep, s_r))
         normal = Signal()
-        m.d.comb += normal.eq(acc & ~done_c & (idx_c > q_r) & (normal_left > 0))
+        m.d.comb += normal.eq(acc0 & ~done_c & (idx_c > q_r) & (normal_left > 0))
         normal_final = normal_left <= nb
-        with m.If(acc):
+        with m.If(acc0):
             m.d.sync += normal_left.eq(
                 plen_c - (((nemit_c + normal)[:len(nemit)] << lb)[:LEN_BITS + 2]))
-        normal_data = window(prev, beat.data, s_r)
-        last_in = acc & beat.last
+        normal_data = window(prev, beat0.data, s_r)
+        last_in = acc0 & beat0.last
 
         slot0_v, slot0_last, slot0_extra = Signal(), Signal(), Signal()
         slot0_data, slot0_keep = Signal(w), Signal(nb)
@@ -357,21 +440,21 @@ class Parser(wiring.Component):
         with m.If(last_in & hold_c):
             m.d.comb += [slot0_v.eq(1), slot0_last.eq(1),
                          slot0_data.eq(hold_data), slot0_keep.eq(hold_keep)]
-        with m.Elif(normal & (~normal_final | beat.last)):
+        with m.Elif(normal & (~normal_final | beat0.last)):
             m.d.comb += [slot0_v.eq(1), slot0_last.eq(normal_final),
                          slot0_data.eq(normal_data), slot0_keep.eq(normal_keep)]
-            m.d.comb += slot1_v.eq(beat.last & ~normal_final)
+            m.d.comb += slot1_v.eq(beat0.last & ~normal_final)
         with m.Elif(last_in & ~normal & ~done_c):
             m.d.comb += [slot0_v.eq(1), slot0_last.eq(1), slot0_extra.eq(1)]
         pstarted = Signal()   # a payload beat of this frame has been emitted
         pstarted_c = pstarted & ~sof
-        with m.If(acc):
-            m.d.sync += pstarted.eq(~beat.last & (pstarted_c | slot0_v))
-        with m.If(acc):
+        with m.If(acc0):
+            m.d.sync += pstarted.eq(~beat0.last & (pstarted_c | slot0_v))
+        with m.If(acc0):
             m.d.sync += [nemit.eq(nemit_c + normal),
-                         done.eq(~beat.last & (done_c | (normal & normal_final))),
-                         hold_v.eq(~beat.last & (hold_c | (normal & normal_final)))]
-            with m.If(normal & normal_final & ~beat.last):
+                         done.eq(~beat0.last & (done_c | (normal & normal_final))),
+                         hold_v.eq(~beat0.last & (hold_c | (normal & normal_final)))]
+            with m.If(normal & normal_final & ~beat0.last):
                 m.d.sync += [hold_data.eq(normal_data), hold_keep.eq(normal_keep)]
 
         # ------------------------------------------------------------ S0 -> S1 registers
@@ -385,12 +468,12 @@ class Parser(wiring.Component):
         s1_hbuf = Signal(8 * HDR_CAP)
         s1_short = {e: Signal(name=f"s1_short{e}") for e in trunc_ends}
         s1_ended = Signal()
-        m.d.sync += [s1_v.eq(acc), s1_hv.eq(hdr_ev), s1_ev.eq(last_in),
+        m.d.sync += [s1_v.eq(acc0), s1_hv.eq(hdr_ev), s1_ev.eq(last_in),
                      s1_pn.eq(slot0_v + slot1_v)]
-        with m.If(acc):
-            m.d.sync += [s1_beat.data.eq(beat.data), s1_beat.keep.eq(beat.keep),
-                         s1_beat.first.eq(sof), s1_beat.last.eq(beat.last),
-                         s1_beat.error.eq(beat.error)]
+        with m.If(acc0):
+            m.d.sync += [s1_beat.data.eq(beat0.data), s1_beat.keep.eq(beat0.keep),
+                         s1_beat.first.eq(sof), s1_beat.last.eq(beat0.last),
+                         s1_beat.error.eq(beat0.error)]
             m.d.sync += [s1_p0.data.eq(slot0_data), s1_p0.keep.eq(slot0_keep),
                          s1_p0.first.eq(~pstarted_c), s1_p0.last.eq(slot0_last),
                          s1_p0_extra.eq(slot0_extra),
@@ -398,7 +481,7 @@ class Parser(wiring.Component):
                          s1_x_off.eq((nemit_c + normal) << lb), s1_x_idx.eq(idx_c),
                          ]
         with m.If(hdr_ev):
-            m.d.sync += [s1_hbuf.eq(Cat(*hcur)), s1_ended.eq(beat.last),
+            m.d.sync += [s1_hbuf.eq(cap.hdr_bytes), s1_ended.eq(beat0.last),
                          *[s1_short[e].eq(short_c[e]) for e in trunc_ends]]
 
         # ------------------------------------------------------------ S1: frame-end payload beat
