@@ -1,13 +1,16 @@
 """RoCEv2 frame parser at full beat width: header record, realigned payload, bypass copy, verdict.
 
-Data flow (one beat per cycle sustained, all outputs buffered by small FIFOs)::
+Data flow (one beat per cycle sustained, all outputs buffered by small FIFOs); one component per
+stage (their docstrings give each stage's contract)::
 
-    i ─► S0: frame position, header byte capture, payload realign (window of 2 beats)
+    i ─► P  (HeaderCapture): frame position, header byte capture, header geometry by opcode
+         ▼
+         S0 (PayloadAlign): header event, payload realign (window of 2 beats)
          │   IcrcChecker (ICRC, IPv4 checksum, lengths; result 5 cycles after the last beat)
          ▼
-         S1: header fields + header check conditions (from the captured header bytes)
+         S1 (HeaderChecks): header fields and check conditions from the captured header bytes
          ▼
-         T:  header check reasons (first failing check, in wire.parse order)
+         T  (HeaderClassify): check reasons (first failing check, in wire.parse order)
          ▼
          S2: push ─► hdr FIFO ─► hdr        (one record per frame)
          ▼
@@ -36,8 +39,8 @@ Ordering contract (what a consumer may rely on):
 
 Backpressure: every output may stall at any time; ``i.ready`` drops when an output FIFO could not
 take what the beats in flight may push (it depends on registered state only). Latency: a beat
-accepted in cycle t is visible on ``frame``/``payload`` in cycle t+6 at the earliest; a frame's
-``hdr`` 4 cycles after its header-completing beat; ``verdict`` 6 cycles after its last beat.
+accepted in cycle t is visible on ``frame``/``payload`` in cycle t+7 at the earliest; a frame's
+``hdr`` 5 cycles after its header-completing beat; ``verdict`` 7 cycles after its last beat.
 """
 
 from __future__ import annotations
@@ -74,7 +77,9 @@ from .layout import (
     verdict_layout,
 )
 
-__all__ = ["HeaderCapture", "Parser", "capture_layout"]
+__all__ = ["HeaderCapture", "HeaderChecks", "HeaderClassify", "Parser", "PayloadAlign",
+           "TRUNC_ENDS", "aligned_layout", "capture_layout", "checked_layout",
+           "classified_layout", "hdr_event_layout"]
 
 _ICRC = 4
 _BTH_AT = wf.IPV4.size + wf.UDP.size   # BTH offset from the IPv4 header
@@ -84,6 +89,24 @@ def _opcode_kind(info) -> Kind:
     if info.rc_data:
         return Kind.DATA
     return {"ACK": Kind.ACK, "CNP": Kind.CNP}.get(info.kind, Kind.OTHER)
+
+
+def _therm(x, n):
+    """Thermometer of a (signed) count: bit i set when i < x."""
+    return Cat(*[x > i for i in range(n)])
+
+
+def _window(m, lo, hi, sel, unit):
+    """``Cat(lo, hi)`` shifted down by ``sel`` units of ``unit`` bits, ``len(lo)`` bits wide,
+    for the shifts a payload offset can have (a Switch over those only)."""
+    lo = Value.cast(lo)
+    n = len(lo) // unit
+    out = Signal(len(lo))
+    with m.Switch(sel):
+        for sh in sorted({ps % n for ps in payload_offsets()}):
+            with m.Case(sh):
+                m.d.comb += out.eq(Cat(lo, hi)[unit * sh: unit * sh + len(lo)])
+    return out
 
 
 def capture_layout(data_width: int) -> data.StructLayout:
@@ -237,6 +260,433 @@ class HeaderCapture(wiring.Component):
         return m
 
 
+
+# the byte counts S1's truncation checks compare with: "the frame ended before byte e"
+TRUNC_ENDS = sorted({wf.ETH.size, L2_TAGGED}
+                    | {l2 + d for l2 in (L2_UNTAGGED, L2_TAGGED)
+                       for d in (1, wf.IPV4.size, wf.IPV4.size + wf.UDP.size)})
+
+
+def aligned_layout(data_width: int) -> data.StructLayout:
+    """What :class:`PayloadAlign` passes on per input beat (see there)."""
+    return data.StructLayout({"beat": beat_layout(data_width), "ev": 1, "pn": range(3),
+                              "p0": beat_layout(data_width), "p1": beat_layout(data_width)})
+
+
+def hdr_event_layout() -> data.StructLayout:
+    """A frame's header event from :class:`PayloadAlign` (see there)."""
+    return data.StructLayout({"hbuf": 8 * HDR_CAP, "short": len(TRUNC_ENDS), "ended": 1})
+
+
+class PayloadAlign(wiring.Component):
+    """Parser stage S0 (registered into S1): header event and payload realignment.
+
+    Ports (``w`` = ``data_width``; both outputs always-ready streams, registered):
+
+    * ``i``: ``In`` always-ready stream of :func:`capture_layout` (from :class:`HeaderCapture`),
+      ``hdr_bytes``: ``In(8 * HDR_CAP)``, the capture's header bytes through the beat on ``i``.
+    * ``o``: ``Out`` :func:`aligned_layout`, one per input beat, the cycle after it: ``beat``
+      (unchanged, ``first`` regenerated), ``ev`` (the frame's last beat), ``pn`` payload beats
+      (0..2) in ``p0`` and ``p1``: payload realigned so that payload byte 0 is lane 0, pad and
+      ICRC removed (the beat that completes a payload of ``plen`` bytes is ``last``; a frame
+      that ends before its payload does yields one last beat with the bytes it has).
+    * ``h``: ``Out`` :func:`hdr_event_layout`, one per frame, with the beat that completes the
+      header (``hl`` bytes) or the frame's last beat, whichever comes first: ``hbuf`` the header
+      bytes, ``short`` ("the frame ended before byte e", e in :data:`TRUNC_ENDS`, valid when
+      ``ended``), ``ended`` (that beat was the frame's last).
+
+    Latency 1 cycle; throughput one beat per cycle; no backpressure (always ready, outputs
+    always taken); no errors of its own (a frame shorter than its lengths say still ends with a
+    last payload beat). ``p1`` is the extra last beat of a frame whose last input beat holds
+    payload bytes beyond the normal window (finished from S1's registers).
+    """
+
+    def __init__(self, data_width: int = 512):
+        self._w = check_data_width(data_width)
+        super().__init__({
+            "i": In(stream.Signature(capture_layout(data_width), always_ready=True)),
+            "hdr_bytes": In(8 * HDR_CAP),
+            "o": Out(stream.Signature(aligned_layout(data_width), always_ready=True)),
+            "h": Out(stream.Signature(hdr_event_layout(), always_ready=True)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        w, nb = self._w, self._w // 8
+        lb = (nb - 1).bit_length()
+        cp = self.i.payload
+        acc0, beat0, sof, idx_c, at0 = self.i.valid, cp.beat, cp.sof, cp.idx, cp.at
+        hl_c, fit_c, plen_c = cp.hl, cp.fit, cp.plen
+        fit_beats = len(fit_c) if -(-HDR_CAP // nb) > 1 else 0
+
+        # "the frame has fewer than e bytes up to the end of this beat", from the one-hot beat
+        # position and the thermometer keep (a frame's byte count would need a keep_count, a
+        # 64-way priority encoder at 512 bits, and an adder)
+        short_c = []
+        for e in TRUNC_ENDS:
+            be, lane = divmod(e - 1, nb)   # byte e - 1 is in beat be
+            before = at0[:be].any() if be else Const(0)
+            short_c.append(before | (at0[be] & beat0.last & ~beat0.keep[lane]))
+
+        # header event: the beat that completes hdr_len bytes, or the frame's last beat
+        hdr_sent = Signal()
+        hdr_ev = Signal()
+        early = at0[:fit_beats].any() if fit_beats else Const(0)
+        complete = (at0[:fit_beats] & fit_c).any() | ~early if fit_beats else Const(1)
+        m.d.comb += hdr_ev.eq(acc0 & ~(hdr_sent & ~sof) & (complete | beat0.last))
+        with m.If(acc0):
+            m.d.sync += hdr_sent.eq(Mux(beat0.last, 0, hdr_ev | (hdr_sent & ~sof)))
+
+        # The normal path (payload beat k leaves with input beat k + q + 1 >= 1) uses the
+        # geometry registered at the previous beat, complete by then (every byte it needs
+        # precedes the payload's first beat); the frame-end path (the last payload beat taken
+        # from the last input beat alone) is finished in S1 from registered values.
+        hl_r = Signal(range(HDR_CAP + 1))
+        prev = Signal(w)
+        with m.If(acc0):
+            m.d.sync += [hl_r.eq(hl_c), prev.eq(beat0.data)]
+        q_r, s_r = hl_r >> lb, hl_r[:lb]
+        nemit = Signal(LEN_BITS - lb + 2)   # payload beats generated so far in this frame
+        done = Signal()                      # the last payload beat has been generated
+        hold_v = Signal()
+        hold_data = Signal(w)
+        hold_keep = Signal(nb)
+        nemit_c = Mux(sof, 0, nemit)
+        done_c = done & ~sof
+        hold_c = hold_v & ~sof
+
+        # normal_left = plen - (nemit_c << lb): both are loaded at the previous beat, so it is
+        # a register loaded there too (the subtraction ends in flip-flops, not in the beat mux)
+        normal_left = Signal(signed(LEN_BITS + 4))
+        # bytes present: the previous beat is full, the current one has `keep` (a thermometer,
+        # so shifting it like the data clips at the frame's end without arithmetic)
+        normal_keep = Signal(nb)
+        m.d.comb += normal_keep.eq(_therm(normal_left, nb) & _window(
+            m, Const((1 << nb) - 1, nb), beat0.keep, s_r, 1))
+        normal = Signal()
+        m.d.comb += normal.eq(acc0 & ~done_c & (idx_c > q_r) & (normal_left > 0))
+        normal_final = normal_left <= nb
+        left_n = Signal(signed(LEN_BITS + 4))   # normal_left after this beat
+        m.d.comb += left_n.eq(plen_c - (((nemit_c + normal)[:len(nemit)] << lb)[:LEN_BITS + 2]))
+        with m.If(acc0):
+            m.d.sync += normal_left.eq(left_n)
+        normal_data = _window(m, prev, beat0.data, s_r, 8)
+        last_in = acc0 & beat0.last
+
+        slot0_v, slot0_last, slot0_extra = Signal(), Signal(), Signal()
+        slot0_data, slot0_keep = Signal(w), Signal(nb)
+        slot1_v = Signal()
+        with m.If(last_in & hold_c):
+            m.d.comb += [slot0_v.eq(1), slot0_last.eq(1),
+                         slot0_data.eq(hold_data), slot0_keep.eq(hold_keep)]
+        with m.Elif(normal & (~normal_final | beat0.last)):
+            m.d.comb += [slot0_v.eq(1), slot0_last.eq(normal_final),
+                         slot0_data.eq(normal_data), slot0_keep.eq(normal_keep)]
+            m.d.comb += slot1_v.eq(beat0.last & ~normal_final)
+        with m.Elif(last_in & ~normal & ~done_c):
+            m.d.comb += [slot0_v.eq(1), slot0_last.eq(1), slot0_extra.eq(1)]
+        pstarted = Signal()   # a payload beat of this frame has been emitted
+        pstarted_c = pstarted & ~sof
+        with m.If(acc0):
+            m.d.sync += [pstarted.eq(~beat0.last & (pstarted_c | slot0_v)),
+                         nemit.eq(nemit_c + normal),
+                         done.eq(~beat0.last & (done_c | (normal & normal_final))),
+                         hold_v.eq(~beat0.last & (hold_c | (normal & normal_final)))]
+            with m.If(normal & normal_final & ~beat0.last):
+                m.d.sync += [hold_data.eq(normal_data), hold_keep.eq(normal_keep)]
+
+        # ------------------------------------------------------------ S0 -> S1 registers
+        o, h = self.o.payload, self.h.payload
+        s1_beat = Signal(beat_layout(w))
+        s1_ev, s1_pn = Signal(), Signal(range(3))
+        s1_p0 = Signal(beat_layout(w))
+        s1_p0_extra = Signal()
+        s1_x_hl = Signal(range(HDR_CAP + 1))    # frame-end beat: its geometry
+        s1_x_left = Signal(signed(LEN_BITS + 4))
+        s1_x_idx = Signal(len(idx_c))
+        m.d.sync += [self.o.valid.eq(acc0), self.h.valid.eq(hdr_ev), s1_ev.eq(last_in),
+                     s1_pn.eq(slot0_v + slot1_v)]
+        with m.If(acc0):
+            m.d.sync += [s1_beat.eq(beat0), s1_beat.first.eq(sof),
+                         s1_p0.data.eq(slot0_data), s1_p0.keep.eq(slot0_keep),
+                         s1_p0.first.eq(~pstarted_c), s1_p0.last.eq(slot0_last),
+                         s1_p0_extra.eq(slot0_extra),
+                         s1_x_hl.eq(hl_c), s1_x_left.eq(left_n), s1_x_idx.eq(idx_c)]
+        with m.If(hdr_ev):
+            m.d.sync += [h.hbuf.eq(self.hdr_bytes), h.ended.eq(beat0.last),
+                         h.short.eq(Cat(*short_c))]
+
+        # ------------------------------------------------------------ S1: frame-end payload beat
+        # the payload bytes of the frame's last input beat beyond the normal window
+        x_here = s1_x_idx >= (s1_x_hl >> lb)   # the payload has started in this beat or before
+        m.d.comb += [o.beat.eq(s1_beat), o.ev.eq(s1_ev), o.pn.eq(s1_pn)]
+        m.d.comb += [
+            o.p1.data.eq(Mux(x_here, _window(m, s1_beat.data, Const(0, w), s1_x_hl[:lb], 8), 0)),
+            o.p1.keep.eq(Mux(x_here, _therm(s1_x_left, nb)
+                             & _window(m, s1_beat.keep, Const(0, nb), s1_x_hl[:lb], 1), 0)),
+            o.p1.last.eq(1),
+        ]
+        m.d.comb += [o.p0.eq(Mux(s1_p0_extra, o.p1, s1_p0)), o.p0.first.eq(s1_p0.first)]
+        return m
+
+
+# the reasons of the checks up to the IPv4 total-length minimum, in wire.parse order (group A)
+CHAIN_A = (Reason.TRUNCATED, Reason.TRUNCATED, Reason.ETHERTYPE, Reason.TRUNCATED,
+           Reason.IP_VERSION, Reason.IHL, Reason.TRUNCATED, Reason.FRAGMENT, Reason.PROTOCOL,
+           Reason.TRUNCATED, Reason.UDP_PORT, Reason.IP_LENGTH)
+_CSUM_BITS = LEN_BITS + 5
+
+
+def _csum_terms(hb, l2):
+    """The IPv4 header checksum's words at ``l2``, carry-save reduced to a few terms (reduced
+    and added in T, folded in S2)."""
+    return carry_save([Cat(hb[l2 + o + 1], hb[l2 + o]) for o in range(0, wf.IPV4.size, 2)],
+                      _CSUM_BITS, until=5)
+
+
+def checked_layout() -> data.StructLayout:
+    """A frame's header checks as :class:`HeaderChecks` registers them (stage T)."""
+    n_cs = len(_csum_terms([Const(0, 8)] * HDR_CAP, L2_UNTAGGED))
+    return data.StructLayout({
+        "hbuf": 8 * HDR_CAP, "ca": len(CHAIN_A), "tver_bad": 1, "known": 1, "has_pay": 1,
+        "okind": Kind, "total": LEN_BITS, "ext_len": range(HDR_CAP), "padcnt": wf.BTH.padcnt.bits,
+        "udp_bad": 1, "hl": range(HDR_CAP + 1), "vlan": 1, "reth": 1,
+        "cs": data.ArrayLayout(_CSUM_BITS, n_cs)})
+
+
+class HeaderChecks(wiring.Component):
+    """Parser stage S1 (registered into T): a frame's header check conditions.
+
+    Ports: ``i``: ``In`` always-ready stream of :func:`hdr_event_layout` (a frame's header event
+    from :class:`PayloadAlign`); ``o``: ``Out`` always-ready stream of :func:`checked_layout`,
+    registered, one cycle after ``i``: the header bytes, group A's conditions in
+    :data:`CHAIN_A` order (``ca[j]``: check j fails), the opcode table's outputs (``known``,
+    ``has_pay``, ``okind``, ``ext_len``, ``hl``, ``reth``: the opcode carries a RETH), the tag,
+    the IPv4 total length, PadCnt, UDP-length mismatch and the checksum's carry-save terms.
+
+    Latency 1 cycle; one header per cycle; no backpressure; it reports conditions, the reasons
+    are chosen by :class:`HeaderClassify`. Why a stage: the conditions are registered before
+    the priority selection, and every table and subtraction is made per tag variant and
+    selected by the tag after it, so no lookup waits for the tag comparison.
+    """
+
+    def __init__(self):
+        super().__init__({
+            "i": In(stream.Signature(hdr_event_layout(), always_ready=True)),
+            "o": Out(stream.Signature(checked_layout(), always_ready=True)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        ip_, t = self.i.payload, self.o.payload
+        hb = bytes_of(ip_.hbuf)
+        short = dict(zip(TRUNC_ENDS, ip_.short, strict=True))
+        tpid = wf.ETH.ethertype
+        vlan1 = field_value(tpid, lambda g: hb[g], 0) == wf.ETHERTYPE_VLAN
+
+        def fields_of(h, rel):
+            return extract(h, lambda g: hb[g], L2_UNTAGGED + rel, L2_TAGGED + rel, vlan1)
+
+        eth = extract(wf.ETH, lambda g: hb[g], 0)
+        # behind a tag, the EtherType sits DOT1Q.size bytes later
+        eth["ethertype"] = Mux(vlan1, field_value(tpid, lambda g: hb[g], wf.DOT1Q.size),
+                               eth["ethertype"])
+        ip = fields_of(wf.IPV4, 0)
+        udp = fields_of(wf.UDP, wf.IPV4.size)
+        bth = fields_of(wf.BTH, _BTH_AT)
+
+        # IPv4 header checksum: per tag variant from fixed bytes, selected after the
+        # carry-save steps
+        csum_terms = [Mux(vlan1, tg, u) for u, tg in zip(_csum_terms(hb, L2_UNTAGGED),
+                                                          _csum_terms(hb, L2_TAGGED),
+                                                          strict=True)]
+
+        # the opcode table, once per tag variant (opcode at a fixed byte), then selected
+        table = {n: Signal(s, name=n) for n, s in (("ext_len", range(HDR_CAP)), ("has_pay", 1),
+                                                   ("known", 1), ("okind", Kind),
+                                                   ("hl", range(HDR_CAP + 1)), ("reth", 1))}
+        variants = []
+        for l2 in (L2_UNTAGGED, L2_TAGGED):
+            v = {n: Signal.like(s, name=f"{n}_v{l2}") for n, s in table.items()}
+            m.d.comb += [v["okind"].eq(Kind.OTHER), v["hl"].eq(l2 + BTH_END)]
+            with m.Switch(field_value(wf.BTH.opcode, lambda g: hb[g], l2 + _BTH_AT)):
+                for code, info in OPCODES.items():
+                    with m.Case(code):
+                        m.d.comb += [v["ext_len"].eq(info.ext_len),
+                                     v["has_pay"].eq(info.has_payload), v["known"].eq(1),
+                                     v["okind"].eq(_opcode_kind(info)),
+                                     v["hl"].eq(l2 + BTH_END + info.ext_len),
+                                     v["reth"].eq(info.reth)]
+            variants.append(v)
+        for n, s in table.items():
+            m.d.comb += s.eq(Mux(vlan1, variants[1][n], variants[0][n]))
+
+        def trunc(end):   # the frame ended before byte `end`
+            return ip_.ended & short[end]
+
+        def trunc_l2(rel):   # ... before byte `rel` after the L2 header
+            return ip_.ended & Mux(vlan1, short[L2_TAGGED + rel], short[L2_UNTAGGED + rel])
+
+        total = ip["total_length"]
+        # group A (CHAIN_A): checks up to the IPv4 total-length minimum (wire.parse order)
+        chain_a = [
+            trunc(wf.ETH.size),
+            vlan1 & trunc(L2_TAGGED),
+            eth["ethertype"] != wf.ETHERTYPE_IPV4,
+            trunc_l2(1),
+            ip["version"] != 4,
+            ip["ihl"] != 5,
+            trunc_l2(wf.IPV4.size),
+            (ip["frag_offset"] != 0) | ip["flags"][0],
+            ip["protocol"] != wf.IP_PROTO_UDP,
+            trunc_l2(wf.IPV4.size + wf.UDP.size),
+            udp["dport"] != wf.ROCEV2_UDP_PORT,
+            total < MIN_L3_LEN,
+        ]
+        # (UDP length, then the IPv4 checksum come first in group B: resolved in S2)
+        # per tag variant from fixed bytes, then selected
+        udp_bad_v = [field_value(wf.UDP.length, lambda g: hb[g], l2 + wf.IPV4.size)
+                     != field_value(wf.IPV4.total_length, lambda g: hb[g], l2) - wf.IPV4.size
+                     for l2 in (L2_UNTAGGED, L2_TAGGED)]
+
+        m.d.sync += self.o.valid.eq(self.i.valid)
+        with m.If(self.i.valid):
+            m.d.sync += [t.hbuf.eq(ip_.hbuf), t.ca.eq(Cat(*chain_a)),
+                         t.tver_bad.eq(bth["tver"] != 0), t.total.eq(total),
+                         t.padcnt.eq(bth["padcnt"]), t.vlan.eq(vlan1),
+                         t.udp_bad.eq(Mux(vlan1, udp_bad_v[1], udp_bad_v[0])),
+                         *[getattr(t, n).eq(s) for n, s in table.items()],
+                         *[t.cs[j].eq(v) for j, v in enumerate(csum_terms)]]
+        return m
+
+
+def classified_layout() -> data.StructLayout:
+    """A frame's header-time classification from :class:`HeaderClassify`."""
+    return data.StructLayout({"rec": header_record_layout(), "ra": Reason, "rb": Reason,
+                              "data": 1})
+
+
+class HeaderClassify(wiring.Component):
+    """Parser stages T (registered into S2) and S2: reasons, kind and the header record.
+
+    Ports: ``i``: ``In`` always-ready stream of :func:`checked_layout` (from
+    :class:`HeaderChecks`); ``o``: ``Out`` always-ready stream of :func:`classified_layout`,
+    one cycle after ``i`` (from registers and the IPv4 checksum's fold): ``rec`` the header
+    record (``kind`` / ``reason`` as :func:`netreduce.wire.parse` classifies the header, the
+    fields, ``plen`` 0 unless ``DATA``), ``ra`` the first failing check of group A (up to the
+    IPv4 length minimum), ``rb`` of group B (UDP length, IPv4 checksum, TVer, opcode, lengths,
+    PadCnt), ``data``: ``rec.kind == DATA`` (spelt out so that the checksum is its only late
+    input).
+
+    Latency 1 cycle; one header per cycle; no backpressure; errors are its output (reasons).
+    """
+
+    def __init__(self):
+        super().__init__({
+            "i": In(stream.Signature(checked_layout(), always_ready=True)),
+            "o": Out(stream.Signature(classified_layout(), always_ready=True)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        t = self.i.payload
+        # ------------------------------------------------------------ T: reasons
+        padded = Signal(signed(LEN_BITS + 2))
+        m.d.comb += padded.eq(t.total - BTH_END - _ICRC - t.ext_len)
+        # group B: after the frame-length checks, up to PadCnt
+        chain_b = [
+            (t.tver_bad, Reason.TVER),
+            (~t.known, Reason.OPCODE),
+            (padded < 0, Reason.TRUNCATED),
+            (~t.has_pay & ((padded != 0) | (t.padcnt != 0)), Reason.IP_LENGTH),
+            (t.has_pay & (t.padcnt > padded), Reason.PADCNT),
+        ]
+
+        def first_of(chain):
+            return first_match([(c, r.value) for c, r in chain], Reason.NONE.value)
+
+        reason_a = Signal(Reason)
+        reason_b_rest = Signal(Reason)
+        m.d.comb += [reason_a.eq(first_of(list(zip(t.ca, CHAIN_A, strict=True)))),
+                     reason_b_rest.eq(first_of(chain_b))]
+        not_roce = Cat(*[reason_a == r for r in sorted(NOT_ROCE, key=lambda r: r.value)]).any()
+        cs2 = carry_save([t.cs[j] for j in range(t.cs.shape().length)], _CSUM_BITS)
+        csum_sum = cs2[0] + cs2[1] if len(cs2) > 1 else cs2[0]
+
+        # ------------------------------------------------------------ T -> S2 registers
+        s2_hbuf = Signal(8 * HDR_CAP)
+        s2_ra = Signal(Reason)
+        s2_rb_rest = Signal(Reason)
+        s2_udp_bad = Signal()
+        s2_not_roce = Signal()
+        s2_okind = Signal(Kind)
+        s2_csum = Signal(_CSUM_BITS)
+        s2_bad_rest = Signal()   # a reason other than the IPv4 checksum's (not NOT_ROCE's)
+        s2_data = Signal()       # the opcode kind is DATA
+        s2_hl = Signal(range(HDR_CAP + 1))
+        s2_vlan, s2_reth = Signal(), Signal()
+        s2_plen_raw = Signal(LEN_BITS)
+        m.d.sync += self.o.valid.eq(self.i.valid)
+        with m.If(self.i.valid):
+            m.d.sync += [s2_hbuf.eq(t.hbuf), s2_ra.eq(reason_a), s2_rb_rest.eq(reason_b_rest),
+                         s2_udp_bad.eq(t.udp_bad), s2_not_roce.eq(not_roce),
+                         s2_okind.eq(t.okind), s2_csum.eq(csum_sum), s2_hl.eq(t.hl),
+                         s2_vlan.eq(t.vlan), s2_reth.eq(t.reth),
+                         s2_bad_rest.eq((reason_a != Reason.NONE) | t.udp_bad
+                                        | (reason_b_rest != Reason.NONE)),
+                         s2_data.eq(~not_roce & (t.okind == Kind.DATA)),
+                         s2_plen_raw.eq(padded - t.padcnt)]
+
+        # ------------------------------------------------------------ S2: classification
+        o = self.o.payload
+        s2_rb = Signal(Reason)
+        csum_ok = ones_complement_fold(s2_csum) == 0xFFFF
+        m.d.comb += s2_rb.eq(first_match([(s2_udp_bad, Reason.UDP_LENGTH.value),
+                                          (~csum_ok, Reason.IP_CHECKSUM.value)], s2_rb_rest))
+        s2_kind = Signal(Kind)
+        with m.If(s2_not_roce):
+            m.d.comb += s2_kind.eq(Kind.NOT_ROCE)
+        with m.Elif((s2_ra != Reason.NONE) | (s2_rb != Reason.NONE)):
+            m.d.comb += s2_kind.eq(Kind.MALFORMED)
+        with m.Else():
+            m.d.comb += s2_kind.eq(s2_okind)
+        m.d.comb += [o.ra.eq(s2_ra), o.rb.eq(s2_rb),
+                     o.data.eq(s2_data & ~s2_bad_rest & csum_ok)]
+
+        # the header record (a combinational view of the S2 registers)
+        rec = o.rec
+        hb2 = bytes_of(s2_hbuf)
+
+        def fields2(h, rel):
+            return extract(h, lambda g: hb2[g], L2_UNTAGGED + rel, L2_TAGGED + rel, s2_vlan)
+
+        m.d.comb += [rec.kind.eq(s2_kind), rec.reason.eq(Mux(s2_ra != Reason.NONE, s2_ra, s2_rb)),
+                     rec.vlan.eq(s2_vlan), rec.hdr_len.eq(s2_hl),
+                     rec.plen.eq(Mux(s2_kind == Kind.DATA, s2_plen_raw, 0)), rec.raw.eq(s2_hbuf)]
+        tpid = wf.ETH.ethertype
+        eth2 = extract(wf.ETH, lambda g: hb2[g], 0)
+        eth2["ethertype"] = Mux(s2_vlan, field_value(tpid, lambda g: hb2[g], wf.DOT1Q.size),
+                                eth2["ethertype"])
+        ext_at = _BTH_AT + wf.BTH.size
+        groups = {
+            "eth": eth2,
+            "dot1q": extract(wf.DOT1Q, lambda g: hb2[g], wf.ETH.ethertype.offset),
+            "ipv4": fields2(wf.IPV4, 0),
+            "udp": fields2(wf.UDP, wf.IPV4.size),
+            "bth": fields2(wf.BTH, _BTH_AT),
+            "reth": fields2(wf.RETH, ext_at),
+            "aeth": fields2(wf.AETH, ext_at),
+        }
+        # ImmDt follows a RETH when the opcode carries both
+        imm_plain = fields2(wf.IMMDT, ext_at)
+        imm_after = fields2(wf.IMMDT, ext_at + wf.RETH.size)
+        groups["immdt"] = {k: Mux(s2_reth, imm_after[k], imm_plain[k]) for k in imm_plain}
+        for hname, vals in groups.items():
+            for fname, v in vals.items():
+                m.d.comb += rec[hname][fname].eq(v)
+        return m
+
+
 class Parser(wiring.Component):
     """Parse Ethernet / 802.1Q / IPv4 / UDP 4791 / BTH / RETH / ImmDt / AETH frames.
 
@@ -271,447 +721,96 @@ class Parser(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         w, nb = self._w, self._w // 8
-        lb = (nb - 1).bit_length()   # log2(bytes per beat)
-        tpid = wf.ETH.ethertype
         beat = self.i.payload
         acc = Signal()
         m.d.comb += acc.eq(self.i.valid & self.i.ready)
 
-        m.submodules.checker = checker = IcrcChecker(w)
-        # ------------------------------------------------------------ P: capture and decode
+        # P -> S0/S1 -> T -> S2 (see the stages' components)
         m.submodules.capture = cap = HeaderCapture(w)
-        m.d.comb += [cap.i.valid.eq(acc), cap.i.payload.eq(beat)]
-        cp = cap.o.payload
-        acc0 = cap.o.valid          # S0 has a beat (accepted the cycle before)
-        beat0 = cp.beat
-        sof = cp.sof
-        idx_c = cp.idx
-        hl_c, fit_c, plen_c = cp.hl, cp.fit, cp.plen
-        at0 = cp.at
-        fit_beats = len(fit_c) if -(-HDR_CAP // nb) > 1 else 0
-        m.d.comb += [checker.i.valid.eq(acc0), checker.i.payload.eq(beat0)]
-
+        m.submodules.align = al = PayloadAlign(w)
+        m.submodules.checks = chk = HeaderChecks()
+        m.submodules.classify = cls = HeaderClassify()
+        m.submodules.checker = checker = IcrcChecker(w)
+        m.d.comb += [cap.i.valid.eq(acc), cap.i.payload.eq(beat),
+                     al.i.valid.eq(cap.o.valid), al.i.payload.eq(cap.o.payload),
+                     al.hdr_bytes.eq(cap.hdr_bytes),
+                     chk.i.valid.eq(al.h.valid), chk.i.payload.eq(al.h.payload),
+                     cls.i.valid.eq(chk.o.valid), cls.i.payload.eq(chk.o.payload),
+                     checker.i.valid.eq(cap.o.valid), checker.i.payload.eq(cap.o.payload.beat)]
         # S2 + extra: the stage where the checker's result for a frame's last beat is ready
         extra = IcrcChecker.LATENCY - 3
 
         # ------------------------------------------------------------ output FIFOs and room
         beat_w = len(Cat(beat.as_value()))
-        hdr_w = header_record_layout().size
-        ver_w = verdict_layout().size
         hdr_beats = -(-HDR_CAP // nb)
         # (+1 each: `room` is registered, so it counts the beat accepted in the cycle before)
         frame_depth = hdr_beats + 7 + extra
         m.submodules.frame_fifo = frame_fifo = fifo.SyncFIFO(width=beat_w, depth=frame_depth)
         # the payload FIFOs also absorb the header-length lag of a downstream consumer that waits
         # for `hdr` (e.g. the deparser in a loopback) before it takes payload beats
-        # (+1 more for payload and header: their in-flight counts below over-count the beat
-        # accepted in the cycle before, see `room`)
+        # (+1 more for payload and header: their in-flight counts below over-count the beats
+        # in P and S0, see `room`)
         pay_depth = max(4, (hdr_beats + 8) // 2) + 4 + extra
         m.submodules.pay_fifo0 = pay0 = fifo.SyncFIFO(width=beat_w, depth=pay_depth)
         m.submodules.pay_fifo1 = pay1 = fifo.SyncFIFO(width=beat_w, depth=pay_depth)
         hdr_depth, ver_depth = 8, 7 + extra
-        m.submodules.hdr_fifo = hdr_fifo = fifo.SyncFIFO(width=hdr_w, depth=hdr_depth)
-        m.submodules.ver_fifo = ver_fifo = fifo.SyncFIFO(width=ver_w, depth=ver_depth)
+        m.submodules.hdr_fifo = hdr_fifo = fifo.SyncFIFO(
+            width=header_record_layout().size, depth=hdr_depth)
+        m.submodules.ver_fifo = ver_fifo = fifo.SyncFIFO(width=verdict_layout().size,
+                                                         depth=ver_depth)
 
-        # pipeline valid bits (declared here for the room computation)
-        s1_v, s2_v = Signal(), Signal()
-        s1_hv, s2_hv = Signal(), Signal()      # header event
-        s1_ev, s2_ev = Signal(), Signal()      # end-of-frame event
-        s1_pn, s2_pn = Signal(range(3)), Signal(range(3))   # payload beats (0..2)
-        # stage T (between S1 and S2, see there)
-        x_t = [Signal(name="t_v"), Signal(name="t_hv"), Signal(name="t_ev"),
-               Signal(range(3), name="t_pn")]
-        x_v = [Signal(name=f"s{3 + k}_v") for k in range(extra)]
-        x_ev = [Signal(name=f"s{3 + k}_ev") for k in range(extra)]
-        x_pn = [Signal(range(3), name=f"s{3 + k}_pn") for k in range(extra)]
+        # the beats' pipeline from S1 (PayloadAlign's output) on, in step with the header's
+        a = al.o.payload
+        s1 = dict(v=al.o.valid, hv=al.h.valid, ev=al.o.valid & a.ev, pn=a.pn, beat=a.beat,
+                  p0=a.p0, p1=a.p1)
+        t_st = {n: Signal.like(v, name=f"t_{n}") for n, v in s1.items()}
+        s2 = {n: Signal.like(v, name=f"s2_{n}") for n, v in s1.items()}
+        m.d.sync += [t_st[n].eq(v) for n, v in s1.items()]
+        m.d.sync += [s2[n].eq(t_st[n]) for n in s1]
+        c = cls.o.payload
+        cur_kind, cur_ra, cur_rb = Signal(Kind), Signal(Reason), Signal(Reason)
+        with m.If(s2["hv"]):
+            m.d.sync += [cur_kind.eq(c.rec.kind), cur_ra.eq(c.ra), cur_rb.eq(c.rb)]
+        is_data = Mux(s2["hv"], c.data, cur_kind == Kind.DATA)
+        st = dict(v=s2["v"], ev=s2["ev"], pn=s2["pn"], beat=s2["beat"], p0=s2["p0"],
+                  p1=s2["p1"], push0=is_data & (s2["pn"] != 0), push1=is_data & (s2["pn"] == 2),
+                  ra=Mux(s2["hv"], c.ra, cur_ra), rb=Mux(s2["hv"], c.rb, cur_rb),
+                  kind=Mux(s2["hv"], c.rec.kind, cur_kind))
+        # S3..: frame beats, payload beats and the header-time classification travel `extra`
+        # more stages, to where the checker's result of a last beat is (IcrcChecker.LATENCY)
+        x_st = []
+        for k in range(extra):
+            nxt = {n: Signal.like(v, name=f"s{3 + k}_{n}") for n, v in st.items()}
+            m.d.sync += [nxt[n].eq(v) for n, v in st.items()]
+            x_st.append(nxt)
+            st = nxt
+
         # registered: room for one more beat in the next cycle, counting what is in the FIFOs
-        # and in flight now and the most the beat accepted now may push (reads ignored)
+        # and in flight now and the most the beat accepted now may push (reads ignored).
         # What is in flight (stages S0 .. S<3 + extra>) is itself a register, loaded with the
         # stages' next contents (they shift every cycle): the sums end in flip-flops. The
         # payload beats and the header event of the beats in P and S0 are over-counted there
         # (2 * acc, acc: their exact values come from S0's deep logic) until they reach S1.
-        n_stages = 4 + extra
-        infl_f = Signal(range(n_stages + 1))
-        infl_p = Signal(range(2 * n_stages + 1))
-        infl_h = Signal(range(5))
-        infl_e = Signal(range(n_stages + 1))
-        last_acc, last_acc0 = Signal(), Signal()
-        m.d.comb += [last_acc.eq(acc & beat.last), last_acc0.eq(acc0 & beat0.last)]
-        chains = ((infl_f, [acc, acc0, s1_v, x_t[0], s2_v, *x_v]),
-                  (infl_p, [2 * acc, 2 * acc0, s1_pn, x_t[3], s2_pn, *x_pn]),
-                  (infl_h, [acc, acc0, s1_hv, x_t[1], s2_hv]),
-                  (infl_e, [last_acc, last_acc0, s1_ev, x_t[2], s2_ev, *x_ev]))
+        acc0, last0 = cap.o.valid, cap.o.valid & cap.o.payload.beat.last
+        stages = [s1, t_st, s2, *x_st]
+        chains = [[acc, acc0, *[s["v"] for s in stages]],
+                  [2 * acc, 2 * acc0, *[s["pn"] for s in stages]],
+                  [acc, acc0, *[s["hv"] for s in stages[:3]]],
+                  [acc & beat.last, last0, *[s["ev"] for s in stages]]]
         # (each chain: the stages in order; the last one's content leaves into its FIFO)
-        m.d.sync += [r.eq(sum(c[:-1])) for r, c in chains]
+        infl = [Signal(range(2 * len(ch) + 1), name=f"infl{j}") for j, ch in enumerate(chains)]
+        m.d.sync += [r.eq(sum(ch[:-1])) for r, ch in zip(infl, chains, strict=True)]
         room = Signal()
         m.d.sync += room.eq(
-            (frame_fifo.level + infl_f + acc + 1 <= frame_depth)
-            & (pay0.level + pay1.level + infl_p + 2 * acc + 2 <= 2 * pay_depth - 1)
-            & (hdr_fifo.level + infl_h + acc + 1 <= hdr_depth)
-            & (ver_fifo.level + infl_e + acc + 1 <= ver_depth))
+            (frame_fifo.level + infl[0] + acc + 1 <= frame_depth)
+            & (pay0.level + pay1.level + infl[1] + 2 * acc + 2 <= 2 * pay_depth - 1)
+            & (hdr_fifo.level + infl[2] + acc + 1 <= hdr_depth)
+            & (ver_fifo.level + infl[3] + acc + 1 <= ver_depth))
         m.d.comb += self.i.ready.eq(room)
 
-        # For S1's truncation checks: "the frame has fewer than e bytes up to the end of this
-        # beat", for each byte count e they compare with, from the one-hot beat position and the
-        # thermometer keep (a frame's byte count would need a keep_count, a 64-way priority
-        # encoder at 512 bits, and an adder)
-        trunc_ends = sorted({wf.ETH.size, L2_TAGGED}
-                            | {l2 + d for l2 in (L2_UNTAGGED, L2_TAGGED)
-                               for d in (1, wf.IPV4.size, wf.IPV4.size + wf.UDP.size)})
-        short_c = {}
-        for e in trunc_ends:
-            be, lane = divmod(e - 1, nb)   # byte e - 1 is in beat be
-            before = at0[:be].any() if be else Const(0)
-            short_c[e] = before | (at0[be] & beat0.last & ~beat0.keep[lane])
-
-        # header event: the beat that completes hdr_len bytes, or the frame's last beat
-        hdr_sent = Signal()
-        hdr_ev = Signal()
-        early = at0[:fit_beats].any() if fit_beats else Const(0)
-        complete = (at0[:fit_beats] & fit_c).any() | ~early if fit_beats else Const(1)
-        m.d.comb += hdr_ev.eq(acc0 & ~(hdr_sent & ~sof) & (complete | beat0.last))
-        with m.If(acc0):
-            m.d.sync += hdr_sent.eq(Mux(beat0.last, 0, hdr_ev | (hdr_sent & ~sof)))
-
-        # ------------------------------------------------------------ S0: payload realign
-        # Payload geometry from the header bytes seen so far. The normal path (payload beat k
-        # leaves with input beat k + q + 1 >= 1) uses the values registered at the previous
-        # beat, complete by then (every byte they need precedes the payload's first beat); the
-        # frame-end path (the last payload beat taken from the last input beat alone) is
-        # finished in S1 from registered values. Both keep the header decode out of S0's paths.
-        hl_r = Signal(range(HDR_CAP + 1))
-        with m.If(acc0):
-            m.d.sync += hl_r.eq(hl_c)
-        q_r = hl_r >> lb
-        s_r = hl_r[:lb]
-        prev = Signal(w)
-        with m.If(acc0):
-            m.d.sync += prev.eq(beat0.data)
-        nemit = Signal(LEN_BITS - lb + 2)   # payload beats generated so far in this frame
-        done = Signal()                      # the last payload beat has been generated
-        hold_v = Signal()
-        hold_data = Signal(w)
-        hold_keep = Signal(nb)
-        nemit_c = Mux(sof, 0, nemit)
-        done_c = done & ~sof
-        hold_c = hold_v & ~sof
-
-        shifts = sorted({ps % nb for ps in payload_offsets()})
-
-        def window(lo, hi, sel):
-            out = Signal(w)
-            with m.Switch(sel):
-                for sh in shifts:
-                    with m.Case(sh):
-                        m.d.comb += out.eq(Cat(lo, hi)[8 * sh: 8 * sh + w])
-            return out
-
-        def therm(x):
-            return Cat(*[x > i for i in range(nb)])
-
-        def window_keep(lo, hi, sel):   # the byte-valid mask of window(): keep shifted alike
-            out = Signal(nb)
-            with m.Switch(sel):
-                for sh in shifts:
-                    with m.Case(sh):
-                        m.d.comb += out.eq(Cat(lo, hi)[sh: sh + nb])
-            return out
-
-        # normal_left = plen - (nemit_c << lb): both are loaded at the previous beat, so it is
-        # a register loaded there too (the subtraction ends in flip-flops, not in the beat mux)
-        normal_left = Signal(signed(LEN_BITS + 4))
-        # bytes present: the previous beat is full, the current one has `keep` (a thermometer,
-        # so shifting it like the data clips at the frame's end without arithmetic)
-        normal_keep = Signal(nb)
-        m.d.comb += normal_keep.eq(therm(normal_left)
-                                   & window_keep(Const((1 << nb) - 1, nb), beat0.keep, s_r))
-        normal = Signal()
-        m.d.comb += normal.eq(acc0 & ~done_c & (idx_c > q_r) & (normal_left > 0))
-        normal_final = normal_left <= nb
-        with m.If(acc0):
-            m.d.sync += normal_left.eq(
-                plen_c - (((nemit_c + normal)[:len(nemit)] << lb)[:LEN_BITS + 2]))
-        normal_data = window(prev, beat0.data, s_r)
-        last_in = acc0 & beat0.last
-
-        slot0_v, slot0_last, slot0_extra = Signal(), Signal(), Signal()
-        slot0_data, slot0_keep = Signal(w), Signal(nb)
-        slot1_v = Signal()
-        with m.If(last_in & hold_c):
-            m.d.comb += [slot0_v.eq(1), slot0_last.eq(1),
-                         slot0_data.eq(hold_data), slot0_keep.eq(hold_keep)]
-        with m.Elif(normal & (~normal_final | beat0.last)):
-            m.d.comb += [slot0_v.eq(1), slot0_last.eq(normal_final),
-                         slot0_data.eq(normal_data), slot0_keep.eq(normal_keep)]
-            m.d.comb += slot1_v.eq(beat0.last & ~normal_final)
-        with m.Elif(last_in & ~normal & ~done_c):
-            m.d.comb += [slot0_v.eq(1), slot0_last.eq(1), slot0_extra.eq(1)]
-        pstarted = Signal()   # a payload beat of this frame has been emitted
-        pstarted_c = pstarted & ~sof
-        with m.If(acc0):
-            m.d.sync += pstarted.eq(~beat0.last & (pstarted_c | slot0_v))
-        with m.If(acc0):
-            m.d.sync += [nemit.eq(nemit_c + normal),
-                         done.eq(~beat0.last & (done_c | (normal & normal_final))),
-                         hold_v.eq(~beat0.last & (hold_c | (normal & normal_final)))]
-            with m.If(normal & normal_final & ~beat0.last):
-                m.d.sync += [hold_data.eq(normal_data), hold_keep.eq(normal_keep)]
-
-        # ------------------------------------------------------------ S0 -> S1 registers
-        s1_beat = Signal(beat_layout(w))
-        s1_p0 = Signal(beat_layout(w))
-        s1_p0_extra = Signal()
-        s1_x_hl = Signal(range(HDR_CAP + 1))    # frame-end beat: its geometry
-        s1_x_plen = Signal(signed(LEN_BITS + 3))
-        s1_x_off = Signal(LEN_BITS + 2)
-        s1_x_idx = Signal(len(idx_c))
-        s1_hbuf = Signal(8 * HDR_CAP)
-        s1_short = {e: Signal(name=f"s1_short{e}") for e in trunc_ends}
-        s1_ended = Signal()
-        m.d.sync += [s1_v.eq(acc0), s1_hv.eq(hdr_ev), s1_ev.eq(last_in),
-                     s1_pn.eq(slot0_v + slot1_v)]
-        with m.If(acc0):
-            m.d.sync += [s1_beat.data.eq(beat0.data), s1_beat.keep.eq(beat0.keep),
-                         s1_beat.first.eq(sof), s1_beat.last.eq(beat0.last),
-                         s1_beat.error.eq(beat0.error)]
-            m.d.sync += [s1_p0.data.eq(slot0_data), s1_p0.keep.eq(slot0_keep),
-                         s1_p0.first.eq(~pstarted_c), s1_p0.last.eq(slot0_last),
-                         s1_p0_extra.eq(slot0_extra),
-                         s1_x_hl.eq(hl_c), s1_x_plen.eq(plen_c),
-                         s1_x_off.eq((nemit_c + normal) << lb), s1_x_idx.eq(idx_c),
-                         ]
-        with m.If(hdr_ev):
-            m.d.sync += [s1_hbuf.eq(cap.hdr_bytes), s1_ended.eq(beat0.last),
-                         *[s1_short[e].eq(short_c[e]) for e in trunc_ends]]
-
-        # ------------------------------------------------------------ S1: frame-end payload beat
-        # the payload bytes of the frame's last input beat beyond the normal window
-        x_left = Signal(signed(LEN_BITS + 4))
-        m.d.comb += x_left.eq(s1_x_plen - s1_x_off)
-        x_here = s1_x_idx >= (s1_x_hl >> lb)   # the payload has started in this beat or before
-        s1_extra = Signal(beat_layout(w))
-        m.d.comb += [
-            s1_extra.data.eq(Mux(x_here, window(s1_beat.data, Const(0, w), s1_x_hl[:lb]), 0)),
-            s1_extra.keep.eq(Mux(x_here, therm(x_left)
-                                 & window_keep(s1_beat.keep, Const(0, nb), s1_x_hl[:lb]), 0)),
-            s1_extra.last.eq(1),
-        ]
-        s1_p0_full = Signal(beat_layout(w))
-        m.d.comb += [s1_p0_full.eq(Mux(s1_p0_extra, s1_extra, s1_p0)),
-                     s1_p0_full.first.eq(s1_p0.first)]
-
-        # ------------------------------------------------------------ S1: header checks
-        hb = bytes_of(s1_hbuf)
-        vlan1 = field_value(tpid, lambda g: hb[g], 0) == wf.ETHERTYPE_VLAN
-
-        def fields_of(h, rel):
-            return extract(h, lambda g: hb[g], L2_UNTAGGED + rel, L2_TAGGED + rel, vlan1)
-
-        eth = extract(wf.ETH, lambda g: hb[g], 0)
-        # behind a tag, the EtherType sits DOT1Q.size bytes later
-        eth["ethertype"] = Mux(vlan1, field_value(tpid, lambda g: hb[g], wf.DOT1Q.size),
-                               eth["ethertype"])
-        ip = fields_of(wf.IPV4, 0)
-        udp = fields_of(wf.UDP, wf.IPV4.size)
-        bth = fields_of(wf.BTH, _BTH_AT)
-        ended1 = s1_ended
-
-        # IPv4 header checksum over the captured bytes
-        # (per tag variant from fixed bytes, selected after the carry-save steps)
-        csum_v = [carry_save([Cat(hb[l2 + o + 1], hb[l2 + o]) for o in range(0, wf.IPV4.size, 2)],
-                             LEN_BITS + 5, until=5)   # reduced and added in T, folded in S2
-                  for l2 in (L2_UNTAGGED, L2_TAGGED)]
-        csum_terms = [Mux(vlan1, t, u) for u, t in zip(*csum_v, strict=True)]
-
-        # the opcode table, once per tag variant (opcode at a fixed byte), then selected: the
-        # table lookup does not wait for the tag comparison
-        ext_len = Signal(range(HDR_CAP))
-        has_pay = Signal()
-        known = Signal()
-        okind = Signal(Kind)
-        hl1 = Signal(range(HDR_CAP + 1))
-        variants = []
-        for l2 in (L2_UNTAGGED, L2_TAGGED):
-            v_ext, v_pay, v_known = Signal(range(HDR_CAP)), Signal(), Signal()
-            v_kind, v_hl = Signal(Kind), Signal(range(HDR_CAP + 1))
-            m.d.comb += [v_kind.eq(Kind.OTHER), v_hl.eq(l2 + BTH_END)]
-            with m.Switch(field_value(wf.BTH.opcode, lambda g: hb[g], l2 + _BTH_AT)):
-                for code, info in OPCODES.items():
-                    with m.Case(code):
-                        m.d.comb += [v_ext.eq(info.ext_len), v_pay.eq(info.has_payload),
-                                     v_known.eq(1), v_kind.eq(_opcode_kind(info)),
-                                     v_hl.eq(l2 + BTH_END + info.ext_len)]
-            variants.append((v_ext, v_pay, v_known, v_kind, v_hl))
-        for dst, (u, t) in zip((ext_len, has_pay, known, okind, hl1),
-                               zip(*variants, strict=True), strict=True):
-            m.d.comb += dst.eq(Mux(vlan1, t, u))
-
-        def trunc(end):   # the frame ended before byte `end`
-            return ended1 & s1_short[end]
-
-        def trunc_l2(rel):   # ... before byte `rel` after the L2 header
-            return ended1 & Mux(vlan1, s1_short[L2_TAGGED + rel], s1_short[L2_UNTAGGED + rel])
-
-        total = ip["total_length"]
-        # group A: checks up to the IPv4 total-length minimum (wire.parse order)
-        chain_a = [
-            (trunc(wf.ETH.size), Reason.TRUNCATED),
-            (vlan1 & trunc(L2_TAGGED), Reason.TRUNCATED),
-            (eth["ethertype"] != wf.ETHERTYPE_IPV4, Reason.ETHERTYPE),
-            (trunc_l2(1), Reason.TRUNCATED),
-            (ip["version"] != 4, Reason.IP_VERSION),
-            (ip["ihl"] != 5, Reason.IHL),
-            (trunc_l2(wf.IPV4.size), Reason.TRUNCATED),
-            ((ip["frag_offset"] != 0) | ip["flags"][0], Reason.FRAGMENT),
-            (ip["protocol"] != wf.IP_PROTO_UDP, Reason.PROTOCOL),
-            (trunc_l2(wf.IPV4.size + wf.UDP.size), Reason.TRUNCATED),
-            (udp["dport"] != wf.ROCEV2_UDP_PORT, Reason.UDP_PORT),
-            (total < MIN_L3_LEN, Reason.IP_LENGTH),
-        ]
-        # (UDP length, then the IPv4 checksum come first in group B: resolved in S2, see below)
-        # per tag variant from fixed bytes, then selected: the subtraction does not wait for
-        # the tag comparison
-        udp_bad_v = [field_value(wf.UDP.length, lambda g: hb[g], l2 + wf.IPV4.size)
-                     != field_value(wf.IPV4.total_length, lambda g: hb[g], l2) - wf.IPV4.size
-                     for l2 in (L2_UNTAGGED, L2_TAGGED)]
-        udp_bad = Mux(vlan1, udp_bad_v[1], udp_bad_v[0])
-
-        # ------------------------------------------------------------ S1 -> T registers
-        # T: the check conditions are registered before the priority selection (keeps S1 and
-        # T within the depth budget); the beats follow in step
-        t_v, t_hv, t_ev, t_pn = x_t
-        t_beat = Signal(beat_layout(w))
-        t_p0 = Signal(beat_layout(w))
-        t_p1 = Signal(beat_layout(w))
-        t_hbuf = Signal(8 * HDR_CAP)
-        t_ca = Signal(len(chain_a))
-        t_tver_bad = Signal()
-        t_known = Signal()
-        t_has_pay = Signal()
-        t_okind = Signal(Kind)
-        t_total = Signal(LEN_BITS)
-        t_ext_len = Signal(range(HDR_CAP))
-        t_padcnt = Signal(len(bth["padcnt"]))
-        t_udp_bad = Signal()
-        t_hl = Signal(range(HDR_CAP + 1))
-        # the record's tag flag and "ImmDt follows a RETH" registered here, not decoded from
-        # S2's header bytes in front of the header FIFO (tag compare -> opcode -> table ->
-        # ImmDt select was 10 LUT levels at 64 bits)
-        t_vlan, t_reth = Signal(), Signal()
-        reth_v = []
-        for l2 in (L2_UNTAGGED, L2_TAGGED):
-            v_reth = Signal(name=f"reth_v{l2}")
-            with m.Switch(field_value(wf.BTH.opcode, lambda g: hb[g], l2 + _BTH_AT)):
-                for code, info in OPCODES.items():
-                    if info.reth:
-                        with m.Case(code):
-                            m.d.comb += v_reth.eq(1)
-            reth_v.append(v_reth)
-        t_cs = [Signal(LEN_BITS + 5, name=f"t_cs{j}") for j in range(len(csum_terms))]
-        m.d.sync += [t_v.eq(s1_v), t_hv.eq(s1_hv), t_ev.eq(s1_ev), t_pn.eq(s1_pn),
-                     t_beat.eq(s1_beat), t_p0.eq(s1_p0_full), t_p1.eq(s1_extra)]
-        with m.If(s1_hv):
-            m.d.sync += [t_hbuf.eq(s1_hbuf), t_ca.eq(Cat(*[c for c, _ in chain_a])),
-                         t_tver_bad.eq(bth["tver"] != 0), t_known.eq(known),
-                         t_has_pay.eq(has_pay), t_okind.eq(okind), t_total.eq(total),
-                         t_ext_len.eq(ext_len), t_padcnt.eq(bth["padcnt"]),
-                         t_udp_bad.eq(udp_bad), t_hl.eq(hl1), t_vlan.eq(vlan1),
-                         t_reth.eq(Mux(vlan1, reth_v[1], reth_v[0])),
-                         *[r.eq(v) for r, v in zip(t_cs, csum_terms, strict=True)]]
-
-        # ------------------------------------------------------------ T: reasons
-        padded = Signal(signed(LEN_BITS + 2))
-        m.d.comb += padded.eq(t_total - BTH_END - _ICRC - t_ext_len)
-        # group B: after the frame-length checks, up to PadCnt
-        chain_b = [
-            (t_tver_bad, Reason.TVER),
-            (~t_known, Reason.OPCODE),
-            (padded < 0, Reason.TRUNCATED),
-            (~t_has_pay & ((padded != 0) | (t_padcnt != 0)), Reason.IP_LENGTH),
-            (t_has_pay & (t_padcnt > padded), Reason.PADCNT),
-        ]
-
-        def first_of(chain):
-            return first_match([(c, r.value) for c, r in chain], Reason.NONE.value)
-
-        reason_a = Signal(Reason)
-        reason_b_rest = Signal(Reason)
-        m.d.comb += [reason_a.eq(first_of([(t_ca[j], r) for j, (_, r) in enumerate(chain_a)])),
-                     reason_b_rest.eq(first_of(chain_b))]
-        not_roce = Cat(*[reason_a == r for r in sorted(NOT_ROCE, key=lambda r: r.value)]).any()
-        cs2 = carry_save(t_cs, LEN_BITS + 5)
-        csum_sum = cs2[0] + cs2[1] if len(cs2) > 1 else cs2[0]
-
-        # ------------------------------------------------------------ S1 -> S2 registers
-        s2_beat = Signal(beat_layout(w))
-        s2_p0 = Signal(beat_layout(w))
-        s2_p1 = Signal(beat_layout(w))
-        s2_hbuf = Signal(8 * HDR_CAP)
-        s2_ra = Signal(Reason)
-        s2_rb_rest = Signal(Reason)
-        s2_udp_bad = Signal()
-        s2_not_roce = Signal()
-        s2_okind = Signal(Kind)
-        s2_csum = Signal(LEN_BITS + 5)
-        s2_bad_rest = Signal()   # a reason other than the IPv4 checksum's (not NOT_ROCE's)
-        s2_data = Signal()       # the opcode kind is DATA
-        s2_hl = Signal(range(HDR_CAP + 1))
-        s2_vlan, s2_reth = Signal(), Signal()
-        s2_plen_raw = Signal(LEN_BITS)
-        m.d.sync += [s2_v.eq(t_v), s2_hv.eq(t_hv), s2_ev.eq(t_ev), s2_pn.eq(t_pn),
-                     s2_beat.eq(t_beat), s2_p0.eq(t_p0), s2_p1.eq(t_p1)]
-        with m.If(t_hv):
-            m.d.sync += [s2_hbuf.eq(t_hbuf), s2_ra.eq(reason_a), s2_rb_rest.eq(reason_b_rest),
-                         s2_udp_bad.eq(t_udp_bad), s2_not_roce.eq(not_roce),
-                         s2_okind.eq(t_okind), s2_csum.eq(csum_sum), s2_hl.eq(t_hl),
-                         s2_vlan.eq(t_vlan), s2_reth.eq(t_reth),
-                         s2_bad_rest.eq((reason_a != Reason.NONE) | t_udp_bad
-                                        | (reason_b_rest != Reason.NONE)),
-                         s2_data.eq(~not_roce & (t_okind == Kind.DATA)),
-                         s2_plen_raw.eq(padded - t_padcnt)]
-
-        # ------------------------------------------------------------ S2: header classification
-        s2_rb = Signal(Reason)
-        csum_ok = ones_complement_fold(s2_csum) == 0xFFFF
-        m.d.comb += s2_rb.eq(first_match([(s2_udp_bad, Reason.UDP_LENGTH.value),
-                                          (~csum_ok, Reason.IP_CHECKSUM.value)], s2_rb_rest))
-        s2_kind = Signal(Kind)
-        with m.If(s2_not_roce):
-            m.d.comb += s2_kind.eq(Kind.NOT_ROCE)
-        with m.Elif((s2_ra != Reason.NONE) | (s2_rb != Reason.NONE)):
-            m.d.comb += s2_kind.eq(Kind.MALFORMED)
-        with m.Else():
-            m.d.comb += s2_kind.eq(s2_okind)
-        s2_plen = Signal(LEN_BITS)
-        m.d.comb += s2_plen.eq(Mux(s2_kind == Kind.DATA, s2_plen_raw, 0))
-
-        # ------------------------------------------------------------ S2: verdict and pushes
-        cur_kind = Signal(Kind)
-        cur_ra = Signal(Reason)
-        cur_rb = Signal(Reason)
-        kind2 = Mux(s2_hv, s2_kind, cur_kind)
-        ra2 = Mux(s2_hv, s2_ra, cur_ra)
-        rb2 = Mux(s2_hv, s2_rb, cur_rb)
-        with m.If(s2_hv):
-            m.d.sync += [cur_kind.eq(s2_kind), cur_ra.eq(s2_ra), cur_rb.eq(s2_rb)]
-
-        # ------------------------------------------------------------ S3..: wait for the checker
-        # frame beats, payload beats and the header-time classification travel `extra` more
-        # stages, to where the checker's result of a last beat is (IcrcChecker.LATENCY)
-        # (kind2 == DATA, spelt out so that the checksum test is the only late input)
-        is_data = Mux(s2_hv, s2_data & ~s2_bad_rest & csum_ok, cur_kind == Kind.DATA)
-        push0 = is_data & (s2_pn != 0)
-        push1 = is_data & (s2_pn == 2)
-        st = dict(v=s2_v, ev=s2_ev, pn=s2_pn, beat=s2_beat, p0=s2_p0, p1=s2_p1, push0=push0,
-                  push1=push1, ra=ra2, rb=rb2, kind=kind2)
-        for k in range(extra):
-            nxt = {n: Signal.like(v, name=f"s{3 + k}_{n}") for n, v in st.items()}
-            nxt["v"], nxt["ev"], nxt["pn"] = x_v[k], x_ev[k], x_pn[k]
-            m.d.sync += [nxt[n].eq(v) for n, v in st.items()]
-            st = nxt
-        ra2, rb2, kind2 = st["ra"], st["rb"], st["kind"]
-
+        # ------------------------------------------------------------ verdict and pushes
         res = checker.o.payload
+        ra2, rb2, kind2 = st["ra"], st["rb"], st["kind"]
         final_reason = Signal(Reason)
         with m.If(res.mac_error):
             m.d.comb += final_reason.eq(Reason.MAC_ERROR)
@@ -732,45 +831,11 @@ class Parser(wiring.Component):
             m.d.comb += final_kind.eq(Kind.MALFORMED)
         bad = final_reason != Reason.NONE
 
-        # header record (combinational view of the S2 registers)
-        rec = Signal(header_record_layout())
-        hb2 = bytes_of(s2_hbuf)
-        vlan2 = s2_vlan
-
-        def fields2(h, rel):
-            return extract(h, lambda g: hb2[g], L2_UNTAGGED + rel, L2_TAGGED + rel, vlan2)
-
-        m.d.comb += [rec.kind.eq(s2_kind), rec.reason.eq(Mux(s2_ra != Reason.NONE, s2_ra, s2_rb)),
-                     rec.vlan.eq(vlan2), rec.hdr_len.eq(s2_hl), rec.plen.eq(s2_plen),
-                     rec.raw.eq(s2_hbuf)]
-        eth2 = extract(wf.ETH, lambda g: hb2[g], 0)
-        eth2["ethertype"] = Mux(vlan2, field_value(tpid, lambda g: hb2[g], wf.DOT1Q.size),
-                                eth2["ethertype"])
-        ext_at = _BTH_AT + wf.BTH.size
-        groups = {
-            "eth": eth2,
-            "dot1q": extract(wf.DOT1Q, lambda g: hb2[g], wf.ETH.ethertype.offset),
-            "ipv4": fields2(wf.IPV4, 0),
-            "udp": fields2(wf.UDP, wf.IPV4.size),
-            "bth": fields2(wf.BTH, _BTH_AT),
-            "reth": fields2(wf.RETH, ext_at),
-            "aeth": fields2(wf.AETH, ext_at),
-        }
-        # ImmDt follows a RETH when the opcode carries both
-        imm_plain = fields2(wf.IMMDT, ext_at)
-        imm_after = fields2(wf.IMMDT, ext_at + wf.RETH.size)
-        groups["immdt"] = {k: Mux(s2_reth, imm_after[k], imm_plain[k]) for k in imm_plain}
-        for hname, vals in groups.items():
-            for fname, v in vals.items():
-                m.d.comb += rec[hname][fname].eq(v)
-
-        m.d.comb += [hdr_fifo.w_en.eq(s2_hv), hdr_fifo.w_data.eq(rec)]
-
+        m.d.comb += [hdr_fifo.w_en.eq(s2["hv"]), hdr_fifo.w_data.eq(c.rec)]
         ver = Signal(verdict_layout())
         m.d.comb += [ver.kind.eq(final_kind), ver.reason.eq(final_reason),
                      ver.frame_len.eq(res.frame_len),
                      ver_fifo.w_en.eq(st["ev"]), ver_fifo.w_data.eq(ver)]
-
         m.d.comb += [frame_fifo.w_en.eq(st["v"]), frame_fifo.w_data.eq(st["beat"])]
 
         # payload: two interleaved FIFOs so that two beats can be pushed in one cycle
@@ -791,11 +856,9 @@ class Parser(wiring.Component):
 
         # ------------------------------------------------------------ outputs
         rsel = Signal()
-        pay_out = Signal(beat_layout(w))
-        m.d.comb += pay_out.eq(Mux(rsel, pay1.r_data, pay0.r_data))
         m.d.comb += [
             self.payload.valid.eq(Mux(rsel, pay1.r_rdy, pay0.r_rdy)),
-            self.payload.payload.eq(pay_out),
+            self.payload.payload.eq(Mux(rsel, pay1.r_data, pay0.r_data)),
             pay0.r_en.eq(~rsel & self.payload.ready),
             pay1.r_en.eq(rsel & self.payload.ready),
         ]
