@@ -20,7 +20,7 @@ stage prefetches the next header so that back-to-back frames leave without a gap
 from __future__ import annotations
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
-from amaranth.lib import stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from netreduce.wire import fields as wf
@@ -44,7 +44,8 @@ from .layout import (
     hdr_lengths,
 )
 
-__all__ = ["Deparser"]
+__all__ = ["Assemble", "Deparser", "HeaderPrep", "IcrcInsert", "assembled_layout",
+           "prepared_layout"]
 
 _ICRC = 4
 _BTH_AT = wf.IPV4.size + wf.UDP.size
@@ -55,52 +56,43 @@ def _therm(x, n):
     return Cat(*[x > i for i in range(n)])
 
 
-class Deparser(wiring.Component):
-    """Build RoCEv2 frames from header bytes and a payload stream.
+def prepared_layout(data_width: int) -> data.StructLayout:
+    """A header as :class:`HeaderPrep` hands it to :class:`Assemble` (see there)."""
+    lb = (data_width // 8 - 1).bit_length()
+    return data.StructLayout({
+        "bytes": 8 * HDR_CAP, "hl": range(HDR_CAP + 1), "plen": LEN_BITS, "e": LEN_BITS + 1,
+        "len": LEN_BITS + 1, "vlan": 1, "lastj": LEN_BITS + 2 - lb, "pend": LEN_BITS + 1,
+        "hin": 1, "lin": 1})
 
-    Ports (``w`` = ``data_width``):
 
-    * ``hdr``: ``In(stream.Signature(deparse_header_layout()))``: one per frame. ``raw`` holds
-      the frame's header bytes (Ethernet, optional 802.1Q tag, IPv4, UDP, BTH, extension headers;
-      only the first ``hdr_len`` bytes are used), ``plen`` the payload bytes, ``ce_to_ect0`` the
-      ECN rewrite request. The parser's header record carries ``raw``/``hdr_len``/``plen``.
-    * ``payload``: ``In(beat_signature(w))``: the frame's payload, byte 0 in lane 0, exactly
-      ``plen`` bytes; a zero-length payload is one beat with ``keep == 0`` (as the parser emits).
-      A frame with ``plen == 0`` still consumes that one beat.
-    * ``o``: ``Out(beat_signature(w))``: the frame: header with IPv4 total length, UDP length,
-      BTH PadCnt and IPv4 checksum recomputed (TOS rewritten if requested; every other byte as in
-      ``raw``), payload, zero pad to 4 bytes, the freshly computed ICRC, and zero Ethernet padding
-      up to 60 bytes. Output ``error`` on the last beat: the payload stream did not end on the
-      beat ``plen`` implies (the frame is still emitted with ``plen`` bytes; excess payload beats
-      are dropped, missing ones read as zeros).
+class HeaderPrep(wiring.Component):
+    """Deparser stages H1, H2: the rewritten header bytes and the frame's geometry.
 
-    Throughput: one output beat per cycle with back-to-back frames, as long as the inputs keep up
-    (the output has more beats than the payload: header, pad and ICRC). Latency: the first beat
-    of a frame leaves 7 cycles after its header is accepted (2 header stages, A, R1, C1, C2, R2).
-    Backpressure: ``o.ready`` low freezes the whole pipeline; ``hdr``/``payload`` are taken only
-    when their data can move on.
+    Ports: ``hdr``: ``In(stream.Signature(deparse_header_layout()))``; ``o``:
+    ``Out(stream.Signature(prepared_layout(w)))``: ``bytes`` the header with IPv4 total length,
+    UDP length, PadCnt, TOS (ECN CE -> ECT(0) on request) and the IPv4 checksum rewritten;
+    ``hl`` / ``plen`` as given; ``e`` the ICRC's offset (end of the bytes it covers), ``len``
+    the frame bytes with Ethernet padding, ``vlan`` tagged, ``lastj`` the output beat index of
+    the payload's last beat, ``pend`` the payload's end (hl + plen), ``hin`` / ``lin`` the
+    header / frame ends in the frame's first beat.
+
+    Latency 2 cycles (H1: lengths, TOS, PadCnt and the partial checksum of the words that do
+    not depend on the length; H2: the checksum and the geometry); one header per cycle; ``o``
+    is a register stage with the usual ready/valid backpressure (``hdr.ready`` while H1 is
+    empty or moves on); no errors (lengths are taken modulo 2**16 as the wire fields are).
     """
 
     def __init__(self, data_width: int = 512):
         self._w = check_data_width(data_width)
         super().__init__({
             "hdr": In(stream.Signature(deparse_header_layout())),
-            "payload": In(beat_signature(data_width)),
-            "o": Out(beat_signature(data_width)),
+            "o": Out(stream.Signature(prepared_layout(data_width))),
         })
-
-    @property
-    def data_width(self) -> int:
-        return self._w
 
     def elaborate(self, platform):
         m = Module()
-        w, nb = self._w, self._w // 8
+        nb = self._w // 8
         lb = (nb - 1).bit_length()
-        adv = Signal()   # the pipeline moves this cycle
-        m.d.comb += adv.eq(~self.o.valid | self.o.ready)
-
-        # ------------------------------------------------------------ H: header preparation
         # Two stages (H1: lengths, TOS, PadCnt and the partial checksum of the words that do
         # not depend on the length; H2: the checksum), each taking one header per cycle.
         hin = self.hdr.payload
@@ -164,6 +156,7 @@ class Deparser(wiring.Component):
         hp_len = Signal(LEN_BITS + 1)   # output frame bytes (with Ethernet padding)
         hp_vlan = Signal()
         hp_take = Signal()              # stage A takes the prepared header this cycle
+        m.d.comb += hp_take.eq(self.o.valid & self.o.ready)
         h1_move = Signal()
         m.d.comb += [h1_move.eq(h1_v & (~hp_v | hp_take)),
                      self.hdr.ready.eq(~h1_v | h1_move)]
@@ -205,7 +198,61 @@ class Deparser(wiring.Component):
         with m.Elif(hp_take):
             m.d.sync += hp_v.eq(0)
 
-        # ------------------------------------------------------------ A: assemble
+        o = self.o.payload
+        m.d.comb += [self.o.valid.eq(hp_v), o.bytes.eq(hp_bytes), o.hl.eq(hp_hl),
+                     o.plen.eq(hp_plen), o.e.eq(hp_e), o.len.eq(hp_len), o.vlan.eq(hp_vlan),
+                     o.lastj.eq(hp_lastj), o.pend.eq(hp_pend), o.hin.eq(hp_hin),
+                     o.lin.eq(hp_lin)]
+        return m
+
+
+def assembled_layout(data_width: int) -> data.StructLayout:
+    """An output beat as :class:`Assemble` registers it (stage R1), with its ICRC placement."""
+    nb = data_width // 8
+    lb = (nb - 1).bit_length()
+    return data.StructLayout({
+        "beat": beat_layout(data_width), "vlan": 1, "j": LEN_BITS + 1 - lb,
+        "rel_e": signed(LEN_BITS + 3), "feed": 1, "lastfed": 1, "ins": 1, "k": lb})
+
+
+class Assemble(wiring.Component):
+    """Deparser stage A (registered into R1): one output beat of a frame per advancing cycle.
+
+    Ports (``w`` = ``data_width``): ``hdr``: ``In(stream.Signature(prepared_layout(w)))`` (taken
+    at a frame's first beat); ``payload``: ``In(beat_signature(w))``; ``adv``: ``In(1)``, the
+    pipeline advances this cycle; ``o``: ``Out`` always-ready stream of
+    :func:`assembled_layout`, registered, loaded when ``adv``: output beat ``j`` of the frame
+    (header bytes, payload bytes moved back to their wire offset through a window over the
+    previous and the current payload beat, pad, zeros for the ICRC, ``keep`` up to the frame's
+    length with Ethernet padding), ``rel_e`` the ICRC offset relative to the beat, ``feed`` /
+    ``lastfed`` the beat has bytes the ICRC covers / the last of them, ``ins`` an ICRC byte
+    lands in it, ``k`` the zero bytes after the covered end in the last fed beat.
+
+    Latency 1 cycle (the frame's first beat the cycle after its header is taken); one beat per
+    advancing cycle, frames back to back; backpressure: nothing moves without ``adv``, a
+    payload beat is taken only with the output beat it feeds. Errors: ``error`` on the last
+    beat when the payload did not end on the beat ``plen`` implies (surplus payload beats are
+    dropped, ``draining``; missing bytes read as zeros).
+    """
+
+    def __init__(self, data_width: int = 512):
+        self._w = check_data_width(data_width)
+        super().__init__({
+            "hdr": In(stream.Signature(prepared_layout(data_width))),
+            "payload": In(beat_signature(data_width)),
+            "adv": In(1),
+            "o": Out(stream.Signature(assembled_layout(data_width), always_ready=True)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        w, nb = self._w, self._w // 8
+        lb = (nb - 1).bit_length()
+        adv = self.adv
+        hp = self.hdr.payload
+        hp_v, hp_bytes, hp_hl, hp_vlan = self.hdr.valid, hp.bytes, hp.hl, hp.vlan
+        hp_pend, hp_len, hp_e, hp_hin, hp_lin = hp.pend, hp.len, hp.e, hp.hin, hp.lin
+        hp_lastj = hp.lastj
         busy = Signal()
         j = Signal(LEN_BITS + 1 - lb)
         ah_bytes = Signal(8 * HDR_CAP)
@@ -247,7 +294,7 @@ class Deparser(wiring.Component):
         m.d.comb += can.eq(have_frame & ~draining & (~need_pay | self.payload.valid))
         go = Signal()
         m.d.comb += go.eq(adv & can)
-        m.d.comb += hp_take.eq(go & start)
+        m.d.comb += self.hdr.ready.eq(go & start)
         pay_take = go & need_pay
         m.d.comb += self.payload.ready.eq(pay_take | draining)
 
@@ -312,14 +359,11 @@ class Deparser(wiring.Component):
         a_k = Mux(a_lastfed, nb - rel_e, 0)[:lb]
         a_ins = (rel_e > -_ICRC) & (rel_e < nb)   # some ICRC byte lands in this beat
 
-        # ------------------------------------------------------------ R1: CRC step
-        r1_v = Signal()
-        r1 = Signal(beat_layout(w))
-        r1_vlan = Signal()
-        r1_j = Signal(len(j))
-        r1_rel_e = Signal(signed(LEN_BITS + 3))
-        r1_feed, r1_lastfed, r1_ins = Signal(), Signal(), Signal()
-        r1_k = Signal(lb)
+        # ------------------------------------------------------------ R1 registers
+        r1_v = self.o.valid
+        o = self.o.payload
+        r1, r1_vlan, r1_j, r1_rel_e = o.beat, o.vlan, o.j, o.rel_e
+        r1_feed, r1_lastfed, r1_ins, r1_k = o.feed, o.lastfed, o.ins, o.k
         with m.If(adv):
             m.d.sync += r1_v.eq(go)
             with m.If(go):
@@ -328,6 +372,40 @@ class Deparser(wiring.Component):
                              r1_vlan.eq(vlan), r1_j.eq(jj), r1_rel_e.eq(rel_e),
                              r1_feed.eq(a_feed), r1_lastfed.eq(a_lastfed), r1_ins.eq(a_ins),
                              r1_k.eq(a_k)]
+        return m
+
+
+class IcrcInsert(wiring.Component):
+    """Deparser stages R1 (masks), C1, C2 (the CRC step), R2 (un-shift) and R4 (insertion).
+
+    Ports (``w`` = ``data_width``): ``i``: ``In`` always-ready stream of
+    :func:`assembled_layout` (from :class:`Assemble`); ``o``: ``Out(beat_signature(w))``, the
+    frame with its ICRC in place (it may straddle into the next beat); ``adv``: ``Out(1)``,
+    ``~o.valid | o.ready``: the whole deparser pipeline advances this cycle.
+
+    Latency 4 advancing cycles from ``i`` to ``o`` (C1, C2, R2, R4); one beat per cycle; ``o``
+    low-ready freezes every stage (through ``adv``). The CRC runs over whole beats with the
+    ICRC masks applied to a copy (the init-0 trick, see .icrc) and is un-shifted by the zero
+    bytes after the covered end. No errors of its own (``error`` passes through).
+    """
+
+    def __init__(self, data_width: int = 512):
+        self._w = check_data_width(data_width)
+        super().__init__({
+            "i": In(stream.Signature(assembled_layout(data_width), always_ready=True)),
+            "o": Out(beat_signature(data_width)),
+            "adv": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        w, nb = self._w, self._w // 8
+        lb = (nb - 1).bit_length()
+        adv = self.adv
+        m.d.comb += adv.eq(~self.o.valid | self.o.ready)
+        r1_v, r1p = self.i.valid, self.i.payload
+        r1, r1_vlan, r1_j, r1_rel_e = r1p.beat, r1p.vlan, r1p.j, r1p.rel_e
+        r1_feed, r1_lastfed, r1_ins, r1_k = r1p.feed, r1p.lastfed, r1p.ins, r1p.k
         ff_mask = Signal(nb)
         zero_mask = Signal(nb)
         for (b, v), (f, z) in crc_input_masks(nb).items():
@@ -412,4 +490,58 @@ class Deparser(wiring.Component):
                             m.d.comb += ins.eq(icrc[8 * -off:])
         out = self.o.payload
         m.d.comb += [self.o.valid.eq(r4_v), out.eq(r4), out.data.eq(r4.data | ins)]
+        return m
+
+
+class Deparser(wiring.Component):
+    """Build RoCEv2 frames from header bytes and a payload stream.
+
+    Ports (``w`` = ``data_width``):
+
+    * ``hdr``: ``In(stream.Signature(deparse_header_layout()))``: one per frame. ``raw`` holds
+      the frame's header bytes (Ethernet, optional 802.1Q tag, IPv4, UDP, BTH, extension headers;
+      only the first ``hdr_len`` bytes are used), ``plen`` the payload bytes, ``ce_to_ect0`` the
+      ECN rewrite request. The parser's header record carries ``raw``/``hdr_len``/``plen``.
+    * ``payload``: ``In(beat_signature(w))``: the frame's payload, byte 0 in lane 0, exactly
+      ``plen`` bytes; a zero-length payload is one beat with ``keep == 0`` (as the parser emits).
+      A frame with ``plen == 0`` still consumes that one beat.
+    * ``o``: ``Out(beat_signature(w))``: the frame: header with IPv4 total length, UDP length,
+      BTH PadCnt and IPv4 checksum recomputed (TOS rewritten if requested; every other byte as in
+      ``raw``), payload, zero pad to 4 bytes, the freshly computed ICRC, and zero Ethernet padding
+      up to 60 bytes. Output ``error`` on the last beat: the payload stream did not end on the
+      beat ``plen`` implies (the frame is still emitted with ``plen`` bytes; excess payload beats
+      are dropped, missing ones read as zeros).
+
+    Throughput: one output beat per cycle with back-to-back frames, as long as the inputs keep up
+    (the output has more beats than the payload: header, pad and ICRC). Latency: the first beat
+    of a frame leaves 7 cycles after its header is accepted (2 header stages, A, R1, C1, C2, R2;
+    components :class:`HeaderPrep`, :class:`Assemble`, :class:`IcrcInsert`).
+    Backpressure: ``o.ready`` low freezes the whole pipeline; ``hdr``/``payload`` are taken only
+    when their data can move on.
+    """
+
+    def __init__(self, data_width: int = 512):
+        self._w = check_data_width(data_width)
+        super().__init__({
+            "hdr": In(stream.Signature(deparse_header_layout())),
+            "payload": In(beat_signature(data_width)),
+            "o": Out(beat_signature(data_width)),
+        })
+
+    @property
+    def data_width(self) -> int:
+        return self._w
+
+    def elaborate(self, platform):
+        m = Module()
+        w = self._w
+        m.submodules.prep = prep = HeaderPrep(w)
+        m.submodules.assemble = asm = Assemble(w)
+        m.submodules.icrc = ins = IcrcInsert(w)
+        wiring.connect(m, wiring.flipped(self.hdr), prep.hdr)
+        wiring.connect(m, prep.o, asm.hdr)
+        wiring.connect(m, wiring.flipped(self.payload), asm.payload)
+        wiring.connect(m, asm.o, ins.i)
+        wiring.connect(m, ins.o, wiring.flipped(self.o))
+        m.d.comb += asm.adv.eq(ins.adv)
         return m

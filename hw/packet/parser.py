@@ -109,6 +109,16 @@ def _window(m, lo, hi, sel, unit):
     return out
 
 
+# the opcodes' extension-header classes: one per extension length, and "unknown opcode" last
+_EXTS = sorted({info.ext_len for info in OPCODES.values()})
+_NCLS = len(_EXTS) + 1
+# header length per tag variant and class (an unknown opcode captures the longest header), and
+# the bytes after the IPv4 header's start that are not payload (BTH, extensions, ICRC)
+_HLS = [[l2 + BTH_END + e for e in _EXTS] + [HDR_CAP - L2_TAGGED + l2]
+        for l2 in (L2_UNTAGGED, L2_TAGGED)]
+_NOT_PAYLOAD = [BTH_END + e + _ICRC for e in _EXTS] + [BTH_END + _ICRC]
+
+
 def capture_layout(data_width: int) -> data.StructLayout:
     """What :class:`HeaderCapture` passes on with each beat (see there)."""
     nb = data_width // 8
@@ -119,10 +129,36 @@ def capture_layout(data_width: int) -> data.StructLayout:
         "sof": 1,
         "idx": LEN_BITS + 1 - lb,
         "at": hdr_beats,
-        "hl": range(HDR_CAP + 1),
-        "fit": max(1, hdr_beats - 1),
-        "plen": signed(LEN_BITS + 3),
+        "vlan": 1,
+        "cls": _NCLS,
+        "plens": data.ArrayLayout(signed(LEN_BITS + 3), _NCLS),
     })
+
+
+def geometry(cp, nb: int):
+    """``(hl, fit, plen)`` of a :func:`capture_layout` view ``cp``: header length, ``fit[b]``
+    (a header of that length is complete by the end of beat ``b``; one bit per beat that may
+    end before the longest header, at least one) and payload bytes, as one-hot selects by the
+    registered class (one or two LUT levels)."""
+    fit_w = max(1, -(-HDR_CAP // nb) - 1)
+    hl = Signal(range(HDR_CAP + 1))
+    fit = Signal(fit_w)
+    plen = Signal(signed(LEN_BITS + 3))
+
+    def one_hot(values, width):
+        pairs = list(zip(cp.cls, values, strict=True))
+        return Cat(*[Cat(*[s_k & Value.cast(val)[i] for s_k, val in pairs]).any()
+                     for i in range(width)])
+
+    def fits(h):
+        return Const(sum(1 << b for b in range(fit_w) if h <= (b + 1) * nb), fit_w)
+
+    stmts = [hl.eq(Mux(cp.vlan, one_hot([Const(h, len(hl)) for h in _HLS[1]], len(hl)),
+                       one_hot([Const(h, len(hl)) for h in _HLS[0]], len(hl)))),
+             fit.eq(Mux(cp.vlan, one_hot([fits(h) for h in _HLS[1]], fit_w),
+                        one_hot([fits(h) for h in _HLS[0]], fit_w))),
+             plen.eq(one_hot([cp.plens[k] for k in range(_NCLS)], len(plen)))]
+    return hl, fit, plen, stmts
 
 
 class HeaderCapture(wiring.Component):
@@ -135,10 +171,10 @@ class HeaderCapture(wiring.Component):
       cycle later (``o.valid`` the cycle after ``i.valid``), with ``sof`` (first beat of its
       frame), ``idx`` (its beat index, saturating with the byte offset at 2**16), ``at`` (one
       hot: ``at[b]`` = it is beat ``b``, for the beats a header can reach), and the geometry
-      decoded from the header bytes up to and including it: ``hl`` (header length by opcode and
-      tag; the longest header for an unknown opcode), ``fit`` (``fit[b]``: a header of that
-      length is complete by the end of beat ``b``) and ``plen`` (IPv4 total length - BTH..ext
-      headers - ICRC - PadCnt: the payload bytes; may be negative for a malformed frame).
+      decoded from the header bytes up to and including it: ``vlan`` (tagged), ``cls`` (one
+      hot: the opcode's extension-header class, :data:`_EXTS` order, unknown last) and
+      ``plens[k]`` (IPv4 total length - BTH..ext headers of class k - ICRC - PadCnt: the
+      payload bytes; negative for a malformed frame); :func:`geometry` selects from them.
     * ``hdr_bytes``: ``Out(8 * HDR_CAP)``: the frame's first HDR_CAP bytes as captured up to and
       including the beat on ``o`` (bytes beyond it: stale), valid while ``o`` shows that beat.
 
@@ -164,7 +200,6 @@ class HeaderCapture(wiring.Component):
         acc, beat = self.i.valid, self.i.payload
         o = self.o.payload
         hdr_beats = -(-HDR_CAP // nb)
-        fit_beats = hdr_beats - 1   # beats that may end before the longest header
 
         sof = Signal(init=1)
         base = Signal(LEN_BITS + 1)
@@ -201,13 +236,10 @@ class HeaderCapture(wiring.Component):
         tpid = wf.ETH.ethertype
         vlan_c = cur_word(tpid.offset, tpid.size) == wf.ETHERTYPE_VLAN
 
-        # The header geometry as a one-hot select: per tag variant, the opcode's extension-header
-        # class (its extension length, or unknown) decoded from the opcode byte, and the payload
-        # length for every class computed beside it (constants subtracted, no table in front of
-        # the adders); both selected by the tag, then one AND-OR over the classes. An unknown
-        # opcode captures the longest header.
-        exts = sorted({info.ext_len for info in OPCODES.values()})
-        ncls = len(exts) + 1
+        # The header geometry as registered one-hot selects (see geometry()): per tag variant,
+        # the opcode's extension-header class decoded from the opcode byte, and the payload
+        # length of every class computed beside it (constants subtracted, no table in front of
+        # the adders); both selected by the tag and registered, the select by class in S0.
         flags = [[], []]    # [variant][class]
         plens = [[], []]
         for v, l2v in ((0, L2_UNTAGGED), (1, L2_TAGGED)):
@@ -215,48 +247,25 @@ class HeaderCapture(wiring.Component):
             pc = cur_word(l2v + _BTH_AT + wf.BTH.padcnt.offset, wf.BTH.padcnt.size)
             pc = pc[wf.BTH.padcnt.shift: wf.BTH.padcnt.shift + wf.BTH.padcnt.bits]
             total_v = cur_word(l2v + wf.IPV4.total_length.offset, wf.IPV4.total_length.size)
-            for e in exts:
+            for e in _EXTS:
                 f = Signal(name=f"ext{e}_v{v}")
                 m.d.comb += f.eq(Cat(*[op == code for code, info in OPCODES.items()
                                        if info.ext_len == e]).any())
                 flags[v].append(f)
             flags[v].append(~Cat(*flags[v]).any())
-            # bytes after the IPv4 header's start that are not payload, per class
-            for k, kk in enumerate([BTH_END + e + _ICRC for e in exts] + [BTH_END + _ICRC]):
+            for k, kk in enumerate(_NOT_PAYLOAD):
                 p_k = Signal(signed(LEN_BITS + 3), name=f"plen_v{v}_{k}")
                 m.d.comb += p_k.eq(total_v - pc - kk)
                 plens[v].append(p_k)
-        sel = [Signal(name=f"cls{k}") for k in range(ncls)]
-        cand = [Signal(signed(LEN_BITS + 3), name=f"plen_cls{k}") for k in range(ncls)]
-        m.d.comb += [dst[k].eq(Mux(vlan_c, t1[k], t0[k]))
-                     for dst, t0, t1 in ((sel, *flags), (cand, *plens)) for k in range(ncls)]
-        hl_max = HDR_CAP - wf.DOT1Q.size
-        # header lengths per class and tag (the tag adds DOT1Q.size to each)
-        hls = [[l2 + BTH_END + e for e in exts] + [hl_max - L2_TAGGED + l2]
-               for l2 in (L2_UNTAGGED, L2_TAGGED)]
-
-        def one_hot(values, width):
-            pairs = list(zip(sel, values, strict=True))
-            return Cat(*[Cat(*[s_k & Value.cast(val)[i] for s_k, val in pairs]).any()
-                         for i in range(width)])
-
-        def fits(hl):
-            return Cat(*[Const(hl <= (b + 1) * nb) for b in range(max(1, fit_beats))])
-
-        hl_f = Signal(range(HDR_CAP + 1))
-        fit_f = Signal(max(1, fit_beats))
-        plen_f = Signal(signed(LEN_BITS + 3))
-        m.d.comb += [
-            hl_f.eq(Mux(vlan_c, one_hot([Const(h, len(hl_f)) for h in hls[1]], len(hl_f)),
-                        one_hot([Const(h, len(hl_f)) for h in hls[0]], len(hl_f)))),
-            fit_f.eq(Mux(vlan_c, one_hot([fits(h) for h in hls[1]], len(fit_f)),
-                         one_hot([fits(h) for h in hls[0]], len(fit_f)))),
-            plen_f.eq(one_hot(cand, len(plen_f)))]
 
         m.d.sync += self.o.valid.eq(acc)
         with m.If(acc):
             m.d.sync += [o.beat.eq(beat), o.sof.eq(sof), o.idx.eq(base_c >> lb), o.at.eq(at),
-                         o.hl.eq(hl_f), o.fit.eq(fit_f), o.plen.eq(plen_f)]
+                         o.vlan.eq(vlan_c),
+                         *[o.cls[k].eq(Mux(vlan_c, flags[1][k], flags[0][k]))
+                           for k in range(_NCLS)],
+                         *[o.plens[k].eq(Mux(vlan_c, plens[1][k], plens[0][k]))
+                           for k in range(_NCLS)]]
         return m
 
 
@@ -316,7 +325,8 @@ class PayloadAlign(wiring.Component):
         lb = (nb - 1).bit_length()
         cp = self.i.payload
         acc0, beat0, sof, idx_c, at0 = self.i.valid, cp.beat, cp.sof, cp.idx, cp.at
-        hl_c, fit_c, plen_c = cp.hl, cp.fit, cp.plen
+        hl_c, fit_c, plen_c, geo = geometry(cp, nb)
+        m.d.comb += geo
         fit_beats = len(fit_c) if -(-HDR_CAP // nb) > 1 else 0
 
         # "the frame has fewer than e bytes up to the end of this beat", from the one-hot beat
