@@ -243,15 +243,21 @@ class HeaderCapture(wiring.Component):
         flags = [[], []]    # [variant][class]
         plens = [[], []]
         for v, l2v in ((0, L2_UNTAGGED), (1, L2_TAGGED)):
-            op = cur_word(l2v + _BTH_AT + wf.BTH.opcode.offset, wf.BTH.opcode.size)
             pc = cur_word(l2v + _BTH_AT + wf.BTH.padcnt.offset, wf.BTH.padcnt.size)
             pc = pc[wf.BTH.padcnt.shift: wf.BTH.padcnt.shift + wf.BTH.padcnt.bits]
             total_v = cur_word(l2v + wf.IPV4.total_length.offset, wf.IPV4.total_length.size)
+            # the class decoded from the input byte, and held from the beat that brought it:
+            # an 8-input function of the port (not of the byte select in front of hcur)
+            ob, olane = divmod(l2v + _BTH_AT + wf.BTH.opcode.offset, nb)
+            op_in = in_bytes[olane]
             for e in _EXTS:
-                f = Signal(name=f"ext{e}_v{v}")
-                m.d.comb += f.eq(Cat(*[op == code for code, info in OPCODES.items()
-                                       if info.ext_len == e]).any())
-                flags[v].append(f)
+                f_in = Signal(name=f"ext{e}_in{v}")
+                f_hold = Signal(name=f"ext{e}_hold{v}")
+                m.d.comb += f_in.eq(Cat(*[op_in == code for code, info in OPCODES.items()
+                                          if info.ext_len == e]).any())
+                with m.If(acc & pos.at(ob)):
+                    m.d.sync += f_hold.eq(f_in)
+                flags[v].append(Mux(pos.at(ob), f_in, f_hold))
             flags[v].append(~Cat(*flags[v]).any())
             for k, kk in enumerate(_NOT_PAYLOAD):
                 p_k = Signal(signed(LEN_BITS + 3), name=f"plen_v{v}_{k}")
