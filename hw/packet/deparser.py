@@ -1,6 +1,7 @@
 """RoCEv2 deparser at full beat width: header bytes + payload stream -> a complete frame.
 
-Data flow (one output beat per cycle sustained)::
+Data flow (one output beat per cycle sustained; components :class:`HeaderPrep` (H1, H2),
+:class:`Assemble` (A, registered into R1), :class:`IcrcInsert` (R1 .. R4))::
 
     hdr ─► H1, H2: new header bytes (ECN CE->ECT(0) on request, IPv4 total length, UDP length,
     │         PadCnt; then the IPv4 checksum), frame geometry
