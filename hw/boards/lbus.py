@@ -164,20 +164,16 @@ class LbusToBeats(wiring.Component):
         take = Signal()
         # (full_or_eop implies present[0]: 7 inputs, two LUT levels)
         m.d.comb += take.eq(full_or_eop & (~self.o.valid | self.o.ready))
-        # pop one-hot if a beat is taken: popk[p] = p segments leave (p = 1..4): segment p - 1
-        # is in the beat and segment p is not (a few inputs each: two present bits, the eops;
-        # one-hot whenever full_or_eop). The output handshake (`take`) only chooses between
-        # that selection and "nothing leaves" at the end, so `o.ready` is one LUT level from
-        # the next state.
-        popk = [None] + [present[p - 1] & ~Cat(*ends[:p - 1]).any()
-                         & (~(present[p] & ~Cat(*ends[:p]).any()) if p < NSEG else 1)
-                         for p in range(1, NSEG + 1)]
+        # pop one-hot: popk[p] = p segments leave (p = 0..4); given take, segment p - 1 is in
+        # the beat and segment p is not (a few inputs each: take, two present bits, the eops)
+        popk = [~take] + [take & present[p - 1] & ~Cat(*ends[:p - 1]).any()
+                          & (~(present[p] & ~Cat(*ends[:p]).any()) if p < NSEG else 1)
+                          for p in range(1, NSEG + 1)]
 
-        def by_pop(cands):               # the candidate of the pop count
+        def by_pop(cands):               # the candidate of the pop count (one-hot AND-OR)
             cands = [Value.cast(c) for c in cands]
-            taken = Cat(*[Cat(*[popk[p] & cands[p][b] for p in range(1, NSEG + 1)]).any()
-                          for b in range(len(cands[0]))])
-            return Mux(take, taken, cands[0])
+            return Cat(*[Cat(*[s & c[b] for s, c in zip(popk, cands, strict=True)]).any()
+                         for b in range(len(cands[0]))])
 
         head = [Array(q[(j + k) % D] for j in range(D))[rp] for k in range(NSEG)]
         end_err = Signal()
@@ -207,9 +203,8 @@ class LbusToBeats(wiring.Component):
         # entry by its distance from the tail, with no adder or decoder chain in front of it
         ins = [Signal(entry, name=f"in{r}") for r in range(NSEG)]
         incnt = Signal(3)
-        inge = Signal(NSEG)   # the same as a thermometer: inge[v] = incnt > v (slot v filled)
         ena = [self.seg[s].ena for s in range(NSEG)]
-        m.d.sync += [incnt.eq(sum(ena)), inge.eq(Cat(*[sum(ena) > v for v in range(NSEG)]))]
+        m.d.sync += incnt.eq(sum(ena))
         segs = []
         for s in range(NSEG):
             seg = self.seg[s]
@@ -247,24 +242,22 @@ class LbusToBeats(wiring.Component):
         def th(i):   # cnt > i
             return Const(1, 1) if i < 0 else cnt_th[i] if i < D else Const(0, 1)
 
-        def gt(j):   # cnt + added > j (th is a thermometer: cnt > j - v for some v <= added)
-            return th(j) | (fits & Cat(*[inge[v - 1] & th(j - v)
-                                         for v in range(1, NSEG + 1)]).any())
+        def gt(j):   # cnt + added > j
+            return Mux(fits, Cat(*[(incnt == v) & th(j - v) for v in range(NSEG + 1)]).any(),
+                       th(j))
 
         m.d.sync += cnt_th.eq(Cat(*[by_pop([gt(j + p) for p in range(NSEG + 1)])
                                     for j in range(D)]))
         # the relative flags: the registered arrivals' flags merged in from position cnt on
         # (beyond cnt + added: eop 0, err unused), shifted by pop
         for rel_v, field in ((rel_eop, "eop"), (rel_err, "err")):
-            # eop masked to the queued segments (`ends` need no `present`): an arrival's flag
-            # only from a filled slot, only within 4 of the count, only when admitted
-            in_v = Cat(*[s[field] & (inge[r] if field == "eop" else 1)
-                         for r, s in enumerate(ins)])
+            in_v = Cat(*[s[field] for s in ins])
             # (slot (j - cnt) mod 4 of the arrivals, as an AND-OR on the decoded cnt[:2])
             merged = [Mux(th(j), rel_v[j],
-                          Cat(*[(cnt[:2] == (j - r) % 4) & in_v[r] for r in range(NSEG)]).any()
-                          & (fits & th(j - NSEG) if field == "eop" else 1))
+                          Cat(*[(cnt[:2] == (j - r) % 4) & in_v[r] for r in range(NSEG)]).any())
                       if j < D else Const(0, 1) for j in range(D + NSEG)]
+            if field == "eop":   # masked to the queued segments: `ends` need no `present`
+                merged = [v & gt(j) for j, v in enumerate(merged)]
             m.d.sync += rel_v.eq(Cat(*[by_pop([merged[i + p] for p in range(NSEG + 1)])
                                        for i in range(D)]))
         return m
