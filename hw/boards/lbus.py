@@ -16,8 +16,9 @@ the MAC ends the packet and marks it bad instead of running it into the next one
 
 :class:`LbusToBeats` (RX): valid segments go into a 16-segment queue; a beat leaves the queue
 when it holds 4 segments or an ``eop`` among its first 4, carrying up to 4 segments and never
-segments of two packets, through an output register. One beat per cycle; latency 3 cycles (an
-input register, the queue, the output register).
+segments of two packets, through an output register (with a skid register behind it, so the
+queue's pop decision does not read ``o.ready``). One beat per cycle; latency 3 cycles (an input
+register, the queue, the output register).
 Throughput: at 100 Gb/s the 322.265625 MHz LBUS brings at most 38.8 bytes of wire time per
 cycle, and a packet of L bytes (FCS stripped) occupies L + 24 bytes of wire time (FCS, preamble,
 minimum IPG) but needs only ceil(L / 64) beats, which is never more cycles (L >= 60): the queue
@@ -147,21 +148,29 @@ class LbusToBeats(wiring.Component):
         wp = Signal(aw)
         rp = Signal(aw)
         cnt = Signal(range(D + 1))
-        rel_eop = Signal(D)
-        rel_err = Signal(D)              # the same for the err flags
+        rel_eop = Signal(D)              # 0 beyond the queued segments (masked when merged)
+        rel_err = Signal(D)              # the same for the err flags (not masked)
 
         # ---- head of the queue -> next output beat: up to 4 segments, cut after the first eop
-        present = Signal(NSEG)           # cnt > k, registered
-        ends = [present[k] & rel_eop[k] for k in range(NSEG)]
+        # the count also as a registered thermometer (cnt_th[j] = cnt > j): the comparisons
+        # of the count with constants (present, room, the flags' merge position) read a flag
+        cnt_th = Signal(D)
+        present = cnt_th[:NSEG]
+        ends = [rel_eop[k] for k in range(NSEG)]   # (rel_eop is 0 where nothing is queued)
         has_eop = Cat(*ends).any()
         # takes[k]: the beat has segment k (segments up to the first eop; all 4 without one)
         full_or_eop = has_eop | present[NSEG - 1]
         takes = [full_or_eop & present[0]] + [full_or_eop & present[k] & ~Cat(*ends[:k]).any()
                                               for k in range(1, NSEG)]
         take = Signal()
-        m.d.comb += take.eq(takes[0] & (~self.o.valid | self.o.ready))
-        # pop one-hot: popk[p] = p segments leave (p = 0..4)
-        popk = [~take] + [take & takes[p - 1] & (~takes[p] if p < NSEG else 1)
+        sk_v = Signal()   # the skid register holds a beat (the output stalled when it was taken)
+        # (full_or_eop implies present[0]; `o.ready` is not an input: the skid register takes
+        # the beat taken while the output stalls, so the pop decision reads registers only)
+        m.d.comb += take.eq(full_or_eop & ~sk_v)
+        # pop one-hot: popk[p] = p segments leave (p = 0..4); given take, segment p - 1 is in
+        # the beat and segment p is not (a few inputs each: take, two present bits, the eops)
+        popk = [~take] + [take & present[p - 1] & ~Cat(*ends[:p - 1]).any()
+                          & (~(present[p] & ~Cat(*ends[:p]).any()) if p < NSEG else 1)
                           for p in range(1, NSEG + 1)]
 
         def by_pop(cands):               # the candidate of the pop count (one-hot AND-OR)
@@ -175,21 +184,25 @@ class LbusToBeats(wiring.Component):
             with m.If(takes[k] & (~takes[k + 1] if k + 1 < NSEG else 1)):
                 m.d.comb += end_err.eq(rel_err[k])
 
-        # ---- output register
+        # ---- output register and a skid register behind it
         first = Signal(init=1)
-        with m.If(self.o.valid & self.o.ready):
-            m.d.sync += self.o.valid.eq(0)
+        beat = Signal.like(self.o.payload)
+        sk = Signal.like(self.o.payload)
+        m.d.comb += [beat.data.eq(Cat(*[swap_bytes(h.data) for h in head])),
+                     beat.keep.eq(Cat(*[Mux(takes[k], head[k].keep, 0) for k in range(NSEG)])),
+                     beat.last.eq(has_eop), beat.error.eq(has_eop & end_err),
+                     beat.first.eq(first)]
         with m.If(take):
-            m.d.sync += [
-                self.o.valid.eq(1),
-                self.o.payload.data.eq(Cat(*[swap_bytes(h.data) for h in head])),
-                self.o.payload.keep.eq(Cat(*[Mux(takes[k], head[k].keep, 0)
-                                             for k in range(NSEG)])),
-                self.o.payload.last.eq(has_eop),
-                self.o.payload.error.eq(has_eop & end_err),
-                self.o.payload.first.eq(first),
-                first.eq(has_eop),
-            ]
+            m.d.sync += first.eq(has_eop)
+        with m.If(~self.o.valid | self.o.ready):
+            with m.If(sk_v):
+                m.d.sync += [self.o.payload.eq(sk), self.o.valid.eq(1), sk_v.eq(0)]
+            with m.Elif(take):
+                m.d.sync += [self.o.payload.eq(beat), self.o.valid.eq(1)]
+            with m.Else():
+                m.d.sync += self.o.valid.eq(0)
+        with m.Elif(take):
+            m.d.sync += [sk.eq(beat), sk_v.eq(1)]
         m.d.sync += rp.eq(by_pop([(rp + p)[:aw] for p in range(NSEG + 1)]))
 
         # ---- input stage: the cycle's valid segments compacted (the r-th valid one in slot r),
@@ -214,7 +227,7 @@ class LbusToBeats(wiring.Component):
 
         # ---- the registered segments at the tail: entry j takes slot (j - wp) mod D when that
         # is below their number
-        fits = cnt <= D - NSEG   # room for a full cycle whatever leaves this cycle
+        fits = ~cnt_th[D - NSEG]   # cnt <= D - 4: room for a full cycle whatever leaves
         added = Signal(3)
         m.d.sync += self.overflow.eq(0)
         with m.If(fits):
@@ -227,20 +240,31 @@ class LbusToBeats(wiring.Component):
             m.d.sync += wp.eq(wp + incnt)
         with m.Elif(incnt != 0):
             m.d.sync += self.overflow.eq(1)
-        # the next count and `present` for each pop count, from registers, then selected by it
+        # the next count and its thermometer for each pop count, from registers, then selected
+        # by it; "cnt + added > j" from the thermometer and the arrivals' count (no adder)
         cnt_add = Signal(range(D + NSEG + 1))
         m.d.comb += cnt_add.eq(cnt + added)
         m.d.sync += cnt.eq(by_pop([(cnt_add - p)[:len(cnt)] for p in range(NSEG + 1)]))
-        m.d.sync += present.eq(by_pop([Cat(*[cnt_add > p + k for k in range(NSEG)])
-                                       for p in range(NSEG + 1)]))
+
+        def th(i):   # cnt > i
+            return Const(1, 1) if i < 0 else cnt_th[i] if i < D else Const(0, 1)
+
+        def gt(j):   # cnt + added > j
+            return Mux(fits, Cat(*[(incnt == v) & th(j - v) for v in range(NSEG + 1)]).any(),
+                       th(j))
+
+        m.d.sync += cnt_th.eq(Cat(*[by_pop([gt(j + p) for p in range(NSEG + 1)])
+                                    for j in range(D)]))
         # the relative flags: the registered arrivals' flags merged in from position cnt on
-        # (beyond cnt + added the flags are unused: `present` masks them), shifted by pop
+        # (beyond cnt + added: eop 0, err unused), shifted by pop
         for rel_v, field in ((rel_eop, "eop"), (rel_err, "err")):
             in_v = Cat(*[s[field] for s in ins])
             # (slot (j - cnt) mod 4 of the arrivals, as an AND-OR on the decoded cnt[:2])
-            merged = [Mux(cnt > j, rel_v[j],
+            merged = [Mux(th(j), rel_v[j],
                           Cat(*[(cnt[:2] == (j - r) % 4) & in_v[r] for r in range(NSEG)]).any())
                       if j < D else Const(0, 1) for j in range(D + NSEG)]
+            if field == "eop":   # masked to the queued segments: `ends` need no `present`
+                merged = [v & gt(j) for j, v in enumerate(merged)]
             m.d.sync += rel_v.eq(Cat(*[by_pop([merged[i + p] for p in range(NSEG + 1)])
                                        for i in range(D)]))
         return m
