@@ -210,8 +210,9 @@ class LbusToBeats(wiring.Component):
         # entry by its distance from the tail, with no adder or decoder chain in front of it
         ins = [Signal(entry, name=f"in{r}") for r in range(NSEG)]
         incnt = Signal(3)
+        inge = Signal(NSEG)   # the same as a thermometer: inge[v] = incnt > v (slot v filled)
         ena = [self.seg[s].ena for s in range(NSEG)]
-        m.d.sync += incnt.eq(sum(ena))
+        m.d.sync += [incnt.eq(sum(ena)), inge.eq(Cat(*[sum(ena) > v for v in range(NSEG)]))]
         segs = []
         for s in range(NSEG):
             seg = self.seg[s]
@@ -258,13 +259,15 @@ class LbusToBeats(wiring.Component):
         # the relative flags: the registered arrivals' flags merged in from position cnt on
         # (beyond cnt + added: eop 0, err unused), shifted by pop
         for rel_v, field in ((rel_eop, "eop"), (rel_err, "err")):
-            in_v = Cat(*[s[field] for s in ins])
+            # eop masked to the queued segments (`ends` need no `present`): an arrival's flag
+            # only from a filled slot, only within 4 of the count, only when admitted
+            in_v = Cat(*[s[field] & (inge[r] if field == "eop" else 1)
+                         for r, s in enumerate(ins)])
             # (slot (j - cnt) mod 4 of the arrivals, as an AND-OR on the decoded cnt[:2])
             merged = [Mux(th(j), rel_v[j],
-                          Cat(*[(cnt[:2] == (j - r) % 4) & in_v[r] for r in range(NSEG)]).any())
+                          Cat(*[(cnt[:2] == (j - r) % 4) & in_v[r] for r in range(NSEG)]).any()
+                          & (fits & th(j - NSEG) if field == "eop" else 1))
                       if j < D else Const(0, 1) for j in range(D + NSEG)]
-            if field == "eop":   # masked to the queued segments: `ends` need no `present`
-                merged = [v & gt(j) for j, v in enumerate(merged)]
             m.d.sync += rel_v.eq(Cat(*[by_pop([merged[i + p] for p in range(NSEG + 1)])
                                        for i in range(D)]))
         return m
