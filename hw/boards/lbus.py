@@ -16,9 +16,9 @@ the MAC ends the packet and marks it bad instead of running it into the next one
 
 :class:`LbusToBeats` (RX): valid segments go into a 16-segment queue; a beat leaves the queue
 when it holds 4 segments or an ``eop`` among its first 4, carrying up to 4 segments and never
-segments of two packets, through an output register (with a skid register behind it, so the
-queue's pop decision does not read ``o.ready``). One beat per cycle; latency 3 cycles (an input
-register, the queue, the output register).
+segments of two packets, through a 2-entry output buffer (so the queue's pop decision does not
+read ``o.ready``; ``o`` is the buffer's head, a 2:1 select and the keep mask after its
+registers). One beat per cycle; latency 3 cycles (an input register, the queue, the buffer).
 Throughput: at 100 Gb/s the 322.265625 MHz LBUS brings at most 38.8 bytes of wire time per
 cycle, and a packet of L bytes (FCS stripped) occupies L + 24 bytes of wire time (FCS, preamble,
 minimum IPG) but needs only ceil(L / 64) beats, which is never more cycles (L >= 60): the queue
@@ -163,10 +163,10 @@ class LbusToBeats(wiring.Component):
         takes = [full_or_eop & present[0]] + [full_or_eop & present[k] & ~Cat(*ends[:k]).any()
                                               for k in range(1, NSEG)]
         take = Signal()
-        sk_v = Signal()   # the skid register holds a beat (the output stalled when it was taken)
-        # (full_or_eop implies present[0]; `o.ready` is not an input: the skid register takes
-        # the beat taken while the output stalls, so the pop decision reads registers only)
-        m.d.comb += take.eq(full_or_eop & ~sk_v)
+        n_out = Signal(range(3))   # beats in the 2-entry output buffer
+        # (full_or_eop implies present[0]; `o.ready` is not an input: the output buffer has
+        # room for the beat taken now whatever leaves, so the pop decision reads registers)
+        m.d.comb += take.eq(full_or_eop & (n_out != 2))
         # pop one-hot: popk[p] = p segments leave (p = 0..4); given take, segment p - 1 is in
         # the beat and segment p is not (a few inputs each: take, two present bits, the eops)
         popk = [~take] + [take & present[p - 1] & ~Cat(*ends[:p - 1]).any()
@@ -184,25 +184,33 @@ class LbusToBeats(wiring.Component):
             with m.If(takes[k] & (~takes[k + 1] if k + 1 < NSEG else 1)):
                 m.d.comb += end_err.eq(rel_err[k])
 
-        # ---- output register and a skid register behind it
+        # ---- a 2-entry output buffer: a taken beat is written unmasked with the segments it
+        # takes; the entry shown on `o` is selected and its keep masked after the registers
         first = Signal(init=1)
-        beat = Signal.like(self.o.payload)
-        sk = Signal.like(self.o.payload)
-        m.d.comb += [beat.data.eq(Cat(*[swap_bytes(h.data) for h in head])),
-                     beat.keep.eq(Cat(*[Mux(takes[k], head[k].keep, 0) for k in range(NSEG)])),
-                     beat.last.eq(has_eop), beat.error.eq(has_eop & end_err),
-                     beat.first.eq(first)]
+        ent = data.StructLayout({"beat": self.o.payload.shape(), "tk": NSEG})
+        e = [Signal(ent, name=f"out{i}") for i in range(2)]
+        wsel, rsel = Signal(), Signal()
+        new = Signal(ent)
+        m.d.comb += [new.beat.data.eq(Cat(*[swap_bytes(h.data) for h in head])),
+                     new.beat.keep.eq(Cat(*[h.keep for h in head])),
+                     new.beat.last.eq(has_eop), new.beat.error.eq(has_eop & end_err),
+                     new.beat.first.eq(first), new.tk.eq(Cat(*takes))]
         with m.If(take):
-            m.d.sync += first.eq(has_eop)
-        with m.If(~self.o.valid | self.o.ready):
-            with m.If(sk_v):
-                m.d.sync += [self.o.payload.eq(sk), self.o.valid.eq(1), sk_v.eq(0)]
-            with m.Elif(take):
-                m.d.sync += [self.o.payload.eq(beat), self.o.valid.eq(1)]
+            m.d.sync += [first.eq(has_eop), wsel.eq(~wsel)]
+            with m.If(wsel):
+                m.d.sync += e[1].eq(new)
             with m.Else():
-                m.d.sync += self.o.valid.eq(0)
-        with m.Elif(take):
-            m.d.sync += [sk.eq(beat), sk_v.eq(1)]
+                m.d.sync += e[0].eq(new)
+        cur = Signal(ent)
+        m.d.comb += cur.eq(Mux(rsel, e[1], e[0]))
+        leave = self.o.valid & self.o.ready
+        m.d.comb += [self.o.valid.eq(n_out != 0), self.o.payload.eq(cur.beat),
+                     self.o.payload.keep.eq(Cat(*[Mux(cur.tk[k], cur.beat.keep[SEG_BYTES * k:
+                                                                           SEG_BYTES * (k + 1)],
+                                                      0) for k in range(NSEG)]))]
+        with m.If(leave):
+            m.d.sync += rsel.eq(~rsel)
+        m.d.sync += n_out.eq(n_out + take - leave)
         m.d.sync += rp.eq(by_pop([(rp + p)[:aw] for p in range(NSEG + 1)]))
 
         # ---- input stage: the cycle's valid segments compacted (the r-th valid one in slot r),
