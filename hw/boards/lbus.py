@@ -164,9 +164,10 @@ class LbusToBeats(wiring.Component):
                                               for k in range(1, NSEG)]
         take = Signal()
         n_out = Signal(range(3))   # beats in the 2-entry output buffer
+        room = Signal(init=1)      # n_out != 2, registered
         # (full_or_eop implies present[0]; `o.ready` is not an input: the output buffer has
         # room for the beat taken now whatever leaves, so the pop decision reads registers)
-        m.d.comb += take.eq(full_or_eop & (n_out != 2))
+        m.d.comb += take.eq(full_or_eop & room)
         # pop one-hot: popk[p] = p segments leave (p = 0..4); given take, segment p - 1 is in
         # the beat and segment p is not (a few inputs each: take, two present bits, the eops)
         popk = [~take] + [take & present[p - 1] & ~Cat(*ends[:p - 1]).any()
@@ -210,7 +211,9 @@ class LbusToBeats(wiring.Component):
                                                       0) for k in range(NSEG)]))]
         with m.If(leave):
             m.d.sync += rsel.eq(~rsel)
-        m.d.sync += n_out.eq(n_out + take - leave)
+        n_next = Signal(range(3))
+        m.d.comb += n_next.eq(n_out + take - leave)
+        m.d.sync += [n_out.eq(n_next), room.eq(n_next != 2)]
         m.d.sync += rp.eq(by_pop([(rp + p)[:aw] for p in range(NSEG + 1)]))
 
         # ---- input stage: the cycle's valid segments compacted (the r-th valid one in slot r),
