@@ -16,8 +16,9 @@ the MAC ends the packet and marks it bad instead of running it into the next one
 
 :class:`LbusToBeats` (RX): valid segments go into a 16-segment queue; a beat leaves the queue
 when it holds 4 segments or an ``eop`` among its first 4, carrying up to 4 segments and never
-segments of two packets, through an output register. One beat per cycle; latency 3 cycles (an
-input register, the queue, the output register).
+segments of two packets, through a 2-entry output buffer (so the queue's pop decision does not
+read ``o.ready``; ``o`` is the buffer's head, a 2:1 select and the keep mask after its
+registers). One beat per cycle; latency 3 cycles (an input register, the queue, the buffer).
 Throughput: at 100 Gb/s the 322.265625 MHz LBUS brings at most 38.8 bytes of wire time per
 cycle, and a packet of L bytes (FCS stripped) occupies L + 24 bytes of wire time (FCS, preamble,
 minimum IPG) but needs only ceil(L / 64) beats, which is never more cycles (L >= 60): the queue
@@ -147,21 +148,30 @@ class LbusToBeats(wiring.Component):
         wp = Signal(aw)
         rp = Signal(aw)
         cnt = Signal(range(D + 1))
-        rel_eop = Signal(D)
-        rel_err = Signal(D)              # the same for the err flags
+        rel_eop = Signal(D)              # 0 beyond the queued segments (masked when merged)
+        rel_err = Signal(D)              # the same for the err flags (not masked)
 
         # ---- head of the queue -> next output beat: up to 4 segments, cut after the first eop
-        present = Signal(NSEG)           # cnt > k, registered
-        ends = [present[k] & rel_eop[k] for k in range(NSEG)]
+        # the count also as a registered thermometer (cnt_th[j] = cnt > j): the comparisons
+        # of the count with constants (present, room, the flags' merge position) read a flag
+        cnt_th = Signal(D)
+        present = cnt_th[:NSEG]
+        ends = [rel_eop[k] for k in range(NSEG)]   # (rel_eop is 0 where nothing is queued)
         has_eop = Cat(*ends).any()
         # takes[k]: the beat has segment k (segments up to the first eop; all 4 without one)
         full_or_eop = has_eop | present[NSEG - 1]
         takes = [full_or_eop & present[0]] + [full_or_eop & present[k] & ~Cat(*ends[:k]).any()
                                               for k in range(1, NSEG)]
         take = Signal()
-        m.d.comb += take.eq(takes[0] & (~self.o.valid | self.o.ready))
-        # pop one-hot: popk[p] = p segments leave (p = 0..4)
-        popk = [~take] + [take & takes[p - 1] & (~takes[p] if p < NSEG else 1)
+        n_out = Signal(range(3))   # beats in the 2-entry output buffer
+        room = Signal(init=1)      # n_out != 2, registered
+        # (full_or_eop implies present[0]; `o.ready` is not an input: the output buffer has
+        # room for the beat taken now whatever leaves, so the pop decision reads registers)
+        m.d.comb += take.eq(full_or_eop & room)
+        # pop one-hot: popk[p] = p segments leave (p = 0..4); given take, segment p - 1 is in
+        # the beat and segment p is not (a few inputs each: take, two present bits, the eops)
+        popk = [~take] + [take & present[p - 1] & ~Cat(*ends[:p - 1]).any()
+                          & (~(present[p] & ~Cat(*ends[:p]).any()) if p < NSEG else 1)
                           for p in range(1, NSEG + 1)]
 
         def by_pop(cands):               # the candidate of the pop count (one-hot AND-OR)
@@ -175,21 +185,35 @@ class LbusToBeats(wiring.Component):
             with m.If(takes[k] & (~takes[k + 1] if k + 1 < NSEG else 1)):
                 m.d.comb += end_err.eq(rel_err[k])
 
-        # ---- output register
+        # ---- a 2-entry output buffer: a taken beat is written unmasked with the segments it
+        # takes; the entry shown on `o` is selected and its keep masked after the registers
         first = Signal(init=1)
-        with m.If(self.o.valid & self.o.ready):
-            m.d.sync += self.o.valid.eq(0)
+        ent = data.StructLayout({"beat": self.o.payload.shape(), "tk": NSEG})
+        e = [Signal(ent, name=f"out{i}") for i in range(2)]
+        wsel, rsel = Signal(), Signal()
+        new = Signal(ent)
+        m.d.comb += [new.beat.data.eq(Cat(*[swap_bytes(h.data) for h in head])),
+                     new.beat.keep.eq(Cat(*[h.keep for h in head])),
+                     new.beat.last.eq(has_eop), new.beat.error.eq(has_eop & end_err),
+                     new.beat.first.eq(first), new.tk.eq(Cat(*takes))]
         with m.If(take):
-            m.d.sync += [
-                self.o.valid.eq(1),
-                self.o.payload.data.eq(Cat(*[swap_bytes(h.data) for h in head])),
-                self.o.payload.keep.eq(Cat(*[Mux(takes[k], head[k].keep, 0)
-                                             for k in range(NSEG)])),
-                self.o.payload.last.eq(has_eop),
-                self.o.payload.error.eq(has_eop & end_err),
-                self.o.payload.first.eq(first),
-                first.eq(has_eop),
-            ]
+            m.d.sync += [first.eq(has_eop), wsel.eq(~wsel)]
+            with m.If(wsel):
+                m.d.sync += e[1].eq(new)
+            with m.Else():
+                m.d.sync += e[0].eq(new)
+        cur = Signal(ent)
+        m.d.comb += cur.eq(Mux(rsel, e[1], e[0]))
+        leave = self.o.valid & self.o.ready
+        m.d.comb += [self.o.valid.eq(n_out != 0), self.o.payload.eq(cur.beat),
+                     self.o.payload.keep.eq(Cat(*[Mux(cur.tk[k], cur.beat.keep[SEG_BYTES * k:
+                                                                           SEG_BYTES * (k + 1)],
+                                                      0) for k in range(NSEG)]))]
+        with m.If(leave):
+            m.d.sync += rsel.eq(~rsel)
+        n_next = Signal(range(3))
+        m.d.comb += n_next.eq(n_out + take - leave)
+        m.d.sync += [n_out.eq(n_next), room.eq(n_next != 2)]
         m.d.sync += rp.eq(by_pop([(rp + p)[:aw] for p in range(NSEG + 1)]))
 
         # ---- input stage: the cycle's valid segments compacted (the r-th valid one in slot r),
@@ -197,8 +221,9 @@ class LbusToBeats(wiring.Component):
         # entry by its distance from the tail, with no adder or decoder chain in front of it
         ins = [Signal(entry, name=f"in{r}") for r in range(NSEG)]
         incnt = Signal(3)
+        inge = Signal(NSEG)   # the same as a thermometer: inge[v] = incnt > v (slot v filled)
         ena = [self.seg[s].ena for s in range(NSEG)]
-        m.d.sync += incnt.eq(sum(ena))
+        m.d.sync += [incnt.eq(sum(ena)), inge.eq(Cat(*[sum(ena) > v for v in range(NSEG)]))]
         segs = []
         for s in range(NSEG):
             seg = self.seg[s]
@@ -214,7 +239,7 @@ class LbusToBeats(wiring.Component):
 
         # ---- the registered segments at the tail: entry j takes slot (j - wp) mod D when that
         # is below their number
-        fits = cnt <= D - NSEG   # room for a full cycle whatever leaves this cycle
+        fits = ~cnt_th[D - NSEG]   # cnt <= D - 4: room for a full cycle whatever leaves
         added = Signal(3)
         m.d.sync += self.overflow.eq(0)
         with m.If(fits):
@@ -227,19 +252,32 @@ class LbusToBeats(wiring.Component):
             m.d.sync += wp.eq(wp + incnt)
         with m.Elif(incnt != 0):
             m.d.sync += self.overflow.eq(1)
-        # the next count and `present` for each pop count, from registers, then selected by it
+        # the next count and its thermometer for each pop count, from registers, then selected
+        # by it; "cnt + added > j" from the thermometer and the arrivals' count (no adder)
         cnt_add = Signal(range(D + NSEG + 1))
         m.d.comb += cnt_add.eq(cnt + added)
         m.d.sync += cnt.eq(by_pop([(cnt_add - p)[:len(cnt)] for p in range(NSEG + 1)]))
-        m.d.sync += present.eq(by_pop([Cat(*[cnt_add > p + k for k in range(NSEG)])
-                                       for p in range(NSEG + 1)]))
+
+        def th(i):   # cnt > i
+            return Const(1, 1) if i < 0 else cnt_th[i] if i < D else Const(0, 1)
+
+        def gt(j):   # cnt + added > j
+            return Mux(fits, Cat(*[(incnt == v) & th(j - v) for v in range(NSEG + 1)]).any(),
+                       th(j))
+
+        m.d.sync += cnt_th.eq(Cat(*[by_pop([gt(j + p) for p in range(NSEG + 1)])
+                                    for j in range(D)]))
         # the relative flags: the registered arrivals' flags merged in from position cnt on
-        # (beyond cnt + added the flags are unused: `present` masks them), shifted by pop
+        # (beyond cnt + added: eop 0, err unused), shifted by pop
         for rel_v, field in ((rel_eop, "eop"), (rel_err, "err")):
-            in_v = Cat(*[s[field] for s in ins])
+            # eop masked to the queued segments (`ends` need no `present`): an arrival's flag
+            # only from a filled slot, only within 4 of the count, only when admitted
+            in_v = Cat(*[s[field] & (inge[r] if field == "eop" else 1)
+                         for r, s in enumerate(ins)])
             # (slot (j - cnt) mod 4 of the arrivals, as an AND-OR on the decoded cnt[:2])
-            merged = [Mux(cnt > j, rel_v[j],
-                          Cat(*[(cnt[:2] == (j - r) % 4) & in_v[r] for r in range(NSEG)]).any())
+            merged = [Mux(th(j), rel_v[j],
+                          Cat(*[(cnt[:2] == (j - r) % 4) & in_v[r] for r in range(NSEG)]).any()
+                          & (fits & th(j - NSEG) if field == "eop" else 1))
                       if j < D else Const(0, 1) for j in range(D + NSEG)]
             m.d.sync += rel_v.eq(Cat(*[by_pop([merged[i + p] for p in range(NSEG + 1)])
                                        for i in range(D)]))

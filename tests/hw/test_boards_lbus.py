@@ -188,21 +188,21 @@ def test_tx_then_rx_round_trip_minimum_frames():
 
 
 def test_rx_overflow_is_flagged_and_queue_stays_consistent():
-    """With the output stalled, a 24-segment packet overruns the converter (one beat in the
-    output register, 16 segments queued): the sixth cycle's segments are dropped with
-    ``overflow``; what was taken comes out intact."""
+    """With the output stalled, a 28-segment packet overruns the converter (one beat in the
+    output register, one in its skid register, 16 segments queued): the seventh cycle's
+    segments are dropped with ``overflow``; what was taken comes out intact."""
     dut = LbusToBeats()
-    payload = bytes(range(256)) + bytes(range(128))   # 384 bytes = 24 segments
+    payload = bytes(range(256)) + bytes(range(192))   # 448 bytes = 28 segments
     seen = {"ovf": 0, "out": bytearray(), "last": False}
 
     async def bench(ctx):
         ctx.set(dut.o.ready, 0)
-        for c in range(6):
+        for c in range(7):
             for s in range(4):
                 i = 4 * c + s
                 ctx.set(dut.seg[s].ena, 1)
                 ctx.set(dut.seg[s].sop, i == 0)
-                ctx.set(dut.seg[s].eop, i == 23)
+                ctx.set(dut.seg[s].eop, i == 27)
                 ctx.set(dut.seg[s].mty, 0)
                 ctx.set(dut.seg[s].data, int.from_bytes(payload[16 * i:16 * i + 16], "big"))
             await ctx.tick()
@@ -226,5 +226,5 @@ def test_rx_overflow_is_flagged_and_queue_stays_consistent():
     sim.add_testbench(bench)
     sim.run()
     assert seen["ovf"] == 1
-    assert bytes(seen["out"]) == payload[:320]   # the first 20 segments, in order
+    assert bytes(seen["out"]) == payload[:384]   # the first 24 segments, in order
     assert not seen["last"]                       # the eop was in the dropped cycle
