@@ -170,8 +170,12 @@ class RoundEmitter(wiring.Component):
         for k in range(P):   # a decoder (one compare per bit), not a shifter's mux stages
             m.d.comb += low_dec[k].eq(Cat(*[low[k] == i for i in range(nw)]))
         rest = [Signal(nw, name=f"rest{k}") for k in range(P)]   # rem without its lowest
+        rest_any = [Signal(name=f"rest_any{k}") for k in range(P)]
         for k in range(P):
-            m.d.comb += rest[k].eq(rem[k] & ~low_dec[k])
+            m.d.comb += [rest[k].eq(rem[k] & ~low_dec[k]), rest_any[k].eq(rest[k].any())]
+        # per port "rem is not empty" as a register (set in PLAN, then the step's rest_any), so
+        # the round step's decision reads a flag, not a max_world-bit reduction
+        has_r = [Signal(name=f"has{k}") for k in range(P)]
         pi = Signal(range(P), name="round_port")
         first_round = Signal()
         rmask = Signal(P, name="round_mask")
@@ -196,6 +200,7 @@ class RoundEmitter(wiring.Component):
             with m.State("PLAN"):
                 # one cycle for the first lowest ranks (kept registered from here on)
                 m.d.sync += [low[k].eq(_lowest(rem[k], nw)) for k in range(P)]
+                m.d.sync += [has_r[k].eq(rem[k].any()) for k in range(P)]
                 m.next = "RESULTS"
             with m.State("JOB_FRAME"):
                 vl = is_vlan(ejob.raw)
@@ -237,7 +242,7 @@ class RoundEmitter(wiring.Component):
             with m.State("RESULTS"):
                 # cycle pi of a round: the round's payload command at pi == 0, then port pi's
                 # header command (its lowest remaining rank) if it has one
-                has = Cat(*[r.any() for r in rem])
+                has = Cat(*has_r)
                 rank = Signal(rank_bits)
                 m.d.comb += rank.eq(Cat(*low).word_select(pi, rank_bits))
                 mine = has.bit_select(pi, 1)
@@ -255,14 +260,15 @@ class RoundEmitter(wiring.Component):
                 left = [Signal(name=f"left{k}") for k in range(P)]
                 for k in range(P):
                     m.d.comb += [step[k].eq((pi == k) & mine),
-                                 left[k].eq(Mux(pi == k, rest[k].any(), rem[k].any()))]
+                                 left[k].eq(Mux(step[k], rest_any[k], has_r[k]))]
                 with m.If(ok):
                     m.d.comb += [hpush.eq(mine), pcq.w_en.eq(pi == 0)]
                     with m.If(pi == 0):
                         m.d.sync += rmask.eq(has)
                     for k in range(P):
                         with m.If(step[k]):
-                            m.d.sync += [rem[k].eq(rest[k]), low[k].eq(_lowest(rest[k], nw))]
+                            m.d.sync += [rem[k].eq(rest[k]), low[k].eq(_lowest(rest[k], nw)),
+                                         has_r[k].eq(rest_any[k])]
                     with m.If(pi == P - 1):
                         m.d.sync += [pi.eq(0), first_round.eq(0)]
                         with m.If(~Cat(*left).any()):
