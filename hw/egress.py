@@ -60,7 +60,9 @@ class RoundEmitter(wiring.Component):
     ``dep_hdr<k>`` / ``dep_payload<k>`` per port and no ``port`` stream. Slot reads carry the tag
     ``Cat(bytes, last, xtag, count, mask)`` (``mask``: the round's ports); ``rel_xtag`` (the
     combine tag of the release ``rel_cur``) is read from the second cycle after the release is
-    taken, so it may be a register of a function of ``rel_cur``.
+    taken, so it may be a register of a function of ``rel_cur`` and ``rel_lanes`` (Out, P bits,
+    registered with ``rel_cur``: the arrival ports of its ranks below ``n``, the lanes holding
+    its partials).
 
     Contract:
 
@@ -101,7 +103,7 @@ class RoundEmitter(wiring.Component):
             "hs_data": In(hs_layout),
             "req": Out(stream.Signature(req_layout)),
             "res": In(stream.Signature(res_layout)),
-            "rel_cur": Out(rel_layout), "rel_xtag": In(xtag_width),
+            "rel_cur": Out(rel_layout), "rel_xtag": In(xtag_width), "rel_lanes": Out(ports),
         }
         for k in range(ports):
             members[f"dep_hdr{k}"] = Out(stream.Signature(deparse_header_layout()))
@@ -193,8 +195,10 @@ class RoundEmitter(wiring.Component):
                     m.d.comb += self.rel.ready.eq(1)
                     m.d.sync += [erel.eq(rel), pi.eq(0), first_round.eq(1)]
                     for k in range(P):
-                        m.d.sync += rem[k].eq(Cat(*[(r < rel.n) & (rel.ports[r] == k)
-                                                    & rel.mask[r] for r in range(nw)]))
+                        on_k = [(r < rel.n) & (rel.ports[r] == k) for r in range(nw)]
+                        m.d.sync += [rem[k].eq(Cat(*[o & rel.mask[r]
+                                                     for r, o in enumerate(on_k)])),
+                                     self.rel_lanes[k].eq(Cat(*on_k).any())]
                     m.next = "PLAN"
             with m.State("PLAN"):
                 # one cycle to load the first rank of every port
