@@ -60,9 +60,9 @@ class RoundEmitter(wiring.Component):
     ``dep_hdr<k>`` / ``dep_payload<k>`` per port and no ``port`` stream. Slot reads carry the tag
     ``Cat(bytes, last, xtag, count, mask)`` (``mask``: the round's ports); ``rel_xtag`` (the
     combine tag of the release ``rel_cur``) is read from the second cycle after the release is
-    taken, so it may be a register of a function of ``rel_cur`` and ``rel_lanes`` (Out, P bits,
-    registered with ``rel_cur``: the arrival ports of its ranks below ``n``, the lanes holding
-    its partials).
+    taken, so it may be a register of a function of ``rel_cur`` and ``rel_lanes`` (Out, P bits:
+    the arrival ports of ``rel_cur``'s ranks below ``n``, the lanes holding its partials; an OR
+    of registers set with ``rel_cur``).
 
     Contract:
 
@@ -177,6 +177,11 @@ class RoundEmitter(wiring.Component):
             return [low[k].eq(_encode(rem_low[k], nw, rank_bits)), rem[k].eq(rem_next[k]),
                     rem_any[k].eq(rem_next[k].any())]
 
+        # per port the release head's ranks below n that arrived on it, registered with the
+        # release (on_r); rel_lanes is their OR, from registers (no accept decision in front)
+        on = [[(r < rel.n) & (rel.ports[r] == k) for r in range(nw)] for k in range(P)]
+        on_r = [Signal(nw, name=f"rel_on{k}") for k in range(P)]
+        m.d.comb += [self.rel_lanes[k].eq(on_r[k].any()) for k in range(P)]
         pi = Signal(range(P), name="round_port")
         first_round = Signal()
         rmask = Signal(P, name="round_mask")
@@ -195,10 +200,9 @@ class RoundEmitter(wiring.Component):
                     m.d.comb += self.rel.ready.eq(1)
                     m.d.sync += [erel.eq(rel), pi.eq(0), first_round.eq(1)]
                     for k in range(P):
-                        on_k = [(r < rel.n) & (rel.ports[r] == k) for r in range(nw)]
                         m.d.sync += [rem[k].eq(Cat(*[o & rel.mask[r]
-                                                     for r, o in enumerate(on_k)])),
-                                     self.rel_lanes[k].eq(Cat(*on_k).any())]
+                                                     for r, o in enumerate(on[k])])),
+                                     on_r[k].eq(Cat(*on[k]))]
                     m.next = "PLAN"
             with m.State("PLAN"):
                 # one cycle to load the first rank of every port
