@@ -28,7 +28,6 @@ from .emitter import (
     frame_job_layout,
     header_read_delay,
     is_vlan,
-    seq_before,
 )
 from .packet.layout import HDR_CAP, L2_TAGGED, L2_UNTAGGED, deparse_header_layout
 from .stream import beat_signature
@@ -40,24 +39,17 @@ def _bits(n: int) -> int:
     return max(1, ceil_log2(n))
 
 
-def _lowest(bits, n: int):
-    """Index of the lowest set bit of ``bits`` (n bits; 0 when none), as a tree: each level
-    picks the upper half's index only if the lower half has no bit and the upper one has, so the
-    depth grows with log2(n) (a chain of n priority muxes maps to n / 8 chained wide muxes)."""
-    width = _bits(n)
-    size = 1 << ceil_log2(max(n, 2))
-    padded = Cat(bits[:n], Const(0, size - n))
+def _before(a, b):
+    """a < b for sequence numbers modulo 2**SEQ_BITS at a distance below 2**15 (as
+    :func:`~netreduce.hw.emitter.seq_before`, which it equals there): the sign of a - b, one
+    carry chain and no zero test."""
+    return (a - b)[SEQ_BITS - 1]
 
-    def tree(lo: int, size: int):   # (any bit set, index within) of bits[lo:lo + size]
-        if size == 1:
-            return padded[lo], Const(0, 0)
-        half = size // 2
-        a_lo, i_lo = tree(lo, half)
-        a_hi, i_hi = tree(lo + half, size - half)
-        return a_lo | a_hi, Mux(a_lo | ~a_hi, Cat(i_lo, Const(0, 1)), Cat(i_hi, Const(1, 1)))
 
-    _, idx = tree(0, size)
-    return idx[:width]
+def _encode(onehot, n: int, width: int):
+    """The index of the set bit of a one-hot word (n bits): an OR of the bits per index bit."""
+    return Cat(*[Cat(*[onehot[i] for i in range(n) if i >> b & 1]).any() if n > 1 << b
+                 else Const(0, 1) for b in range(width)])
 
 
 class RoundEmitter(wiring.Component):
@@ -68,7 +60,9 @@ class RoundEmitter(wiring.Component):
     ``dep_hdr<k>`` / ``dep_payload<k>`` per port and no ``port`` stream. Slot reads carry the tag
     ``Cat(bytes, last, xtag, count, mask)`` (``mask``: the round's ports); ``rel_xtag`` (the
     combine tag of the release ``rel_cur``) is read from the second cycle after the release is
-    taken, so it may be a register of a function of ``rel_cur``.
+    taken, so it may be a register of a function of ``rel_cur`` and ``rel_lanes`` (Out, P bits:
+    the arrival ports of ``rel_cur``'s ranks below ``n``, the lanes holding its partials; an OR
+    of registers set with ``rel_cur``).
 
     Contract:
 
@@ -109,7 +103,7 @@ class RoundEmitter(wiring.Component):
             "hs_data": In(hs_layout),
             "req": Out(stream.Signature(req_layout)),
             "res": In(stream.Signature(res_layout)),
-            "rel_cur": Out(rel_layout), "rel_xtag": In(xtag_width),
+            "rel_cur": Out(rel_layout), "rel_xtag": In(xtag_width), "rel_lanes": Out(ports),
         }
         for k in range(ports):
             members[f"dep_hdr{k}"] = Out(stream.Signature(deparse_header_layout()))
@@ -153,25 +147,41 @@ class RoundEmitter(wiring.Component):
         ejob = Signal(self.job_layout, name="ejob")
         erel = Signal(self.rel_layout, name="erel")
         m.d.comb += self.rel_cur.eq(erel)
-        job_first = jobs.valid & (~self.rel.valid | seq_before(jq_r.seq, rel.seq))
-        rel_ok = self.rel.valid & ~job_first & ~seq_before(self.done_seen, rel.seq)
+        job_first = jobs.valid & (~self.rel.valid | _before(jq_r.seq, rel.seq))
+        rel_ok = self.rel.valid & ~job_first & ~_before(self.done_seen, rel.seq)
 
         def put_raw(dst, byte_list_u, byte_list_t, vlan):
             return [dst[i].eq(Mux(vlan, byte_list_t[i], byte_list_u[i])) for i in range(HDR_CAP)]
 
         bth_len = {l2: l2 + wf.IPV4.size + wf.UDP.size + wf.BTH.size
                    for l2 in (L2_UNTAGGED, L2_TAGGED)}
-        # release planning: per port the ranks of the index still to send
+        # release planning, per port: ``low`` (its next rank, valid while ``has``) and ``rem``
+        # (its ranks after that one), all registers. Loading the next rank takes the lowest bit
+        # of rem off through one decrement (rem & (rem - 1) clears it, rem & ~(rem - 1) isolates
+        # it: a carry chain of max_world bits, then an OR tree per index bit); ``rem_any`` (rem
+        # is not empty after this load) is registered with it, so a round step's decisions read
+        # flags only, no search over max_world bits
         rem = [Signal(nw, name=f"rem{k}") for k in range(P)]
-        # per port its lowest remaining rank, kept a cycle ahead (registered), so that a round
-        # step only clears a decoded bit: no priority search over max_world bits in the step
         low = [Signal(rank_bits, name=f"low{k}") for k in range(P)]
-        low_dec = [Signal(nw, name=f"low_dec{k}") for k in range(P)]
-        for k in range(P):   # a decoder (one compare per bit), not a shifter's mux stages
-            m.d.comb += low_dec[k].eq(Cat(*[low[k] == i for i in range(nw)]))
-        rest = [Signal(nw, name=f"rest{k}") for k in range(P)]   # rem without its lowest
+        has_r = [Signal(name=f"has{k}") for k in range(P)]
+        rem_any = [Signal(name=f"rem_any{k}") for k in range(P)]
+
+        rem_dec = [Signal(nw, name=f"rem_dec{k}") for k in range(P)]
+        rem_low = [Signal(nw, name=f"rem_low{k}") for k in range(P)]   # lowest bit, one-hot
+        rem_next = [Signal(nw, name=f"rem_next{k}") for k in range(P)]
         for k in range(P):
-            m.d.comb += rest[k].eq(rem[k] & ~low_dec[k])
+            m.d.comb += [rem_dec[k].eq(rem[k] - 1), rem_low[k].eq(rem[k] & ~rem_dec[k]),
+                         rem_next[k].eq(rem[k] & rem_dec[k])]
+
+        def load(k):   # take rem's lowest rank into low
+            return [low[k].eq(_encode(rem_low[k], nw, rank_bits)), rem[k].eq(rem_next[k]),
+                    rem_any[k].eq(rem_next[k].any())]
+
+        # per port the release head's ranks below n that arrived on it, registered with the
+        # release (on_r); rel_lanes is their OR, from registers (no accept decision in front)
+        on = [[(r < rel.n) & (rel.ports[r] == k) for r in range(nw)] for k in range(P)]
+        on_r = [Signal(nw, name=f"rel_on{k}") for k in range(P)]
+        m.d.comb += [self.rel_lanes[k].eq(on_r[k].any()) for k in range(P)]
         pi = Signal(range(P), name="round_port")
         first_round = Signal()
         rmask = Signal(P, name="round_mask")
@@ -190,12 +200,14 @@ class RoundEmitter(wiring.Component):
                     m.d.comb += self.rel.ready.eq(1)
                     m.d.sync += [erel.eq(rel), pi.eq(0), first_round.eq(1)]
                     for k in range(P):
-                        m.d.sync += rem[k].eq(Cat(*[(r < rel.n) & (rel.ports[r] == k)
-                                                    & rel.mask[r] for r in range(nw)]))
+                        m.d.sync += [rem[k].eq(Cat(*[o & rel.mask[r]
+                                                     for r, o in enumerate(on[k])])),
+                                     on_r[k].eq(Cat(*on[k]))]
                     m.next = "PLAN"
             with m.State("PLAN"):
-                # one cycle for the first lowest ranks (kept registered from here on)
-                m.d.sync += [low[k].eq(_lowest(rem[k], nw)) for k in range(P)]
+                # one cycle to load the first rank of every port
+                for k in range(P):
+                    m.d.sync += [*load(k), has_r[k].eq(rem[k].any())]
                 m.next = "RESULTS"
             with m.State("JOB_FRAME"):
                 vl = is_vlan(ejob.raw)
@@ -237,7 +249,7 @@ class RoundEmitter(wiring.Component):
             with m.State("RESULTS"):
                 # cycle pi of a round: the round's payload command at pi == 0, then port pi's
                 # header command (its lowest remaining rank) if it has one
-                has = Cat(*[r.any() for r in rem])
+                has = Cat(*has_r)
                 rank = Signal(rank_bits)
                 m.d.comb += rank.eq(Cat(*low).word_select(pi, rank_bits))
                 mine = has.bit_select(pi, 1)
@@ -249,20 +261,20 @@ class RoundEmitter(wiring.Component):
                     pc_w.extra.mask.eq(Mux(pi == 0, has, rmask)),
                 ]
                 ok = (pcq.w_rdy | (pi != 0)) & (~mine | has_credit.bit_select(pi, 1))
-                # a step takes port pi's lowest rank; its next lowest, lowest(rest), is a
-                # function of registers only, so no search sits behind the step's decision
+                # a step sends port pi's loaded rank and loads its next (rem's lowest): the
+                # step's decisions read registered flags only
                 step = [Signal(name=f"step{k}") for k in range(P)]
                 left = [Signal(name=f"left{k}") for k in range(P)]
                 for k in range(P):
                     m.d.comb += [step[k].eq((pi == k) & mine),
-                                 left[k].eq(Mux(pi == k, rest[k].any(), rem[k].any()))]
+                                 left[k].eq(Mux(step[k], rem_any[k], has_r[k]))]
                 with m.If(ok):
                     m.d.comb += [hpush.eq(mine), pcq.w_en.eq(pi == 0)]
                     with m.If(pi == 0):
                         m.d.sync += rmask.eq(has)
                     for k in range(P):
                         with m.If(step[k]):
-                            m.d.sync += [rem[k].eq(rest[k]), low[k].eq(_lowest(rest[k], nw))]
+                            m.d.sync += [*load(k), has_r[k].eq(rem_any[k])]
                     with m.If(pi == P - 1):
                         m.d.sync += [pi.eq(0), first_round.eq(0)]
                         with m.If(~Cat(*left).any()):

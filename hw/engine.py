@@ -380,14 +380,11 @@ class NetReduceEngine(wiring.Component):
                 hs_latency=hstore.read_latency)
             m.d.comb += [em.jobs.valid.eq(lp.jobs_valid), em.jobs.payload.eq(lp.jobs_payload),
                          lp.jobs_ready.eq(em.jobs.ready)]
-            # the release's combine tag: lanes of its ranks' arrival ports, the job's op;
-            # registered (the round emitter uses it from the second cycle after it took the
-            # release: one cycle to plan)
+            # the release's combine tag: lanes of its ranks' arrival ports (the emitter's
+            # rel_lanes), the job's op; registered (the round emitter uses it from the second
+            # cycle after it took the release: one cycle to plan)
             erel, xt = em.rel_cur, Signal(lp.xtag, name="rel_xtag")
-            lmask = 0
-            for r in range(self.max_world):
-                lmask = lmask | Mux(r < erel.n, Const(1, P) << erel.ports[r], 0)
-            m.d.sync += [xt.lmask.eq(lmask), xt.op.eq(lp.split.ops[erel.job]),
+            m.d.sync += [xt.lmask.eq(em.rel_lanes), xt.op.eq(lp.split.ops[erel.job]),
                          xt.job.eq(erel.job)]
             m.d.comb += em.rel_xtag.eq(xt)
             wiring.connect(m, em.req, lp.comb.req)

@@ -26,7 +26,7 @@ from amaranth.utils import ceil_log2
 
 from .agg.lanes import LaneALU
 from .agg.types import Action
-from .emitter import SEQ_BITS, seq_before
+from .emitter import SEQ_BITS
 
 __all__ = ["LaneSplit", "LaneCombine", "xtag_layout", "lane_layout", "min_seq"]
 
@@ -51,15 +51,26 @@ def lane_layout(dec_layout, lanes: int) -> data.StructLayout:
 
 
 def min_seq(values):
-    """The oldest of sequence numbers (modulo 2**SEQ_BITS, distances below 2**15), as a tree
-    of pairwise comparisons (ceil(log2(n)) deep)."""
+    """The oldest of sequence numbers (modulo 2**SEQ_BITS, distances below 2**15): every pair
+    compared at once (the sign of their difference; the lower index wins a tie), each value's
+    "older than or equal to all others" flag, and an AND-OR of the values so flagged (equal
+    values when several are). One subtraction and two LUT levels deep, not log2(n) chained
+    comparisons."""
     values = list(values)
-    while len(values) > 1:
-        odd = [values[-1]] if len(values) % 2 else []
-        ev = values[:len(values) - len(odd)]
-        values = [Mux(seq_before(b, a), b, a)
-                  for a, b in zip(ev[::2], ev[1::2], strict=True)] + odd
-    return values[0]
+    n = len(values)
+    if n == 1:
+        return values[0]
+    le = {}
+    for i in range(n):
+        for j in range(i + 1, n):
+            d = (values[j] - values[i])[:SEQ_BITS]
+            le[i, j] = ~d[SEQ_BITS - 1]          # values[i] is not newer than values[j]
+            le[j, i] = d[SEQ_BITS - 1]           # values[j] strictly older than values[i]
+    out = 0
+    for i in range(n):
+        win = Cat(*[le[i, j] for j in range(n) if j != i]).all()
+        out = out | Mux(win, values[i], 0)
+    return out[:SEQ_BITS]
 
 
 class LaneSplit(wiring.Component):
@@ -153,7 +164,8 @@ class LaneCombine(wiring.Component):
     with ``op`` (:class:`~netreduce.hw.agg.lanes.LaneALU`), in port order. Latency: the lanes'
     plus, with more than two lanes, one register per combining addition (P - 1); one beat per
     cycle; the whole pipeline stalls on ``res.ready``. Only lanes whose 4 bytes are all payload
-    count as clipped. No errors.
+    count as clipped; ``sat_inc`` comes two cycles after the frame's last beat leaves (its
+    flags registered, then reduced and counted). No errors.
     """
 
     def __init__(self, width: int, *, lanes: int, jobs: int, req_layout, res_layout,
@@ -189,7 +201,8 @@ class LaneCombine(wiring.Component):
         datas = [r.payload.data for r in ress]
         acc = Const(0, w)
         seen = Const(0, 1)
-        clips = Const(0, P)
+        clips = Const(0, P)   # lanes whose combining addition clipped (reduced, all stages)
+        last_sat = []         # the last lane's per-32-bit clip flags, not yet reduced
         for k in range(P):
             tag = head.tag
             xt = data.View(self.xl, tag[nbb + 1:nbb + 1 + self.xl.size])
@@ -199,7 +212,11 @@ class LaneCombine(wiring.Component):
             m.d.comb += [alu.op.eq(xt.op), alu.first.eq(~seen), alu.acc.eq(acc),
                          alu.contrib.eq(datas[k])]
             inside = xt.lmask[k]
-            clips = clips | ((inside & seen & (alu.sat & kept).any()) << k)
+            flags = (alu.sat & kept) & Cat(*[inside & seen] * (w // 32))
+            if k == P - 1:
+                last_sat = flags
+            else:
+                clips = clips | (flags.any() << k)
             acc = Mux(inside, alu.result, acc)
             seen = seen | inside
             if piped and k < P - 1:
@@ -222,20 +239,28 @@ class LaneCombine(wiring.Component):
         m.d.comb += [self.res.valid.eq(valid), out.eq(head), out.data.eq(acc)]
         for r in ress:
             m.d.comb += r.ready.eq(advance)
-        # clipping of one frame's combining additions, counted at its last beat
+        # clipping of one frame's combining additions, counted at its last beat. The beat's
+        # flags are registered as they leave (the last lane's per 32 bits, unreduced: its adders'
+        # carry chains end there) and reduced and counted a cycle later
         tag = head.tag
         xt = data.View(self.xl, tag[nbb + 1:nbb + 1 + self.xl.size])
-        count = tag[nbb + 1 + self.xl.size]
+        hs = self.res.valid & self.res.ready
+        c_hs = Signal(name="clip_hs")
+        c_last, c_count = Signal(name="clip_last"), Signal(name="clip_count")
+        c_job = Signal.like(xt.job, name="clip_job")
+        c_clips = Signal(P, name="clip_lanes")
+        c_sat = Signal(w // 32, name="clip_sat")
+        m.d.sync += [c_hs.eq(hs), c_last.eq(tag[nbb]), c_count.eq(tag[nbb + 1 + self.xl.size]),
+                     c_job.eq(xt.job), c_clips.eq(clips), c_sat.eq(last_sat)]
         held = Signal(P, name="clip_held")
         now = Signal(P)
-        m.d.comb += now.eq(held | clips)
-        last = tag[nbb]
-        hs = self.res.valid & self.res.ready
-        with m.If(hs):
-            m.d.sync += held.eq(Mux(last, 0, now))
+        m.d.comb += now.eq(held | c_clips | (c_sat.any() << (P - 1)))
+        with m.If(c_hs):
+            m.d.sync += held.eq(Mux(c_last, 0, now))
         n_clip = sum(now[k] for k in range(P))
         for j in range(self.jobs):
-            m.d.sync += self.sat_inc[j].eq(Mux(hs & last & count & (xt.job == j), n_clip, 0))
+            m.d.sync += self.sat_inc[j].eq(Mux(c_hs & c_last & c_count & (c_job == j), n_clip,
+                                               0))
         return m
 
 
@@ -362,22 +387,31 @@ def attach_lanes(m, *, width: int, slots: int, pmtu_max: int, max_world: int, rl
         m.d.sync += s.eq(delay[-1])
         delay.append(s)
 
-    # frame jobs of all lanes, oldest decision first
-    best_v, best_s, best_k = Const(0, 1), Const(0, SEQ_BITS), Const(0, range(P))
-    for k, (q, r) in enumerate(heads):
-        take = q.r_rdy & (~best_v | seq_before(r.seq, best_s))
-        best_v, best_s, best_k = (best_v | q.r_rdy, Mux(take, r.seq, best_s),
-                                  Mux(take, k, best_k))
-    jsel = Signal(range(P), name="lane_job_sel")
-    m.d.comb += jsel.eq(best_k)
-    # the merged stream leaves through a skid buffer: the choice (sequence comparisons over
-    # the lanes) ends in its registers, not in the emitter's; the cycle it adds is within
+    # frame jobs of all lanes, oldest decision first: every pair of lane heads compared at
+    # once (a decision makes at most one frame job, so two heads never have the same seq and
+    # the sign of their difference orders them), the winner one-hot, its payload AND-OR
+    # selected; no chain of comparisons. The merged stream leaves through a skid buffer: the
+    # choice ends in its registers, not in the emitter's; the cycle it adds is within
     # done_seen's delay (a release after the job waits for the job's decision to finish)
+    hv = [q.r_rdy for q, _ in heads]
+    before = {}
+    for i in range(P):
+        for j in range(i + 1, P):
+            b = Signal(name=f"lane_job_lt{i}_{j}")   # lane i's head is older than lane j's
+            m.d.comb += b.eq(~(heads[j][1].seq - heads[i][1].seq)[SEQ_BITS - 1])
+            before[i, j], before[j, i] = b, ~b
+    win = Signal(P, name="lane_job_win")
+    for k in range(P):
+        m.d.comb += win[k].eq(hv[k] & Cat(*[~hv[j] | before[k, j]
+                                            for j in range(P) if j != k]).all())
     from .skid import SkidBuffer
     m.submodules.lane_jobs_skid = jskid = SkidBuffer(job_l)
-    m.d.comb += [jskid.i.valid.eq(best_v), jskid.i.payload.eq(Array(r for _, r in heads)[jsel])]
+    sel_payload = 0
+    for k, (_, r) in enumerate(heads):
+        sel_payload = sel_payload | Mux(win[k], r.as_value(), 0)
+    m.d.comb += [jskid.i.valid.eq(Cat(*hv).any()), jskid.i.payload.eq(sel_payload)]
     for k, (q, _) in enumerate(heads):
-        m.d.comb += q.r_en.eq(jskid.i.ready & best_v & (jsel == k))
+        m.d.comb += q.r_en.eq(jskid.i.ready & win[k])
     jobs_valid, jobs_ready = jskid.o.valid, jskid.o.ready
     jobs_payload = jskid.o.payload
 

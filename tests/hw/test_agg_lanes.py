@@ -156,3 +156,137 @@ def test_op_codes_come_from_regmap_and_width_check():
     assert res.tolist() == [INT32_MAX] and sat.tolist() == [True]
     with pytest.raises(ValueError, match="multiple of 32"):
         LaneALU(48)
+
+
+# ---- LaneCombine (netreduce.hw.lanes): the lanes' result beats combined as the model's D20 ----
+
+def _combine_frames(rng, P, width, n_frames):
+    """Random result frames: (op, lmask, job, count, [beat partials per lane], last bytes)."""
+    n = width // 32
+    edges = np.array(EDGES, dtype=np.int64)
+    frames = []
+    for _ in range(n_frames):
+        op = int(rng.integers(0, 3))
+        lmask = int(rng.integers(1, 1 << P))
+        beats = int(rng.integers(1, 4))
+        last_bytes = int(rng.integers(1, width // 8 + 1))
+        parts = []
+        for _ in range(beats):
+            pick = rng.integers(0, 2, (P, n))
+            big = rng.choice(edges, (P, n))
+            small = rng.integers(-1000, 1000, (P, n))
+            parts.append(np.where(pick == 0, big, small).astype(np.int32))
+        frames.append((op, lmask, int(rng.integers(0, 2)), int(rng.random() < 0.7), parts,
+                       last_bytes))
+    return frames
+
+
+def _model_combine(frame, width):
+    """(beats of the combined data, clipped combining additions of the frame) per the model."""
+    from netreduce.sim.model.lanes import combine
+
+    op, lmask, _job, _count, parts, last_bytes = frame
+    lanes = [k for k in range(len(parts[0])) if lmask >> k & 1]
+    beats = [combine(op, {k: p[k] for k in lanes})[0] for p in parts]
+    # clipping counts over the frame's payload only (lanes whose 4 bytes are all payload)
+    kept = width // 32 if last_bytes == width // 8 else last_bytes // 4
+    payload = {k: np.concatenate([p[k] for p in parts[:-1]] + [parts[-1][k][:kept]])
+               for k in lanes}
+    return beats, combine(op, payload)[1]
+
+
+@pytest.mark.parametrize("lanes", [2, 3, 4])
+def test_lane_combine_matches_the_model(lanes):
+    from amaranth.lib import data
+    from netreduce.hw.lanes import LaneCombine, xtag_layout
+
+    width, jobs, P = 64, 2, lanes
+    nbb = 4                                  # bytes of a 64-bit beat: 0..8
+    xl = xtag_layout(P, jobs)
+    tag_w = nbb + 1 + xl.size + 1
+    req_l = data.StructLayout({"slot": 3, "beat": 3, "tag": tag_w})
+    res_l = data.StructLayout({"slot": 3, "beat": 3, "tag": tag_w, "bad_slot": 1, "data": width})
+    dut = LaneCombine(width, lanes=P, jobs=jobs, req_layout=req_l, res_layout=res_l,
+                      nb_bits=nbb, cnt_width=3)
+    rng = np.random.default_rng(P)
+    frames = _combine_frames(rng, P, width, 40)
+    beats = []   # what every lane's result port returns, in order
+    for op, lmask, job, count, parts, last_bytes in frames:
+        for b, p in enumerate(parts):
+            last = b == len(parts) - 1
+            xt = lmask | op << P | job << (P + 2)
+            tag = (last_bytes if last else width // 8) | int(last) << nbb | xt << (nbb + 1) \
+                | count << (nbb + 1 + xl.size)
+            beats.append((b, tag, [pack(p[k]) for k in range(P)]))
+    got, sat = [], [0] * jobs
+    ress = [getattr(dut, f"lane_res{k}") for k in range(P)]
+
+    async def bench(ctx):
+        # one process drives both sides: every cycle the lanes' beat (valid 80 %) and the
+        # output's ready (70 %), then the handshakes of that cycle
+        i, idle, cycles = 0, 0, 0
+        while idle < 20 and cycles < 40 * len(beats):
+            cycles += 1
+            on = i < len(beats) and rng.random() < 0.8
+            if i < len(beats):
+                beat, tag, datas = beats[i]
+                for r, d in zip(ress, datas, strict=True):
+                    ctx.set(r.payload, {"slot": 5, "beat": beat, "tag": tag, "bad_slot": 0,
+                                        "data": d})
+            for r in ress:
+                ctx.set(r.valid, on)
+            ready = rng.random() < 0.7
+            ctx.set(dut.res.ready, ready)
+            assert len({ctx.get(r.ready) for r in ress}) == 1   # lock step
+            i += on and ctx.get(ress[0].ready)
+            if ctx.get(dut.res.valid) and ready:
+                got.append(ctx.get(dut.res.payload.data))
+            await ctx.tick()
+            for j in range(jobs):
+                sat[j] += ctx.get(dut.sat_inc[j])
+            idle += len(got) == len(beats)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    want, want_sat = [], [0] * jobs
+    for fr in frames:
+        bs, clipped = _model_combine(fr, width)
+        want += bs
+        if fr[3]:      # count: the release's first result frame
+            want_sat[fr[2]] += clipped
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        assert np.array_equal(unpack(g, width), w), (i, unpack(g, width), w)
+    assert sat == want_sat and sum(want_sat) > 0
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_min_seq_is_the_oldest_modulo_2_16(n):
+    from amaranth.hdl import Module, Signal
+    from netreduce.hw.lanes import SEQ_BITS, min_seq
+
+    rng = np.random.default_rng(n)
+    vals = [Signal(SEQ_BITS, name=f"v{i}") for i in range(n)]
+    out = Signal(SEQ_BITS)
+    m = Module()
+    m.d.comb += out.eq(min_seq(vals))
+    cases = []
+    for _ in range(300):
+        base = int(rng.integers(0, 1 << SEQ_BITS))
+        offs = [int(rng.integers(0, 1 << 15)) for _ in range(n)]
+        if n > 1 and rng.random() < 0.3:
+            offs[-1] = offs[0]                      # a tie
+        cases.append(([(base + o) % (1 << SEQ_BITS) for o in offs], (base + min(offs))
+                      % (1 << SEQ_BITS)))
+
+    async def bench(ctx):
+        for vs, want in cases:
+            for s, v in zip(vals, vs, strict=True):
+                ctx.set(s, v)
+            assert ctx.get(out) == want, (vs, want)
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
