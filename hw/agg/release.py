@@ -44,9 +44,10 @@ class ReleaseScheduler(wiring.Component):
     answers with ``up_job`` / ``done_up``. Release chains go first.
 
     Contract: latency: a chain starts one cycle after ``chain`` is seen (lowest job first), then
-    takes 3 cycles per released index (READ: slot RAM read, COMPARE: the word must be valid, hold
-    index ``rel`` and a full bitmap, registered; CHECK: push). Throughput: one index per 3
-    cycles. Backpressure: waits in
+    takes 3 cycles per released index (READ: slot RAM read, and the job's pointer, slot, N and
+    masks registered; COMPARE: the word must be valid, hold index ``rel`` and a full bitmap,
+    registered; CHECK: push, ``cmd`` from registers and the word read). Throughput: one index
+    per 3 cycles. Backpressure: waits in
     CHECK while ``fifo_ready`` is low or ``dec_push`` is high. Errors: none (a slot that is not
     COMPLETE ends the chain).
     """
@@ -79,18 +80,24 @@ class ReleaseScheduler(wiring.Component):
         up_mode = Signal()  # the chain being run is a leaf's partial chain (D17)
         leaf_js = self.leaf.bit_select(js, 1)
         rel_js = Mux(up_mode, self.upptr[js], self.rel[js])
-        rel_q = Signal(PSN_BITS)  # rel_js, registered in READ (COMPARE checks the word with it)
-        ok_q = Signal()  # the word is COMPLETE with index rel_js
         base_js, w_js, n_js = self.base[js], self.w[js], self.n[js]
         slot_js = Signal(c.slot_bits)
         m.d.comb += [slot_js.eq(base_js + (rel_js & (w_js - 1))), self.rd_addr.eq(slot_js)]
-        cmd, word = self.cmd, self.rd_data
         full = Cat(*(n_js > i for i in range(WD)))
-        m.d.comb += [cmd.job.eq(js), cmd.slot.eq(slot_js), cmd.index.eq(rel_js),
-                     cmd.n.eq(n_js), cmd.plen.eq(word.plen),
-                     cmd.mask.eq(Mux(up_mode, self.upmask[js],
-                                     Mux(leaf_js, self.mmask[js], full))),
-                     cmd.total.eq(~up_mode & leaf_js),
+        # the job's state for the index being read, registered in READ (it holds until the next
+        # READ: the job's rel / upptr, n and masks move only in CHECK or while no chain runs),
+        # so that COMPARE has only the word's compares and CHECK only registers to push
+        rel_q = Signal(PSN_BITS, name="rel_q")
+        slot_q = Signal(c.slot_bits, name="slot_q")
+        n_q = Signal(c.n_bits, name="n_q")
+        mask_q = Signal(WD, name="mask_q")  # the ranks the result goes to
+        want_q = Signal(WD, name="want_q")  # the bitmap that makes the slot COMPLETE
+        by_total_q = Signal(name="by_total_q")  # a leaf's release chain: COMPLETE = total in
+        ok_q = Signal()  # the word is COMPLETE with index rel_q
+        cmd, word = self.cmd, self.rd_data
+        m.d.comb += [cmd.job.eq(js), cmd.slot.eq(slot_q), cmd.index.eq(rel_q),
+                     cmd.n.eq(n_q), cmd.plen.eq(word.plen), cmd.mask.eq(mask_q),
+                     cmd.total.eq(by_total_q),
                      cmd.mark.eq(Mux(up_mode, MARK_PARTIAL, 0))]
         if c.ports > 1:
             m.d.comb += cmd.ports.eq(word.ports)
@@ -109,12 +116,15 @@ class ReleaseScheduler(wiring.Component):
                     m.next = "READ"
             with m.State("READ"):
                 m.d.comb += self.rd_en.eq(1)
-                m.d.sync += rel_q.eq(rel_js)
+                m.d.sync += [rel_q.eq(rel_js), slot_q.eq(slot_js), n_q.eq(n_js),
+                             mask_q.eq(Mux(up_mode, self.upmask[js],
+                                           Mux(leaf_js, self.mmask[js], full))),
+                             want_q.eq(Mux(up_mode, self.cmask[js], full)),
+                             by_total_q.eq(~up_mode & leaf_js)]
                 m.next = "COMPARE"
             with m.State("COMPARE"):
                 # the word's checks, registered (the read data holds until the next READ)
-                ready = Mux(up_mode, word.bitmap == self.cmask[js],
-                            Mux(leaf_js, word.total, word.bitmap == full))
+                ready = Mux(by_total_q, word.total, word.bitmap == want_q)
                 m.d.sync += ok_q.eq(word.valid & (word.index == rel_q) & ready)
                 m.next = "CHECK"
             with m.State("CHECK"):
