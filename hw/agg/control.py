@@ -151,7 +151,6 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
 from netreduce.regmap import (
-    DISPOSITIONS,
     GLOBAL_COUNTERS,
     JOB_COUNTERS,
     Access,
@@ -165,6 +164,7 @@ from netreduce.wire import ETHERTYPE_IPV4, IP_PROTO_UDP, ROCEV2_UDP_PORT
 
 from ..csr.bank import cfg_read_signature
 from ..skid import SkidBuffer
+from .counters import CtlCounters
 from .decide import (
     OP_ACK,
     OP_CNP,
@@ -449,7 +449,6 @@ class AggControl(wiring.Component):
                       for j in range(J))
         cnp_seen = Array(Signal(WD, name=f"cnp_seen{j}") for j in range(J))
         rtx_seen = Array(Signal(WD, name=f"rtx_seen{j}") for j in range(J))  # rtx word valid
-        acked_e = [Signal(PSN_BITS, name=f"acked_e{e}") for e in range(F)]  # FLOW.ACKED copy
         jr = JobRoles(J, self.rank_bits, WD, self.w_bits, PSN_BITS)  # D17: flow roles
         j_full = [Cat(*(j_n[j] > i for i in range(WD))) for j in range(J)]
         j_masks = [jr.masks(j_full[j], jr.leaf[j], jr.up[j], jr.down[j]) for j in range(J)]
@@ -1020,75 +1019,25 @@ class AggControl(wiring.Component):
                              rtx_seen[j].eq(0), jr.upptr[j].eq(0), jr.npend_up[j].eq(0),
                              jr.chain_up[j].eq(0)]
                 m.d.sync += [acked[j][r].eq(0) for r in range(WD)]
-        # per-entry copy of acked_f for FLOW.ACKED
-        for e in range(F):
-            with m.If(commit & registered & ack_take & (e5 == e)):
-                m.d.sync += acked_e[e].eq(cand5)
-            with m.If(ft.bind_en & (ft.bind_entry == e)):
-                m.d.sync += acked_e[e].eq(0)
-
         # ============================================================ status and counters
-        for j in range(J):
-            st = self.job_status[j]
-            m.d.comb += [
-                st.status.enabled.eq(enabled[j]),
-                st.status.error.eq(error[j]),
-                st.free_ptr.index.eq(Mux(enabled[j], free[j], 0)),
-                st.release_ptr.index.eq(Mux(enabled[j], rel[j], 0)),
-                st.slots_busy.count.eq(Mux(enabled[j], busy_slots[j], 0)),
-                st.partial_ptr.index.eq(Mux(enabled[j] & jr.leaf[j], jr.upptr[j], 0)),
-            ]
-        for e in range(F):
-            bound = ft.live[e]
-            m.d.comb += [self.flow_status[e].status.bound.eq(bound),
-                         self.flow_status[e].acked.index.eq(Mux(bound, acked_e[e], 0))]
-        # counter increments and status set strobes: one cycle after the decision, from its
-        # registered strobes (off the decision stage's paths)
-        def q(v, name):
-            r = Signal.like(v, name=f"{name}_q")
-            m.d.sync += r.eq(v)
-            return r
-
-        cj_q, disp_q = q(cj, "cj"), q(disp, "disp")
-        mismatch_q, rx_data_q, ack_stale_q = q(mismatch, "mismatch"), q(rx_data, "rx_data"), \
-            q(ack_stale, "ack_stale")
-        cnp_send_q, cnp_supp_q = q(cnp_send, "cnp_send"), q(cnp_supp, "cnp_supp")
-        release_q, up_q = q(release_now, "release_now"), q(up_now, "up_now")
-        nak_q, solicit_q = q(fx.nak_fire, "nak_fire"), q(fx.solicit, "solicit")
-        cj7_q = q(cj7, "cj7")
-        nres_q = q(JobRoles.results(n_cur, leaf5), "nres")
-        commit_q = q(commit, "commit")
-        sch_rel_q, sch_up_q = q(sch_rel_job, "sch_rel_job"), q(sch.up_job, "sch_up_job")
-        freed_q = [q(Mux(a_valid & (a_job == j), step, 0), f"freed{j}") for j in range(J)]
-        for j in range(J):
-            m.d.sync += self.job_set[j].status.mismatch.eq(cj_q[j] & mismatch_q)
-
-        disp_names = {d.value: name for d, name in zip(Disp, DISPOSITIONS, strict=True)}
-        job_disp = [d for d in Disp if disp_names[d.value] in self.job_inc_layout.members]
-        for j in range(J):
-            inc = self.job_cnt_inc[j]
-            dj = cj_q[j]
-            for d in job_disp:
-                m.d.sync += inc[disp_names[d.value]].eq(dj & (disp_q == d.value))
-            m.d.sync += [
-                inc.rx_data.eq(dj & rx_data_q),
-                inc.ack_stale.eq(dj & ack_stale_q),
-                inc.cnp_sent.eq(dj & cnp_send_q),
-                inc.cnp_suppressed.eq(dj & cnp_supp_q),
-                inc.released.eq((dj & release_q) + sch_rel_q[j]),
-                inc.results_sent.eq(Mux(dj & release_q, nres_q, 0)
-                                    + Mux(sch_rel_q[j], JobRoles.results(j_n[j], jr.leaf[j]),
-                                          0)),
-                inc.partials_up.eq((dj & up_q) + sch_up_q[j]),
-                inc.freed.eq(freed_q[j]),
-                inc.saturations.eq(0),
-                inc.fast_retx.eq(cj7_q[j] & nak_q),
-                inc.fast_retx_probes.eq(cj7_q[j] & solicit_q),
-            ]
-        g = self.cnt_inc
-        m.d.sync += [
-            g.rx_frames.eq(commit_q),
-            g.fwd_not_roce.eq(commit_q & (disp_q == Disp.FWD_NOT_ROCE)),
-            g.fwd_unregistered.eq(commit_q & (disp_q == Disp.FWD_UNREGISTERED)),
+        m.submodules.counters = cnt = CtlCounters(self)
+        m.d.comb += [
+            cnt.cj.eq(cj), cnt.commit.eq(commit), cnt.disp.eq(disp), cnt.mismatch.eq(mismatch),
+            cnt.rx_data.eq(rx_data), cnt.ack_stale.eq(ack_stale), cnt.cnp_send.eq(cnp_send),
+            cnt.cnp_supp.eq(cnp_supp), cnt.release_now.eq(release_now), cnt.up_now.eq(up_now),
+            cnt.n_cur.eq(n_cur), cnt.leaf_cur.eq(leaf5),
+            cnt.ack_e.eq(commit & registered & ack_take), cnt.entry.eq(e5), cnt.cand.eq(cand5),
+            cnt.cj7.eq(cj7), cnt.nak_fire.eq(fx.nak_fire), cnt.solicit.eq(fx.solicit),
+            cnt.sch_rel_job.eq(sch_rel_job), cnt.sch_up_job.eq(sch.up_job),
+            cnt.bind_en.eq(ft.bind_en), cnt.bind_entry.eq(ft.bind_entry), cnt.live.eq(ft.live),
+            cnt.enabled.eq(Cat(*enabled)), cnt.leaf.eq(Cat(*jr.leaf)),
+            self.job_status.eq(cnt.job_status), self.flow_status.eq(cnt.flow_status),
+            self.job_set.eq(cnt.job_set), self.job_cnt_inc.eq(cnt.job_cnt_inc),
+            self.cnt_inc.eq(cnt.cnt_inc),
         ]
+        for j in range(J):
+            m.d.comb += [cnt.freed[j].eq(Mux(a_valid & (a_job == j), step, 0)),
+                         cnt.error[j].eq(error[j]), cnt.free[j].eq(free[j]),
+                         cnt.rel[j].eq(rel[j]), cnt.busy[j].eq(busy_slots[j]),
+                         cnt.n[j].eq(j_n[j]), cnt.upptr[j].eq(jr.upptr[j])]
         return m
