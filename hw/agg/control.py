@@ -169,17 +169,15 @@ from .decide import (
     OP_ACK,
     OP_CNP,
     Decide,
-    FastRetx,
     job_flags_layout,
     nak_xor,
     pre_layout,
     precheck,
-    retx_checks,
-    retx_checks_layout,
     slot_flags_layout,
 )
 from .flowtable import FlowTable
 from .release import FreeMinTree, ReleaseScheduler
+from .retxstage import RetxStages
 from .roles import MARK_PARTIAL, JobRoles
 from .sequencer import EnableSequencer
 from .types import PSN_BITS, SEQ_BITS, Action, Disp, FrameError, HdrClass
@@ -463,9 +461,6 @@ class AggControl(wiring.Component):
         m.submodules.cnpmem = cnpmem = Memory(shape=unsigned(TB), depth=cnp_depth, init=[])
         c_wr = cnpmem.write_port()
         c_rd = cnpmem.read_port()
-        m.submodules.rtxmem = rtxmem = Memory(shape=self.rtx_layout, depth=cnp_depth, init=[])
-        x_wr = rtxmem.write_port()
-        x_rd = rtxmem.read_port()
 
         m.submodules.relq = relq = fifo.SyncFIFOBuffered(width=self.rel_layout.size,
                                                          depth=self.rel_depth)
@@ -474,7 +469,7 @@ class AggControl(wiring.Component):
 
         # ============================================================ sub-blocks
         m.submodules.decide = dk = Decide(self)
-        m.submodules.retx = fx = FastRetx(self)
+        m.submodules.retx = rx = RetxStages(self, forward="rtx" not in self._no_forwarding)
         m.submodules.release = sch = ReleaseScheduler(self)
         m.submodules.freemin = fmin = FreeMinTree(self)
         m.submodules.sequencer = seq = EnableSequencer(self, ft)
@@ -495,10 +490,10 @@ class AggControl(wiring.Component):
         m.submodules.dec_skid = dec_skid = SkidBuffer(self.dec_layout)
         wiring.connect(m, wiring.flipped(self.hdr), hdr_skid.i)
         wiring.connect(m, dec_skid.o, wiring.flipped(self.dec))
-        hdr, dec_o = hdr_skid.o, dec_skid.i
+        hdr = hdr_skid.o
+        wiring.connect(m, rx.o, dec_skid.i)
         advance = Signal()
         block5 = Signal()
-        rtx_haz = Signal()
         # stages 1..S: the flow lookup (the key is compared from the input register, stage 0;
         # S = the table's lookup latency); S + 1: check ("stage 4"); S + 2: decide ("stage 5");
         # S + 3: fast retransmit ("stage 6"), then the decision output register
@@ -506,13 +501,9 @@ class AggControl(wiring.Component):
         vs = [Signal(name=f"v{i}") for i in range(1, S + 3)]
         hs = [Signal(self.hdr_pipe_layout, name=f"h{i}") for i in range(1, S + 3)]
         h3, h4, v5, h5 = hs[S - 1], hs[S], vs[S + 1], hs[S + 1]
-        v6, v7 = Signal(), Signal()  # the fast-retransmit stages (they move with the output)
-        adv_out = Signal()
-        ov = Signal()  # output register valid
+        adv_out = rx.adv  # the fast-retransmit stages and the output register move
         m.d.comb += [
             hdr.ready.eq(advance & ~quiesce),
-            dec_o.valid.eq(ov),
-            adv_out.eq(~ov | dec_o.ready),
             advance.eq(adv_out & ~(v5 & block5)),
         ]
         with m.If(advance):
@@ -520,7 +511,7 @@ class AggControl(wiring.Component):
             m.d.sync += [hs[0][f].eq(hdr.payload[f]) for f, _ in self.hdr_pipe_layout]
             m.d.sync += [vs[i].eq(vs[i - 1]) for i in range(1, S + 2)]
             m.d.sync += [hs[i].eq(hs[i - 1]) for i in range(1, S + 2)]
-        pipe_empty = ~Cat(*vs, v6, v7).any()
+        pipe_empty = ~(Cat(*vs).any() | rx.busy)
 
         def is_ctrl(h):
             return (h.opcode == OP_ACK) | (h.opcode == OP_CNP)
@@ -784,7 +775,7 @@ class AggControl(wiring.Component):
             # the release scheduler may push this cycle: it has the FIFO
             | sch.checking
             # D16: the frame directly ahead writes the flow's word (read it after the write)
-            | (rh5 & rtx_haz)
+            | (rh5 & rx.haz)
             # (any header, not only one writing a slot: keeps the decision off the stall path)
             | (scrub_want & scrub_turn))
         commit = Signal()
@@ -811,12 +802,9 @@ class AggControl(wiring.Component):
         m.d.sync += [sw_en.eq(s_wr.en & ~seq.scrub_go), sw_data.eq(s_wr.data),
                      cw_en.eq(c_wr.en), cw_data.eq(c_wr.data)]
 
-        # ---- the decision, registered for the fast-retransmit stages
-        d6 = Signal(self.dec_layout)
-        reg6, pres6, contrib6, ackc6, fast6 = Signal(), Signal(), Signal(), Signal(), Signal()
-        rel6, fwd6, w6 = Signal(PSN_BITS), Signal(), Signal()
-        j6, r6 = Signal(self.job_bits), Signal(self.rank_bits)
-        j7, r7 = Signal(self.job_bits), Signal(self.rank_bits)
+        # ---- the decision, to the fast-retransmit stages and the output register
+        rxi = rx.i
+        d6 = rxi.dec
         # D16 is not used on leaf and spine jobs (D17)
         fast_en = Cat(*(self.job_cfg[j].ctrl.fast_retx & ~jr.any_roles(j)
                         for j in range(J))).bit_select(j5, 1)
@@ -824,69 +812,21 @@ class AggControl(wiring.Component):
         # the flow's fast-retransmit word counts only once written since the enable (rtx_seen);
         # the decision stage holds a frame while the frame in stage 6 will write its flow's word
         # (one bubble), so the word is read after that write or forwarded from it (stage 7)
-        seen6 = Signal()
-        m.d.comb += [x_rd.en.eq(advance), x_rd.addr.eq(Cat(r5, j5))]
-        d6_next = [d6.action.eq(action), d6.disp.eq(disp), d6.job.eq(j5),
-                   d6.rank.eq(r5), d6.entry.eq(e5), d6.slot.eq(slot5), d6.index.eq(k5),
-                   d6.overwrite.eq(first), d6.op.eq(j_op[j5]), d6.plen.eq(h5.plen),
-                   d6.beats.eq(beats), d6.cnp.eq(cnp_send), d6.rev_qpn.eq(rq5),
-                   d6.port.eq(h5.port), d6.release.eq(release_now | dk.up_now),
-                   d6.remark.eq(dk.remark), d6.mark.eq(dk.mark), d6.total.eq(dk.total),
-                   d6.nak_x.eq(nak_xor(h5)),
-                   # the ACK request's PSN: one acknowledged by f's receiver (a duplicate)
-                   d6.sol_psn.eq(st5 + acked_cur - 1),
-                   reg6.eq(registered), pres6.eq(dk.present),
-                   contrib6.eq(action == Action.CONTRIBUTE), ackc6.eq(dk.ack_cur),
-                   fast6.eq(fast_en), rel6.eq(rel[j5]), j6.eq(j5), r6.eq(r5),
-                   seen6.eq(rtx_seen[j5].bit_select(r5, 1))]
-        # stages 6, 7 and the output register move whenever the output can (a frame held in the
-        # decision stage leaves a bubble behind it)
-        # (its data registers load whenever the output moves: with a bubble they are unused)
-        with m.If(adv_out):
-            m.d.sync += [v6.eq(v5 & advance), fwd6.eq(Cat(r5, j5) == Cat(r7, j7)),
-                         w6.eq(registered & (dk.present | dk.ack_cur))] + d6_next
-
-        # ------------------------------------------------------------ stage 6: D16 compares
-        # the word read, forwarded from the write committed by stage 7 in the cycle of the read
-        # (``xw_*``, taken when the output moves, like the read port's data)
-        xw_en, xw_data = Signal(), Signal(self.rtx_layout)
-        with m.If(adv_out):
-            m.d.sync += [xw_en.eq(x_wr.en), xw_data.eq(x_wr.data)]
-        rtx6 = Signal(self.rtx_layout)
-        m.d.comb += rtx6.eq(Mux(xw_en & fwd6, xw_data, Mux(seen6, x_rd.data, 0)))
-        chk6 = retx_checks(m, rtx6, d6.index, rel6)
-        d7 = Signal(self.dec_layout)
-        reg7, pres7, contrib7, ackc7, fast7 = Signal(), Signal(), Signal(), Signal(), Signal()
-        rel7, rtx7 = Signal(PSN_BITS), Signal(self.rtx_layout)
-        chk7 = Signal(retx_checks_layout())
-        with m.If(adv_out):
-            m.d.sync += [v7.eq(v6), d7.eq(d6), reg7.eq(reg6), pres7.eq(pres6),
-                         contrib7.eq(contrib6), ackc7.eq(ackc6), fast7.eq(fast6), rel7.eq(rel6),
-                         rtx7.eq(rtx6), j7.eq(j6), r7.eq(r6), chk7.eq(chk6)]
-
-        # ------------------------------------------------------------ stage 7: D16 decisions
-        m.d.comb += [fx.k.eq(d7.index), fx.rel.eq(rel7), fx.present.eq(pres7),
-                     fx.contrib.eq(contrib7), fx.ack_cur.eq(ackc7), fx.fast_en.eq(fast7),
-                     fx.rtx.eq(rtx7), fx.chk.eq(chk7)]
-        commit7 = Signal()
-        m.d.comb += commit7.eq(v7 & adv_out)
-        m.d.comb += [x_wr.en.eq(commit7 & reg7 & fx.rtx_write), x_wr.addr.eq(Cat(r7, j7)),
-                     x_wr.data.eq(fx.rtx_new)]
-        cj7 = Signal(J)
-        m.d.comb += cj7.eq(Mux(commit7 & reg7, 1 << j7, 0))
-        # a write to the word of the decision stage's flow in stage 6 (all registers)
-        # (the frame in stage 6, if any, is the one directly ahead: ``sa_flow5``)
-        m.d.comb += rtx_haz.eq(v6 & w6 & sa_flow5)
-        if "rtx" in self._no_forwarding:
-            m.d.comb += [rtx_haz.eq(0), rtx6.eq(Mux(seen6, x_rd.data, 0))]
-
-        # ---- decision output register
-        dec = dec_o.payload
-        with m.If(adv_out):
-            m.d.sync += [ov.eq(v7), dec.eq(d7), dec.nak.eq(reg7 & fx.nak_fire),
-                         dec.solicit.eq(reg7 & fx.solicit)]
-        with m.Elif(dec_o.ready):
-            m.d.sync += ov.eq(0)
+        m.d.comb += [rx.rd_en.eq(advance), rx.i_valid.eq(v5 & advance), rx.sa_flow.eq(sa_flow5)]
+        m.d.comb += [d6.action.eq(action), d6.disp.eq(disp), d6.job.eq(j5),
+                     d6.rank.eq(r5), d6.entry.eq(e5), d6.slot.eq(slot5), d6.index.eq(k5),
+                     d6.overwrite.eq(first), d6.op.eq(j_op[j5]), d6.plen.eq(h5.plen),
+                     d6.beats.eq(beats), d6.cnp.eq(cnp_send), d6.rev_qpn.eq(rq5),
+                     d6.port.eq(h5.port), d6.release.eq(release_now | dk.up_now),
+                     d6.remark.eq(dk.remark), d6.mark.eq(dk.mark), d6.total.eq(dk.total),
+                     d6.nak_x.eq(nak_xor(h5)),
+                     # the ACK request's PSN: one acknowledged by f's receiver (a duplicate)
+                     d6.sol_psn.eq(st5 + acked_cur - 1),
+                     rxi.reg.eq(registered), rxi.pres.eq(dk.present),
+                     rxi.contrib.eq(action == Action.CONTRIBUTE), rxi.ackc.eq(dk.ack_cur),
+                     rxi.fast.eq(fast_en), rxi.rel.eq(rel[j5]),
+                     rxi.seen.eq(rtx_seen[j5].bit_select(r5, 1)),
+                     rxi.w.eq(registered & (dk.present | dk.ack_cur))]
 
         # ============================================================ release scheduler
         up_now = dk.up_now
@@ -990,8 +930,8 @@ class AggControl(wiring.Component):
                                          - Mux(applying, step, 0))
             with m.If(dj & cnp_send):
                 m.d.sync += cnp_seen[j].eq(cnp_seen[j] | o5)
-            with m.If(cj7[j] & fx.rtx_write):
-                m.d.sync += rtx_seen[j].eq(rtx_seen[j] | onehot(r7))
+            with m.If(rx.wr_en & (rx.wr_job == j)):
+                m.d.sync += rtx_seen[j].eq(rtx_seen[j] | onehot(rx.wr_rank))
             with m.If((sq == j) & seq_enable):
                 m.d.sync += [enabled[j].eq(1), error[j].eq(JobError.NONE),
                              jr.leaf[j].eq(seq.roles_leaf), jr.up[j].eq(seq.roles_up),
@@ -1027,7 +967,7 @@ class AggControl(wiring.Component):
             cnt.cnp_supp.eq(cnp_supp), cnt.release_now.eq(release_now), cnt.up_now.eq(up_now),
             cnt.n_cur.eq(n_cur), cnt.leaf_cur.eq(leaf5),
             cnt.ack_e.eq(commit & registered & ack_take), cnt.entry.eq(e5), cnt.cand.eq(cand5),
-            cnt.cj7.eq(cj7), cnt.nak_fire.eq(fx.nak_fire), cnt.solicit.eq(fx.solicit),
+            cnt.cj7.eq(rx.cj7), cnt.nak_fire.eq(rx.nak_fire), cnt.solicit.eq(rx.solicit),
             cnt.sch_rel_job.eq(sch_rel_job), cnt.sch_up_job.eq(sch.up_job),
             cnt.bind_en.eq(ft.bind_en), cnt.bind_entry.eq(ft.bind_entry), cnt.live.eq(ft.live),
             cnt.enabled.eq(Cat(*enabled)), cnt.leaf.eq(Cat(*jr.leaf)),
