@@ -145,7 +145,7 @@ disabled while in flight is classified unregistered. Only the consumers' backpre
 from __future__ import annotations
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
@@ -176,7 +176,7 @@ from .decide import (
     slot_flags_layout,
 )
 from .flowtable import FlowTable
-from .release import FreeMinTree, ReleaseScheduler
+from .release import FreeMinTree, ReleaseQueue, ReleaseScheduler
 from .retxstage import RetxStages
 from .roles import MARK_PARTIAL, JobRoles
 from .sequencer import EnableSequencer
@@ -462,10 +462,8 @@ class AggControl(wiring.Component):
         c_wr = cnpmem.write_port()
         c_rd = cnpmem.read_port()
 
-        m.submodules.relq = relq = fifo.SyncFIFOBuffered(width=self.rel_layout.size,
-                                                         depth=self.rel_depth)
-        m.d.comb += [self.rel.valid.eq(relq.r_rdy), self.rel.payload.eq(relq.r_data),
-                     relq.r_en.eq(self.rel.ready)]
+        m.submodules.relq = relq = ReleaseQueue(self)
+        wiring.connect(m, relq.o, wiring.flipped(self.rel))
 
         # ============================================================ sub-blocks
         m.submodules.decide = dk = Decide(self)
@@ -767,7 +765,7 @@ class AggControl(wiring.Component):
         # (data right after an ACK burst: the all-reduce's steady state)
         # the release FIFO takes one more command (with its input register's), from the level
         # a cycle ago: the level grows by at most one a cycle
-        rel_room = Signal()
+        rel_room = relq.room
         m.d.comb += block5.eq(
             (registered & (jb_all.bit_select(j5, 1)
                            | (jb_data.bit_select(j5, 1) & fwait5)))
@@ -831,7 +829,6 @@ class AggControl(wiring.Component):
         # ============================================================ release scheduler
         up_now = dk.up_now
         dec_push = commit & (release_now | up_now)
-        rel_w = data.View(self.rel_layout, relq.w_data)
         m.d.comb += [sch.chain.eq(Cat(*[chain_busy[j] for j in range(J)])),
                      sch.fifo_ready.eq(rel_room),
                      sch.dec_push.eq(0), s_rd2.addr.eq(sch.rd_addr),
@@ -844,8 +841,6 @@ class AggControl(wiring.Component):
                          sch.cmask[j].eq(j_masks[j][0]), sch.mmask[j].eq(j_masks[j][1]),
                          sch.upmask[j].eq(j_masks[j][2])]
         js, sch_rel_job, chain_done = sch.job, sch.rel_job, sch.done
-        sch_cmd = Signal(self.rel_layout)
-        m.d.comb += sch_cmd.eq(sch.cmd)
         dec_cmd = Signal(self.rel_layout)
         m.d.comb += [dec_cmd.job.eq(j5), dec_cmd.slot.eq(slot5), dec_cmd.index.eq(k5),
                      dec_cmd.n.eq(n_cur), dec_cmd.plen.eq(h5.plen),
@@ -855,24 +850,11 @@ class AggControl(wiring.Component):
                                              Array(j_full)[j5]))),
                      dec_cmd.total.eq(leaf5 & ~up_now),
                      dec_cmd.mark.eq(Mux(up_now, MARK_PARTIAL, 0))]
-        # seq = decisions output up to and including the one that caused the release (a chained
-        # release counts every decision committed so far): the emitter sends a release only after
-        # the payload of every decision before seq is written, and after their own frames
-        n_commit = Signal(SEQ_BITS)
-        with m.If(commit):
-            m.d.sync += n_commit.eq(n_commit + 1)
-        m.d.comb += [dec_cmd.seq.eq(n_commit + 1), sch_cmd.seq.eq(n_commit)]
         if self.ports > 1:
             m.d.comb += dec_cmd.ports.eq(slot_new.ports)
-        # the command is written into the FIFO one cycle later, from a register (the decision's
-        # push is off the FIFO's level logic); the decision waits in the scheduler's CHECK cycles,
-        # so the two never push together
-        rq_en, rq_data = Signal(), Signal(self.rel_layout.size)
-        m.d.sync += [rq_en.eq(dec_push | sch.push),
-                     rq_data.eq(Mux(sch.checking, sch_cmd.as_value(), dec_cmd.as_value()))]
-        m.d.comb += [relq.w_en.eq(rq_en), rel_w.eq(rq_data),
-                     ]
-        m.d.sync += rel_room.eq(relq.level <= self.rel_depth - 3)
+        m.d.comb += [relq.commit.eq(commit), relq.dec_push.eq(dec_push), relq.dec_cmd.eq(dec_cmd),
+                     relq.sch_push.eq(sch.push), relq.sch_cmd.eq(sch.cmd),
+                     relq.sch_sel.eq(sch.checking)]
 
         # ============================================================ free_j (min tree)
         f_valid = Signal()

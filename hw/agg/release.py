@@ -12,13 +12,13 @@ pipelined minimum tree, after each ACK/NAK that advanced some ``acked_f``.
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
-from amaranth.lib import data, wiring
+from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .roles import MARK_PARTIAL
-from .types import PSN_BITS
+from .types import PSN_BITS, SEQ_BITS
 
-__all__ = ["ReleaseScheduler", "FreeMinTree"]
+__all__ = ["ReleaseScheduler", "FreeMinTree", "ReleaseQueue"]
 
 
 class ReleaseScheduler(wiring.Component):
@@ -193,4 +193,56 @@ class FreeMinTree(wiring.Component):
                 m.d.sync += [nv.eq(tv), nj.eq(tj), nf.eq(tf)]
                 vals, tv, tj, tf = regs, nv, nj, nf
         m.d.sync += [self.o_free.eq(tf + vals[0]), self.o_valid.eq(tv), self.o_job.eq(tj)]
+        return m
+
+
+class ReleaseQueue(wiring.Component):
+    """The release command FIFO of :class:`~.control.AggControl`, with its input register and
+    the commands' sequence numbers.
+
+    Inputs: ``commit`` (the decision stage commits a frame: the count of decisions output so
+    far grows), ``dec_push`` with ``dec_cmd`` (the decision stage's release command; ``seq``
+    ignored), ``sch_push`` with ``sch_cmd`` and ``sch_sel`` (the release scheduler is in its
+    push state: its command is the one taken). Outputs: ``o`` (the commands, in push order),
+    ``room`` (a register: the FIFO takes one more command besides the one in its input register,
+    from its level a cycle ago: the level grows by at most one a cycle).
+
+    ``seq`` of a command = the decisions committed up to and including the one that caused the
+    release (a chained release counts every decision committed so far): the emitter sends a
+    release only after the payload of every decision before ``seq`` is written.
+
+    Contract: latency 2 cycles from a push to ``o.valid`` (input register, FIFO); throughput one
+    command per cycle; backpressure: ``o.ready`` low fills the FIFO (``rel_depth`` commands) and
+    ``room`` falls; the pushers wait for ``room``, never push together (the decision waits in
+    the scheduler's push state) and never push into a full FIFO. Errors: none.
+    """
+
+    def __init__(self, ctl):
+        c = self._ctl = ctl
+        super().__init__({
+            "commit": In(1), "dec_push": In(1), "dec_cmd": In(c.rel_layout), "sch_push": In(1),
+            "sch_cmd": In(c.rel_layout), "sch_sel": In(1),
+            "o": Out(stream.Signature(c.rel_layout)), "room": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        c = self._ctl
+        m.submodules.fifo = relq = fifo.SyncFIFOBuffered(width=c.rel_layout.size,
+                                                         depth=c.rel_depth)
+        m.d.comb += [self.o.valid.eq(relq.r_rdy), self.o.payload.eq(relq.r_data),
+                     relq.r_en.eq(self.o.ready)]
+        n_commit = Signal(SEQ_BITS)
+        with m.If(self.commit):
+            m.d.sync += n_commit.eq(n_commit + 1)
+        dec_cmd, sch_cmd = Signal(c.rel_layout), Signal(c.rel_layout)
+        m.d.comb += [dec_cmd.eq(self.dec_cmd), dec_cmd.seq.eq(n_commit + 1),
+                     sch_cmd.eq(self.sch_cmd), sch_cmd.seq.eq(n_commit)]
+        # the command is written into the FIFO one cycle later, from a register (the pushes are
+        # off the FIFO's level logic)
+        rq_en, rq_data = Signal(), Signal(c.rel_layout.size)
+        m.d.sync += [rq_en.eq(self.dec_push | self.sch_push),
+                     rq_data.eq(Mux(self.sch_sel, sch_cmd.as_value(), dec_cmd.as_value()))]
+        m.d.comb += [relq.w_en.eq(rq_en), relq.w_data.eq(rq_data)]
+        m.d.sync += self.room.eq(relq.level <= c.rel_depth - 3)
         return m
