@@ -563,7 +563,11 @@ class AggControl(wiring.Component):
         sa_slot, sa_flow, sa_job = Signal(), Signal(), Signal()
         sz_slot, sz_flow = Signal(), Signal()
         flow3 = Cat(fd.rank, fd.job)
-        acked_rd = Signal(PSN_BITS)  # acked_f, read one stage early (forwarded like a RAM read)
+        # acked_f, read one stage early (forwarded like a RAM read): the rank selected here, the
+        # job in the check stage (a jobs x max_world select in one stage is too deep)
+        acked_rk = [Signal(PSN_BITS, name=f"acked_rk{j}") for j in range(J)]
+        # the frame's rank one-hot, registered with it (the slot and seen-bit checks AND with it)
+        o4, o5 = Signal(WD, name="onehot4"), Signal(WD, name="onehot5")
         with m.If(advance):
             m.d.sync += [hit4.eq(ft.lk_hit), e4.eq(ft.lk_entry), j4.eq(fd.job), r4.eq(fd.rank),
                          k4.eq(k3), slot4.eq(slot3), p4["rq"].eq(fd.rev_qpn),
@@ -571,7 +575,8 @@ class AggControl(wiring.Component):
                          sa_slot.eq(slot3 == slot4), sa_flow.eq(flow3 == Cat(r4, j4)),
                          sa_job.eq(fd.job == j4),
                          sz_slot.eq(slot3 == slot5), sz_flow.eq(flow3 == Cat(r5, j5)),
-                         acked_rd.eq(acked[fd.job][fd.rank])]
+                         o4.eq(onehot(fd.rank))]
+            m.d.sync += [acked_rk[j].eq(acked[j][fd.rank]) for j in range(J)]
 
         # ------------------------------------------------------------ stage 4: check
         # the writes committed by the decision stage in the cycle before (the frame two ahead,
@@ -600,8 +605,9 @@ class AggControl(wiring.Component):
                                                      strict=True)]
             return Mux(slot_loaded, Mux(slot_fwd, sw_v, ram_v), hold_v)
         cnp_w = self._rmw_read(m, c_rd, sz_flow, advance, (cw_en, cw_data), "cnp")
+        acked_rd = Signal(PSN_BITS)
+        m.d.comb += acked_rd.eq(Array(acked_rk)[j4])
         acked_w = self._rmw_read(m, _Port(acked_rd), sz_flow, advance, (aw_en, aw_data), "acked")
-        o4, o5 = onehot(r4), onehot(r5)
         mask4 = pre4.mask
         sig4, sig5 = Cat(h4.opcode[:4], h4.plen), Cat(h5.opcode[:4], h5.plen)
         # slot checks on the word as read (``_b``), and as the decision in front leaves it when it
@@ -645,7 +651,7 @@ class AggControl(wiring.Component):
         tdb, tda = Signal(TB), Signal(TB)
         cnp_iv = j_cnp[j4]
         m.d.comb += [tdb.eq(h4.time - cnp_w), tda.eq(h4.time - h5.time)]
-        seen4 = cnp_seen[j4].bit_select(r4, 1)
+        seen4 = (cnp_seen[j4] & o4).any()
         m.d.comb += [
             jf_b.supp.eq(seen4 & (tdb[TB - 1] | (tdb < cnp_iv))),
             jv.released.eq(jf_b.released | jf_b.keq_rel), jv.keq_rel.eq(k4 == rel4p1),
@@ -664,12 +670,19 @@ class AggControl(wiring.Component):
         acked5 = Signal(PSN_BITS)
         sa_slot5, sa_flow5, sa_job5, upsel5 = Signal(), Signal(), Signal(), Signal()
         rh5 = Signal()  # a ROCE header with a flow hit
+        # the job's enabled bit and roles, and the flow's role, registered with the frame: they
+        # change only while the pipeline is empty (the sequencer's enable and disable wait for
+        # it, taking no header meanwhile)
+        en5, leaf5, roles5, role5 = Signal(), Signal(), Signal(), Signal(2)
         # a data header whose checks a free_j still in flight can change (see the stall below)
         fwait5 = Signal()
         with m.If(advance):
+            m.d.sync += [en5.eq(enabled[j4]), leaf5.eq(leaf4), role5.eq(role_of(r4, j4)),
+                         roles5.eq(Cat(*(jr.any_roles(j) for j in range(J))).bit_select(j4, 1))]
             m.d.sync += [rh5.eq((h4.cls == HdrClass.ROCE) & hit4),
                          fwait5.eq(~is_ctrl(h4) & (jf_b.behind | jf_b.ahead | jf_b.released))]
             m.d.sync += [v.eq(p4[n]) for n, v in p5.items()]
+            m.d.sync += o5.eq(o4)
             m.d.sync += [sf5_b.eq(sf_b), sf5_f.eq(sf_f), sf5_c.eq(sf_c), jf5.eq(jf_b),
                          jv5.eq(jv), slot5_w.eq(slot_w), acked5.eq(acked_w), cand5.eq(cand4),
                          sa_slot5.eq(sa_slot), sa_flow5.eq(sa_flow), sa_job5.eq(sa_job),
@@ -727,17 +740,15 @@ class AggControl(wiring.Component):
             slot_cur.eq(Mux(held5, slot_h, Mux(slot_a, sw_data, slot5_w))),
             acked_cur.eq(Mux(held5, acked_h, Mux(ack_a, aw_data, acked5))),
         ]
-        leaf5 = Array(jr.leaf)[j5]
         jf_h = self._job_checks(m, "5", k5, cand5, acked_cur, upsel5, free[j5], rel[j5],
                                 Array(jr.upptr)[j5], j_w[j5])
         m.d.comb += jf_h.supp.eq(jf.supp)
         with m.If(~advance):
             m.d.sync += [sf_h.eq(sf), slot_h.eq(slot_cur), acked_h.eq(acked_cur), jf_hq.eq(jf_h)]
 
-        registered = v5 & rh5 & enabled[j5]
+        registered = v5 & rh5 & en5
         n_cur = j_n[j5]
-        m.d.comb += [dk.roles.eq(Cat(*(jr.any_roles(j) for j in range(J))).bit_select(j5, 1)),
-                     dk.leaf.eq(leaf5), dk.role.eq(role_of(r5, j5)),
+        m.d.comb += [dk.roles.eq(roles5), dk.leaf.eq(leaf5), dk.role.eq(role5),
                      dk.h.eq(h5), dk.k.eq(k5), dk.rank.eq(r5), dk.onehot_r.eq(o5),
                      dk.cand.eq(cand5), dk.slot.eq(slot_cur), dk.sf.eq(sf), dk.jf.eq(jf),
                      dk.pre.eq(pre5)]
@@ -823,7 +834,7 @@ class AggControl(wiring.Component):
                      rxi.reg.eq(registered), rxi.pres.eq(dk.present),
                      rxi.contrib.eq(action == Action.CONTRIBUTE), rxi.ackc.eq(dk.ack_cur),
                      rxi.fast.eq(fast_en), rxi.rel.eq(rel[j5]),
-                     rxi.seen.eq(rtx_seen[j5].bit_select(r5, 1)),
+                     rxi.seen.eq((rtx_seen[j5] & o5).any()),
                      rxi.w.eq(registered & (dk.present | dk.ack_cur))]
 
         # ============================================================ release scheduler

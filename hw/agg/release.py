@@ -43,11 +43,11 @@ class ReleaseScheduler(wiring.Component):
     every contributor (``cmask``) up, to the UP rank only (``upmask``) with MARK_PARTIAL, and
     answers with ``up_job`` / ``done_up``. Release chains go first.
 
-    Contract: latency: a chain starts one cycle after ``chain`` is seen (lowest job first), then
-    takes 3 cycles per released index (READ: slot RAM read, and the job's pointer, slot, N and
-    masks registered; COMPARE: the word must be valid, hold index ``rel`` and a full bitmap,
-    registered; CHECK: push, ``cmd`` from registers and the word read). Throughput: one index
-    per 3 cycles. Backpressure: waits in
+    Contract: latency: a chain starts one cycle after ``chain`` is seen (lowest job first),
+    loads the job's pointer, pending count, slot range, N and masks into registers (LOAD, one
+    cycle), then takes 3 cycles per released index (READ: slot RAM read; COMPARE: the word must
+    be valid, hold index ``rel`` and a full bitmap, registered; CHECK: push, ``cmd`` from
+    registers and the word read). Throughput: one index per 3 cycles. Backpressure: waits in
     CHECK while ``fifo_ready`` is low or ``dec_push`` is high. Errors: none (a slot that is not
     COMPLETE ends the chain).
     """
@@ -79,21 +79,23 @@ class ReleaseScheduler(wiring.Component):
         js = self.job
         up_mode = Signal()  # the chain being run is a leaf's partial chain (D17)
         leaf_js = self.leaf.bit_select(js, 1)
-        rel_js = Mux(up_mode, self.upptr[js], self.rel[js])
-        base_js, w_js, n_js = self.base[js], self.w[js], self.n[js]
-        slot_js = Signal(c.slot_bits)
-        m.d.comb += [slot_js.eq(base_js + (rel_js & (w_js - 1))), self.rd_addr.eq(slot_js)]
+        n_js = self.n[js]
         full = Cat(*(n_js > i for i in range(WD)))
-        # the job's state for the index being read, registered in READ (it holds until the next
-        # READ: the job's rel / upptr, n and masks move only in CHECK or while no chain runs),
-        # so that COMPARE has only the word's compares and CHECK only registers to push
-        rel_q = Signal(PSN_BITS, name="rel_q")
+        # the chain's job state, registered in LOAD (jobs:1 selects off the slot address and the
+        # checks): the job's rel / upptr and npend / npend_up move only by this chain's own
+        # pushes while it runs (its decisions wait), so the chain steps its copies itself
+        rel_q = Signal(PSN_BITS, name="rel_q")  # the index being released
+        npend_q = Signal(c.w_bits, name="npend_q")
+        base_q = Signal(c.slot_bits, name="base_q")
+        wm_q = Signal(c.w_bits, name="wm_q")  # W - 1
         slot_q = Signal(c.slot_bits, name="slot_q")
         n_q = Signal(c.n_bits, name="n_q")
         mask_q = Signal(WD, name="mask_q")  # the ranks the result goes to
         want_q = Signal(WD, name="want_q")  # the bitmap that makes the slot COMPLETE
         by_total_q = Signal(name="by_total_q")  # a leaf's release chain: COMPLETE = total in
         ok_q = Signal()  # the word is COMPLETE with index rel_q
+        slot = Signal(c.slot_bits)
+        m.d.comb += [slot.eq(base_q + (rel_q & wm_q)), self.rd_addr.eq(slot)]
         cmd, word = self.cmd, self.rd_data
         m.d.comb += [cmd.job.eq(js), cmd.slot.eq(slot_q), cmd.index.eq(rel_q),
                      cmd.n.eq(n_q), cmd.plen.eq(word.plen), cmd.mask.eq(mask_q),
@@ -110,17 +112,22 @@ class ReleaseScheduler(wiring.Component):
             with m.State("IDLE"):
                 with m.If(self.chain.any()):
                     m.d.sync += [js.eq(pick), up_mode.eq(0)]
-                    m.next = "READ"
+                    m.next = "LOAD"
                 with m.Elif(self.chain_up.any()):
                     m.d.sync += [js.eq(pick_up), up_mode.eq(1)]
-                    m.next = "READ"
-            with m.State("READ"):
-                m.d.comb += self.rd_en.eq(1)
-                m.d.sync += [rel_q.eq(rel_js), slot_q.eq(slot_js), n_q.eq(n_js),
+                    m.next = "LOAD"
+            with m.State("LOAD"):
+                m.d.sync += [rel_q.eq(Mux(up_mode, self.upptr[js], self.rel[js])),
+                             npend_q.eq(Mux(up_mode, self.npend_up[js], self.npend[js])),
+                             base_q.eq(self.base[js]), wm_q.eq(self.w[js] - 1), n_q.eq(n_js),
                              mask_q.eq(Mux(up_mode, self.upmask[js],
                                            Mux(leaf_js, self.mmask[js], full))),
                              want_q.eq(Mux(up_mode, self.cmask[js], full)),
                              by_total_q.eq(~up_mode & leaf_js)]
+                m.next = "READ"
+            with m.State("READ"):
+                m.d.comb += self.rd_en.eq(1)
+                m.d.sync += slot_q.eq(slot)
                 m.next = "COMPARE"
             with m.State("COMPARE"):
                 # the word's checks, registered (the read data holds until the next READ)
@@ -129,15 +136,14 @@ class ReleaseScheduler(wiring.Component):
                 m.next = "CHECK"
             with m.State("CHECK"):
                 m.d.comb += self.checking.eq(1)
-                ok = ok_q
-                npend = Mux(up_mode, self.npend_up[js], self.npend[js])
-                with m.If(~ok):
+                with m.If(~ok_q):
                     m.d.comb += [self.done.eq(~up_mode), self.done_up.eq(up_mode)]
                     m.next = "IDLE"
                 with m.Elif(self.fifo_ready & ~self.dec_push):
                     m.d.comb += [self.push.eq(1), self.rel_job.eq(Mux(up_mode, 0, 1 << js)),
                                  self.up_job.eq(Mux(up_mode, 1 << js, 0))]
-                    with m.If(npend == 1):
+                    m.d.sync += [rel_q.eq(rel_q + 1), npend_q.eq(npend_q - 1)]
+                    with m.If(npend_q == 1):
                         m.d.comb += [self.done.eq(~up_mode), self.done_up.eq(up_mode)]
                         m.next = "IDLE"
                     with m.Else():

@@ -127,11 +127,10 @@ class EnableSequencer(wiring.Component):
 
         # the latched n / base / W of the job being enabled (the values loaded into the job)
         l_n, l_w, l_base = Signal(c.n_bits), Signal(c.w_bits), Signal(c.slot_bits)
+        l_full = Signal(WD)  # the ranks 0..n-1 (a register: off VERDICT's compare)
         with m.If(self.load):
-            m.d.sync += [l_n.eq(c_n), l_w.eq(c_w), l_base.eq(c_base)]
-
-        def fullmask(n):
-            return Cat(*(n > i for i in range(WD)))
+            m.d.sync += [l_n.eq(c_n), l_w.eq(c_w), l_base.eq(c_base),
+                         l_full.eq(Cat(*(c_n > i for i in range(WD))))]
 
         # flow scan: stage A reads entry e of the bank, stage B checks and binds it. The bank's
         # flow RAM answers one cycle after the address, so the address runs one entry ahead
@@ -246,7 +245,7 @@ class EnableSequencer(wiring.Component):
                         m.d.comb += ft.bind_en.eq(1)
             with m.State("VERDICT"):
                 m.d.comb += self.busy.eq(1)
-                with m.If(flows_bad | (rank_seen != fullmask(l_n))):
+                with m.If(flows_bad | (rank_seen != l_full)):
                     m.d.comb += [clr_en.eq(1 << sq), self.set_err.eq(1),
                                  self.err.eq(JobError.FLOWS), ft.drop_en.eq(1)]
                     m.next = "IDLE"
