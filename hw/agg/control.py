@@ -109,7 +109,7 @@ Timing
   - while the sequencer commits or discards a job (it stops taking headers until the pipeline
     is empty).
 * Enable: ``JOB.CTRL.enable`` 0 -> 1 is seen one cycle after the bank's write; the sequencer
-  checks the job registers (3 cycles), scans the ``flows`` flow entries (one per cycle, an
+  checks the job registers (4 cycles), scans the ``flows`` flow entries (one per cycle, an
   entry of the job 1 + the flow table's ``chk_latency``; the bank's flow RAM is addressed one
   entry ahead, from the check cycle on, so its read latency adds no cycle), clears the job's W
   slots, then commits (enabled). Until then, frames of the job are unregistered. A refused job
@@ -181,6 +181,7 @@ from .retxstage import RetxStages
 from .roles import MARK_PARTIAL, JobRoles
 from .sequencer import EnableSequencer
 from .types import PSN_BITS, SEQ_BITS, Action, Disp, FrameError, HdrClass
+from .wide import all_of, any_of, kept
 
 __all__ = ["AggControl", "ParserAdapter", "HdrClass", "FrameError", "Action", "Disp", "role_layout",
            "OP_ACK", "OP_CNP"]
@@ -448,8 +449,20 @@ class AggControl(wiring.Component):
         cnp_seen = Array(Signal(WD, name=f"cnp_seen{j}") for j in range(J))
         rtx_seen = Array(Signal(WD, name=f"rtx_seen{j}") for j in range(J))  # rtx word valid
         jr = JobRoles(J, self.rank_bits, WD, self.w_bits, PSN_BITS)  # D17: flow roles
-        j_full = [Cat(*(j_n[j] > i for i in range(WD))) for j in range(J)]
-        j_masks = [jr.masks(j_full[j], jr.leaf[j], jr.up[j], jr.down[j]) for j in range(J)]
+        # the job's world mask and its (contributors, MEMBER ranks, UP) masks: registered copies,
+        # a cycle behind the job's n and roles (loaded by the sequencer long before any frame or
+        # chain of the job uses them)
+        j_full = [Signal(WD, name=f"full{j}") for j in range(J)]
+        j_masks = [(Signal(WD, name=f"cmask{j}"), Signal(WD, name=f"mmask{j}"),
+                    Signal(WD, name=f"upmask{j}")) for j in range(J)]
+        j_wm = [Signal(self.w_bits, name=f"wm{j}") for j in range(J)]  # W - 1, registered
+        for j in range(J):
+            m.d.sync += j_wm[j].eq(j_w[j] - 1)
+            full_j = Cat(*(j_n[j] > i for i in range(WD)))
+            m.d.sync += j_full[j].eq(full_j)
+            m.d.sync += [a.eq(b) for a, b in zip(j_masks[j], jr.masks(full_j, jr.leaf[j],
+                                                                      jr.up[j], jr.down[j]),
+                                                  strict=True)]
 
         # ============================================================ memories
         m.submodules.slotmem = slotmem = Memory(shape=self.slot_layout, depth=self.slots,
@@ -601,8 +614,8 @@ class AggControl(wiring.Component):
             # (kept nets: the synthesis maps each compare on its own, the select after it)
             ram_v, sw_v, hold_v = (Signal(name=f"slot_chk_{x}", attrs={"keep": 1})
                                    for x in ("ram", "fwd", "hold"))
-            m.d.comb += [v.eq(fn(w)) for v, w in zip((ram_v, sw_v, hold_v), slot_srcs,
-                                                     strict=True)]
+            m.d.comb += [v.eq(fn(w, x)) for v, w, x in zip((ram_v, sw_v, hold_v), slot_srcs,
+                                                           ("ram", "fwd", "hold"), strict=True)]
             return Mux(slot_loaded, Mux(slot_fwd, sw_v, ram_v), hold_v)
         cnp_w = self._rmw_read(m, c_rd, sz_flow, advance, (cw_en, cw_data), "cnp")
         acked_rd = Signal(PSN_BITS)
@@ -616,16 +629,21 @@ class AggControl(wiring.Component):
         m.d.comb += [
             # (EMPTY = not valid or another index: the index compare in halves, combined in
             # the decision stage)
-            sf_b.empty.eq(on_slot(lambda w: ~w.valid)),
-            sf_b.idx_lo.eq(on_slot(lambda w: w.index[:12] == k4[:12])),
-            sf_b.idx_hi.eq(on_slot(lambda w: w.index[12:] == k4[12:])),
-            sf_b.sigmis.eq(on_slot(lambda w: Cat(w.opcode, w.plen) != sig4)),
-            sf_b.tot.eq(slot_w.total), sf_b.pres.eq(on_slot(lambda w: (w.bitmap & o4).any())),
-            sf_b.cc.eq(on_slot(lambda w: (w.bitmap | o4) == mask4)), sf_b.cf.eq(o4 == mask4),
+            sf_b.empty.eq(on_slot(lambda w, x: ~w.valid)),
+            sf_b.idx_lo.eq(on_slot(lambda w, x: w.index[:12] == k4[:12])),
+            sf_b.idx_hi.eq(on_slot(lambda w, x: w.index[12:] == k4[12:])),
+            sf_b.sigmis.eq(on_slot(lambda w, x: Cat(w.opcode, w.plen) != sig4)),
+            sf_b.tot.eq(slot_w.total),
+            # (the bitmap checks as trees of kept 6-input LUTs: see .wide)
+            sf_b.pres.eq(on_slot(lambda w, x: any_of(m, w.bitmap & o4, f"pres_{x}", 3))),
+            sf_b.cc.eq(on_slot(lambda w, x: all_of(m, ~((w.bitmap | o4) ^ mask4), f"cc_{x}",
+                                                   2))),
+            sf_b.cf.eq(all_of(m, ~(o4 ^ mask4), "cf", 3)),
             sf_f.empty.eq(k5 != k4), sf_f.sigmis.eq(sig5 != sig4), sf_f.pres.eq(r5 == r4),
-            sf_f.cc.eq((o5 | o4) == mask4),
+            sf_f.cc.eq(all_of(m, ~((o5 | o4) ^ mask4), "ccf", 2)),
             sf_c.pres.eq(sf_b.pres | (r5 == r4)),
-            sf_c.cc.eq(on_slot(lambda w: (w.bitmap | o5 | o4) == mask4)),
+            sf_c.cc.eq(on_slot(lambda w, x: all_of(m, ~((w.bitmap | o5 | o4) ^ mask4),
+                                                   f"ccc_{x}"))),
         ]
         # job and flow checks on the state now (``_b``), and variants for what the decision in
         # front changes: rel_j / upptr + 1 (same job), acked_f = its cand, a CNP sent (same flow)
@@ -701,8 +719,15 @@ class AggControl(wiring.Component):
         if "cnp" in self._no_forwarding:
             cnp_a = Const(0)
         ptr_a = Mux(upsel5, up_a, rel_a)
-        sf_a = Signal(slot_flags_layout())  # as loaded, corrected
-        jf_a = Signal(job_flags_layout())
+        # (kept nets: one LUT each, so that the synthesis does not merge the selects into
+        # LUT + MUXF7/F8/F9 shapes of more levels)
+        slot_a, first_a, tot_a, contrib_a, rel_a, up_a, ack_a, cnp_a, ptr_a = (
+            kept(m, v, f"{n}_a") for v, n in ((slot_a, "slot"), (first_a, "first"),
+                                              (tot_a, "tot"), (contrib_a, "contrib"),
+                                              (rel_a, "rel"), (up_a, "up"), (ack_a, "ack"),
+                                              (cnp_a, "cnp"), (ptr_a, "ptr")))
+        sf_a = Signal(slot_flags_layout(), attrs={"keep": 1})  # as loaded, corrected
+        jf_a = Signal(job_flags_layout(), attrs={"keep": 1})
         m.d.comb += [
             sf_a.empty.eq(Mux(first_a, sf5_f.empty,
                               sf5_b.empty | ~(sf5_b.idx_lo & sf5_b.idx_hi))),
@@ -731,8 +756,8 @@ class AggControl(wiring.Component):
         m.d.sync += held5.eq(~advance)
         sf_h, jf_hq = Signal(slot_flags_layout()), Signal(job_flags_layout())
         slot_h, acked_h = Signal(self.slot_layout), Signal(PSN_BITS)
-        sf = Signal(slot_flags_layout())
-        jf = Signal(job_flags_layout())
+        sf = Signal(slot_flags_layout(), attrs={"keep": 1})
+        jf = Signal(job_flags_layout(), attrs={"keep": 1})
         slot_cur = Signal(self.slot_layout)
         acked_cur = Signal(PSN_BITS)
         m.d.comb += [
@@ -799,7 +824,9 @@ class AggControl(wiring.Component):
         # ---- RAM writes of the decision stage (slot memory shared with the scrub)
         scrub_go = Signal()
         dec_slot_wr = commit & slot_write
-        m.d.comb += [scrub_go.eq(scrub_want & ~dec_slot_wr), seq.scrub_go.eq(scrub_go)]
+        # the scrub writes on its turn (the decision stage waits) or while no frame is in the
+        # decision stage (from registers: off the decision's paths)
+        m.d.comb += [scrub_go.eq(scrub_want & (scrub_turn | ~v5)), seq.scrub_go.eq(scrub_go)]
         m.d.comb += [
             s_wr.en.eq(dec_slot_wr | scrub_go),
             s_wr.addr.eq(Mux(dec_slot_wr, slot5, seq.scrub_addr)),
@@ -845,7 +872,7 @@ class AggControl(wiring.Component):
                      sch.dec_push.eq(0), s_rd2.addr.eq(sch.rd_addr),
                      s_rd2.en.eq(sch.rd_en), sch.rd_data.eq(s_rd2.data)]
         for j in range(J):
-            m.d.comb += [sch.rel[j].eq(rel[j]), sch.base[j].eq(j_base[j]), sch.w[j].eq(j_w[j]),
+            m.d.comb += [sch.rel[j].eq(rel[j]), sch.base[j].eq(j_base[j]), sch.wm[j].eq(j_wm[j]),
                          sch.n[j].eq(j_n[j]), sch.npend[j].eq(npend[j]),
                          sch.chain_up[j].eq(jr.chain_up[j]), sch.upptr[j].eq(jr.upptr[j]),
                          sch.npend_up[j].eq(jr.npend_up[j]), sch.leaf[j].eq(jr.leaf[j]),
@@ -917,8 +944,11 @@ class AggControl(wiring.Component):
             applying = a_valid & (a_job == j)
             with m.If(applying):
                 m.d.sync += free[j].eq(a_free)
-            fb_next = (free_busy[j] + (dj & ack_take) - applying)[:4]
-            m.d.sync += [free_busy[j].eq(fb_next), fb_nz[j].eq(fb_next != 0)]
+            fb_inc = dj & ack_take
+            fb_next = (free_busy[j] + fb_inc - applying)[:4]
+            # (fb_next != 0 without the adder: a result applied implies free_busy >= 1)
+            m.d.sync += [free_busy[j].eq(fb_next),
+                         fb_nz[j].eq(fb_inc | (fb_nz[j] & ~((free_busy[j] == 1) & applying)))]
             m.d.sync += busy_slots[j].eq(busy_slots[j] + (dj & first)
                                          - Mux(applying, step, 0))
             with m.If(dj & cnp_send):

@@ -26,11 +26,12 @@ class ReleaseScheduler(wiring.Component):
 
     Inputs (registered per-job state of :class:`~.control.AggControl`, one entry per job):
     ``chain`` (the job has a chain to run: its decision stage released an index while COMPLETE
-    slots were pending beyond it), ``rel`` (release pointer), ``base`` / ``w`` (slot range),
-    ``n`` (world size), ``npend`` (COMPLETE slots beyond ``rel``); the slot RAM's second read
-    port (``rd_en`` / ``rd_addr`` -> ``rd_data`` one cycle later); ``fifo_ready`` (the release
-    FIFO has room) and ``dec_push`` (the decision stage pushes a release command this cycle: it
-    has priority on the FIFO: 0 when the caller gives the scheduler priority instead).
+    slots were pending beyond it), ``rel`` (release pointer), ``base`` / ``wm`` (slot range:
+    first slot, W - 1), ``n`` (world size), ``npend`` (COMPLETE slots beyond ``rel``); the
+    slot RAM's second read port (``rd_en`` / ``rd_addr`` -> ``rd_data`` one cycle later);
+    ``fifo_ready`` (the release FIFO has room) and ``dec_push`` (the decision stage pushes a
+    release command this cycle: it has priority on the FIFO: 0 when the caller gives the
+    scheduler priority instead).
 
     Outputs: ``checking`` (in CHECK: a push may come this cycle; from the state register only),
     ``push`` with ``cmd`` (a release command; ``seq`` is left 0 for the caller), and in
@@ -57,7 +58,7 @@ class ReleaseScheduler(wiring.Component):
         J = c.jobs
         super().__init__({
             "chain": In(J), "rel": In(data.ArrayLayout(PSN_BITS, J)),
-            "base": In(data.ArrayLayout(c.slot_bits, J)), "w": In(data.ArrayLayout(c.w_bits, J)),
+            "base": In(data.ArrayLayout(c.slot_bits, J)), "wm": In(data.ArrayLayout(c.w_bits, J)),
             "n": In(data.ArrayLayout(c.n_bits, J)), "npend": In(data.ArrayLayout(c.w_bits, J)),
             "rd_en": Out(1), "rd_addr": Out(c.slot_bits), "rd_data": In(c.slot_layout),
             "fifo_ready": In(1), "dec_push": In(1),
@@ -119,7 +120,7 @@ class ReleaseScheduler(wiring.Component):
             with m.State("LOAD"):
                 m.d.sync += [rel_q.eq(Mux(up_mode, self.upptr[js], self.rel[js])),
                              npend_q.eq(Mux(up_mode, self.npend_up[js], self.npend[js])),
-                             base_q.eq(self.base[js]), wm_q.eq(self.w[js] - 1), n_q.eq(n_js),
+                             base_q.eq(self.base[js]), wm_q.eq(self.wm[js]), n_q.eq(n_js),
                              mask_q.eq(Mux(up_mode, self.upmask[js],
                                            Mux(leaf_js, self.mmask[js], full))),
                              want_q.eq(Mux(up_mode, self.cmask[js], full)),
