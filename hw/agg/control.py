@@ -94,9 +94,10 @@ Timing
   frames ahead.
   The pipeline stalls as a whole (``hdr.ready`` low) only to stay exact, on registers only:
   - while the header in the decision stage belongs to a job with a chained release in
-    progress (3 cycles per released index; only after out-of-order completions, since an
-    in-order completion is released by the decision stage itself), and one cycle after each
-    chain step or free_j result of its job (its job checks are made again);
+    progress (one cycle to load, then 3 per released index; only after out-of-order
+    completions, since an in-order completion is released by the decision stage itself), and
+    one cycle after each chain step or free_j result of its job (its job checks are made
+    again);
   - while a *data* header's job has a free_j computation in flight (``free_latency`` cycles
     after each ACK/NAK that advanced some acked_f; ACK/NAK acceptance never reads free_j, so
     back-to-back ACKs/NAKs do not wait);
@@ -105,7 +106,8 @@ Timing
   - while ``dec`` is not ready, the release FIFO has fewer than three free entries a cycle
     before, or the release scheduler is in its push (CHECK) state;
   - every other cycle while the enable sequencer clears the slots of a job being enabled (the
-    stall does not wait for the decision, so the decision logic stays off the pipeline enable);
+    stall does not wait for the decision, so the decision logic stays off the pipeline enable;
+    the scrub writes in those cycles and in any with no frame in the decision stage);
   - while the sequencer commits or discards a job (it stops taking headers until the pipeline
     is empty).
 * Enable: ``JOB.CTRL.enable`` 0 -> 1 is seen one cycle after the bank's write; the sequencer
