@@ -878,8 +878,8 @@ class AggControl(wiring.Component):
                          sch.n[j].eq(j_n[j]), sch.npend[j].eq(npend[j]),
                          sch.chain_up[j].eq(jr.chain_up[j]), sch.upptr[j].eq(jr.upptr[j]),
                          sch.npend_up[j].eq(jr.npend_up[j]), sch.leaf[j].eq(jr.leaf[j]),
-                         sch.cmask[j].eq(j_masks[j][0]), sch.mmask[j].eq(j_masks[j][1]),
-                         sch.upmask[j].eq(j_masks[j][2])]
+                         sch.full[j].eq(j_full[j]), sch.cmask[j].eq(j_masks[j][0]),
+                         sch.mmask[j].eq(j_masks[j][1]), sch.upmask[j].eq(j_masks[j][2])]
         js, sch_rel_job, chain_done = sch.job, sch.rel_job, sch.done
         dec_cmd = Signal(self.rel_layout)
         m.d.comb += [dec_cmd.job.eq(j5), dec_cmd.slot.eq(slot5), dec_cmd.index.eq(k5),

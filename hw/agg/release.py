@@ -11,7 +11,7 @@ pipelined minimum tree, after each ACK/NAK that advanced some ``acked_f``.
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -42,7 +42,8 @@ class ReleaseScheduler(wiring.Component):
     slots holding their total (``total``) to its MEMBER ranks (``mmask``) from the total
     buffer; its partial chain (``chain_up``, ``upptr``, ``npend_up``) sends slots complete with
     every contributor (``cmask``) up, to the UP rank only (``upmask``) with MARK_PARTIAL, and
-    answers with ``up_job`` / ``done_up``. Release chains go first.
+    answers with ``up_job`` / ``done_up``. Release chains go first. ``full``: the ranks
+    0..n-1 of each job (registered by the caller).
 
     Contract: latency: a chain starts one cycle after ``chain`` is seen (lowest job first),
     loads the job's pointer, pending count, slot range, N and masks into registers (LOAD, one
@@ -66,6 +67,7 @@ class ReleaseScheduler(wiring.Component):
             "done": Out(1), "job": Out(c.job_bits),
             "chain_up": In(J), "upptr": In(data.ArrayLayout(PSN_BITS, J)),
             "npend_up": In(data.ArrayLayout(c.w_bits, J)), "leaf": In(J),
+            "full": In(data.ArrayLayout(c.max_world, J)),
             "cmask": In(data.ArrayLayout(c.max_world, J)),
             "mmask": In(data.ArrayLayout(c.max_world, J)),
             "upmask": In(data.ArrayLayout(c.max_world, J)),
@@ -80,8 +82,7 @@ class ReleaseScheduler(wiring.Component):
         js = self.job
         up_mode = Signal()  # the chain being run is a leaf's partial chain (D17)
         leaf_js = self.leaf.bit_select(js, 1)
-        n_js = self.n[js]
-        full = Cat(*(n_js > i for i in range(WD)))
+        n_js, full = self.n[js], self.full[js]
         # the chain's job state, registered in LOAD (jobs:1 selects off the slot address and the
         # checks): the job's rel / upptr and npend / npend_up move only by this chain's own
         # pushes while it runs (its decisions wait), so the chain steps its copies itself
