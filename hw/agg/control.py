@@ -94,9 +94,10 @@ Timing
   frames ahead.
   The pipeline stalls as a whole (``hdr.ready`` low) only to stay exact, on registers only:
   - while the header in the decision stage belongs to a job with a chained release in
-    progress (3 cycles per released index; only after out-of-order completions, since an
-    in-order completion is released by the decision stage itself), and one cycle after each
-    chain step or free_j result of its job (its job checks are made again);
+    progress (one cycle to load, then 3 per released index; only after out-of-order
+    completions, since an in-order completion is released by the decision stage itself), and
+    one cycle after each chain step or free_j result of its job (its job checks are made
+    again);
   - while a *data* header's job has a free_j computation in flight (``free_latency`` cycles
     after each ACK/NAK that advanced some acked_f; ACK/NAK acceptance never reads free_j, so
     back-to-back ACKs/NAKs do not wait);
@@ -105,11 +106,12 @@ Timing
   - while ``dec`` is not ready, the release FIFO has fewer than three free entries a cycle
     before, or the release scheduler is in its push (CHECK) state;
   - every other cycle while the enable sequencer clears the slots of a job being enabled (the
-    stall does not wait for the decision, so the decision logic stays off the pipeline enable);
+    stall does not wait for the decision, so the decision logic stays off the pipeline enable;
+    the scrub writes in those cycles and in any with no frame in the decision stage);
   - while the sequencer commits or discards a job (it stops taking headers until the pipeline
     is empty).
 * Enable: ``JOB.CTRL.enable`` 0 -> 1 is seen one cycle after the bank's write; the sequencer
-  checks the job registers (3 cycles), scans the ``flows`` flow entries (one per cycle, an
+  checks the job registers (4 cycles), scans the ``flows`` flow entries (one per cycle, an
   entry of the job 1 + the flow table's ``chk_latency``; the bank's flow RAM is addressed one
   entry ahead, from the check cycle on, so its read latency adds no cycle), clears the job's W
   slots, then commits (enabled). Until then, frames of the job are unregistered. A refused job
@@ -145,13 +147,12 @@ disabled while in flight is classified unregistered. Only the consumers' backpre
 from __future__ import annotations
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
 from netreduce.regmap import (
-    DISPOSITIONS,
     GLOBAL_COUNTERS,
     JOB_COUNTERS,
     Access,
@@ -165,24 +166,24 @@ from netreduce.wire import ETHERTYPE_IPV4, IP_PROTO_UDP, ROCEV2_UDP_PORT
 
 from ..csr.bank import cfg_read_signature
 from ..skid import SkidBuffer
+from .counters import CtlCounters
 from .decide import (
     OP_ACK,
     OP_CNP,
     Decide,
-    FastRetx,
     job_flags_layout,
     nak_xor,
     pre_layout,
     precheck,
-    retx_checks,
-    retx_checks_layout,
     slot_flags_layout,
 )
 from .flowtable import FlowTable
-from .release import FreeMinTree, ReleaseScheduler
+from .release import FreeMinTree, ReleaseQueue, ReleaseScheduler
+from .retxstage import RetxStages
 from .roles import MARK_PARTIAL, JobRoles
 from .sequencer import EnableSequencer
 from .types import PSN_BITS, SEQ_BITS, Action, Disp, FrameError, HdrClass
+from .wide import all_of, any_of, kept
 
 __all__ = ["AggControl", "ParserAdapter", "HdrClass", "FrameError", "Action", "Disp", "role_layout",
            "OP_ACK", "OP_CNP"]
@@ -449,10 +450,21 @@ class AggControl(wiring.Component):
                       for j in range(J))
         cnp_seen = Array(Signal(WD, name=f"cnp_seen{j}") for j in range(J))
         rtx_seen = Array(Signal(WD, name=f"rtx_seen{j}") for j in range(J))  # rtx word valid
-        acked_e = [Signal(PSN_BITS, name=f"acked_e{e}") for e in range(F)]  # FLOW.ACKED copy
         jr = JobRoles(J, self.rank_bits, WD, self.w_bits, PSN_BITS)  # D17: flow roles
-        j_full = [Cat(*(j_n[j] > i for i in range(WD))) for j in range(J)]
-        j_masks = [jr.masks(j_full[j], jr.leaf[j], jr.up[j], jr.down[j]) for j in range(J)]
+        # the job's world mask and its (contributors, MEMBER ranks, UP) masks: registered copies,
+        # a cycle behind the job's n and roles (loaded by the sequencer long before any frame or
+        # chain of the job uses them)
+        j_full = [Signal(WD, name=f"full{j}") for j in range(J)]
+        j_masks = [(Signal(WD, name=f"cmask{j}"), Signal(WD, name=f"mmask{j}"),
+                    Signal(WD, name=f"upmask{j}")) for j in range(J)]
+        j_wm = [Signal(self.w_bits, name=f"wm{j}") for j in range(J)]  # W - 1, registered
+        for j in range(J):
+            m.d.sync += j_wm[j].eq(j_w[j] - 1)
+            full_j = Cat(*(j_n[j] > i for i in range(WD)))
+            m.d.sync += j_full[j].eq(full_j)
+            m.d.sync += [a.eq(b) for a, b in zip(j_masks[j], jr.masks(full_j, jr.leaf[j],
+                                                                      jr.up[j], jr.down[j]),
+                                                  strict=True)]
 
         # ============================================================ memories
         m.submodules.slotmem = slotmem = Memory(shape=self.slot_layout, depth=self.slots,
@@ -464,18 +476,13 @@ class AggControl(wiring.Component):
         m.submodules.cnpmem = cnpmem = Memory(shape=unsigned(TB), depth=cnp_depth, init=[])
         c_wr = cnpmem.write_port()
         c_rd = cnpmem.read_port()
-        m.submodules.rtxmem = rtxmem = Memory(shape=self.rtx_layout, depth=cnp_depth, init=[])
-        x_wr = rtxmem.write_port()
-        x_rd = rtxmem.read_port()
 
-        m.submodules.relq = relq = fifo.SyncFIFOBuffered(width=self.rel_layout.size,
-                                                         depth=self.rel_depth)
-        m.d.comb += [self.rel.valid.eq(relq.r_rdy), self.rel.payload.eq(relq.r_data),
-                     relq.r_en.eq(self.rel.ready)]
+        m.submodules.relq = relq = ReleaseQueue(self)
+        wiring.connect(m, relq.o, wiring.flipped(self.rel))
 
         # ============================================================ sub-blocks
         m.submodules.decide = dk = Decide(self)
-        m.submodules.retx = fx = FastRetx(self)
+        m.submodules.retx = rx = RetxStages(self, forward="rtx" not in self._no_forwarding)
         m.submodules.release = sch = ReleaseScheduler(self)
         m.submodules.freemin = fmin = FreeMinTree(self)
         m.submodules.sequencer = seq = EnableSequencer(self, ft)
@@ -496,10 +503,10 @@ class AggControl(wiring.Component):
         m.submodules.dec_skid = dec_skid = SkidBuffer(self.dec_layout)
         wiring.connect(m, wiring.flipped(self.hdr), hdr_skid.i)
         wiring.connect(m, dec_skid.o, wiring.flipped(self.dec))
-        hdr, dec_o = hdr_skid.o, dec_skid.i
+        hdr = hdr_skid.o
+        wiring.connect(m, rx.o, dec_skid.i)
         advance = Signal()
         block5 = Signal()
-        rtx_haz = Signal()
         # stages 1..S: the flow lookup (the key is compared from the input register, stage 0;
         # S = the table's lookup latency); S + 1: check ("stage 4"); S + 2: decide ("stage 5");
         # S + 3: fast retransmit ("stage 6"), then the decision output register
@@ -507,13 +514,9 @@ class AggControl(wiring.Component):
         vs = [Signal(name=f"v{i}") for i in range(1, S + 3)]
         hs = [Signal(self.hdr_pipe_layout, name=f"h{i}") for i in range(1, S + 3)]
         h3, h4, v5, h5 = hs[S - 1], hs[S], vs[S + 1], hs[S + 1]
-        v6, v7 = Signal(), Signal()  # the fast-retransmit stages (they move with the output)
-        adv_out = Signal()
-        ov = Signal()  # output register valid
+        adv_out = rx.adv  # the fast-retransmit stages and the output register move
         m.d.comb += [
             hdr.ready.eq(advance & ~quiesce),
-            dec_o.valid.eq(ov),
-            adv_out.eq(~ov | dec_o.ready),
             advance.eq(adv_out & ~(v5 & block5)),
         ]
         with m.If(advance):
@@ -521,7 +524,7 @@ class AggControl(wiring.Component):
             m.d.sync += [hs[0][f].eq(hdr.payload[f]) for f, _ in self.hdr_pipe_layout]
             m.d.sync += [vs[i].eq(vs[i - 1]) for i in range(1, S + 2)]
             m.d.sync += [hs[i].eq(hs[i - 1]) for i in range(1, S + 2)]
-        pipe_empty = ~Cat(*vs, v6, v7).any()
+        pipe_empty = ~(Cat(*vs).any() | rx.busy)
 
         def is_ctrl(h):
             return (h.opcode == OP_ACK) | (h.opcode == OP_CNP)
@@ -575,7 +578,11 @@ class AggControl(wiring.Component):
         sa_slot, sa_flow, sa_job = Signal(), Signal(), Signal()
         sz_slot, sz_flow = Signal(), Signal()
         flow3 = Cat(fd.rank, fd.job)
-        acked_rd = Signal(PSN_BITS)  # acked_f, read one stage early (forwarded like a RAM read)
+        # acked_f, read one stage early (forwarded like a RAM read): the rank selected here, the
+        # job in the check stage (a jobs x max_world select in one stage is too deep)
+        acked_rk = [Signal(PSN_BITS, name=f"acked_rk{j}") for j in range(J)]
+        # the frame's rank one-hot, registered with it (the slot and seen-bit checks AND with it)
+        o4, o5 = Signal(WD, name="onehot4"), Signal(WD, name="onehot5")
         with m.If(advance):
             m.d.sync += [hit4.eq(ft.lk_hit), e4.eq(ft.lk_entry), j4.eq(fd.job), r4.eq(fd.rank),
                          k4.eq(k3), slot4.eq(slot3), p4["rq"].eq(fd.rev_qpn),
@@ -583,7 +590,8 @@ class AggControl(wiring.Component):
                          sa_slot.eq(slot3 == slot4), sa_flow.eq(flow3 == Cat(r4, j4)),
                          sa_job.eq(fd.job == j4),
                          sz_slot.eq(slot3 == slot5), sz_flow.eq(flow3 == Cat(r5, j5)),
-                         acked_rd.eq(acked[fd.job][fd.rank])]
+                         o4.eq(onehot(fd.rank))]
+            m.d.sync += [acked_rk[j].eq(acked[j][fd.rank]) for j in range(J)]
 
         # ------------------------------------------------------------ stage 4: check
         # the writes committed by the decision stage in the cycle before (the frame two ahead,
@@ -608,12 +616,13 @@ class AggControl(wiring.Component):
             # (kept nets: the synthesis maps each compare on its own, the select after it)
             ram_v, sw_v, hold_v = (Signal(name=f"slot_chk_{x}", attrs={"keep": 1})
                                    for x in ("ram", "fwd", "hold"))
-            m.d.comb += [v.eq(fn(w)) for v, w in zip((ram_v, sw_v, hold_v), slot_srcs,
-                                                     strict=True)]
+            m.d.comb += [v.eq(fn(w, x)) for v, w, x in zip((ram_v, sw_v, hold_v), slot_srcs,
+                                                           ("ram", "fwd", "hold"), strict=True)]
             return Mux(slot_loaded, Mux(slot_fwd, sw_v, ram_v), hold_v)
         cnp_w = self._rmw_read(m, c_rd, sz_flow, advance, (cw_en, cw_data), "cnp")
+        acked_rd = Signal(PSN_BITS)
+        m.d.comb += acked_rd.eq(Array(acked_rk)[j4])
         acked_w = self._rmw_read(m, _Port(acked_rd), sz_flow, advance, (aw_en, aw_data), "acked")
-        o4, o5 = onehot(r4), onehot(r5)
         mask4 = pre4.mask
         sig4, sig5 = Cat(h4.opcode[:4], h4.plen), Cat(h5.opcode[:4], h5.plen)
         # slot checks on the word as read (``_b``), and as the decision in front leaves it when it
@@ -622,16 +631,21 @@ class AggControl(wiring.Component):
         m.d.comb += [
             # (EMPTY = not valid or another index: the index compare in halves, combined in
             # the decision stage)
-            sf_b.empty.eq(on_slot(lambda w: ~w.valid)),
-            sf_b.idx_lo.eq(on_slot(lambda w: w.index[:12] == k4[:12])),
-            sf_b.idx_hi.eq(on_slot(lambda w: w.index[12:] == k4[12:])),
-            sf_b.sigmis.eq(on_slot(lambda w: Cat(w.opcode, w.plen) != sig4)),
-            sf_b.tot.eq(slot_w.total), sf_b.pres.eq(on_slot(lambda w: (w.bitmap & o4).any())),
-            sf_b.cc.eq(on_slot(lambda w: (w.bitmap | o4) == mask4)), sf_b.cf.eq(o4 == mask4),
+            sf_b.empty.eq(on_slot(lambda w, x: ~w.valid)),
+            sf_b.idx_lo.eq(on_slot(lambda w, x: w.index[:12] == k4[:12])),
+            sf_b.idx_hi.eq(on_slot(lambda w, x: w.index[12:] == k4[12:])),
+            sf_b.sigmis.eq(on_slot(lambda w, x: Cat(w.opcode, w.plen) != sig4)),
+            sf_b.tot.eq(slot_w.total),
+            # (the bitmap checks as trees of kept 6-input LUTs: see .wide)
+            sf_b.pres.eq(on_slot(lambda w, x: any_of(m, w.bitmap & o4, f"pres_{x}", 3))),
+            sf_b.cc.eq(on_slot(lambda w, x: all_of(m, ~((w.bitmap | o4) ^ mask4), f"cc_{x}",
+                                                   2))),
+            sf_b.cf.eq(all_of(m, ~(o4 ^ mask4), "cf", 3)),
             sf_f.empty.eq(k5 != k4), sf_f.sigmis.eq(sig5 != sig4), sf_f.pres.eq(r5 == r4),
-            sf_f.cc.eq((o5 | o4) == mask4),
+            sf_f.cc.eq(all_of(m, ~((o5 | o4) ^ mask4), "ccf", 2)),
             sf_c.pres.eq(sf_b.pres | (r5 == r4)),
-            sf_c.cc.eq(on_slot(lambda w: (w.bitmap | o5 | o4) == mask4)),
+            sf_c.cc.eq(on_slot(lambda w, x: all_of(m, ~((w.bitmap | o5 | o4) ^ mask4),
+                                                   f"ccc_{x}"))),
         ]
         # job and flow checks on the state now (``_b``), and variants for what the decision in
         # front changes: rel_j / upptr + 1 (same job), acked_f = its cand, a CNP sent (same flow)
@@ -657,7 +671,7 @@ class AggControl(wiring.Component):
         tdb, tda = Signal(TB), Signal(TB)
         cnp_iv = j_cnp[j4]
         m.d.comb += [tdb.eq(h4.time - cnp_w), tda.eq(h4.time - h5.time)]
-        seen4 = cnp_seen[j4].bit_select(r4, 1)
+        seen4 = (cnp_seen[j4] & o4).any()
         m.d.comb += [
             jf_b.supp.eq(seen4 & (tdb[TB - 1] | (tdb < cnp_iv))),
             jv.released.eq(jf_b.released | jf_b.keq_rel), jv.keq_rel.eq(k4 == rel4p1),
@@ -676,12 +690,19 @@ class AggControl(wiring.Component):
         acked5 = Signal(PSN_BITS)
         sa_slot5, sa_flow5, sa_job5, upsel5 = Signal(), Signal(), Signal(), Signal()
         rh5 = Signal()  # a ROCE header with a flow hit
+        # the job's enabled bit and roles, and the flow's role, registered with the frame: they
+        # change only while the pipeline is empty (the sequencer's enable and disable wait for
+        # it, taking no header meanwhile)
+        en5, leaf5, roles5, role5 = Signal(), Signal(), Signal(), Signal(2)
         # a data header whose checks a free_j still in flight can change (see the stall below)
         fwait5 = Signal()
         with m.If(advance):
+            m.d.sync += [en5.eq(enabled[j4]), leaf5.eq(leaf4), role5.eq(role_of(r4, j4)),
+                         roles5.eq(Cat(*(jr.any_roles(j) for j in range(J))).bit_select(j4, 1))]
             m.d.sync += [rh5.eq((h4.cls == HdrClass.ROCE) & hit4),
                          fwait5.eq(~is_ctrl(h4) & (jf_b.behind | jf_b.ahead | jf_b.released))]
             m.d.sync += [v.eq(p4[n]) for n, v in p5.items()]
+            m.d.sync += o5.eq(o4)
             m.d.sync += [sf5_b.eq(sf_b), sf5_f.eq(sf_f), sf5_c.eq(sf_c), jf5.eq(jf_b),
                          jv5.eq(jv), slot5_w.eq(slot_w), acked5.eq(acked_w), cand5.eq(cand4),
                          sa_slot5.eq(sa_slot), sa_flow5.eq(sa_flow), sa_job5.eq(sa_job),
@@ -700,8 +721,15 @@ class AggControl(wiring.Component):
         if "cnp" in self._no_forwarding:
             cnp_a = Const(0)
         ptr_a = Mux(upsel5, up_a, rel_a)
-        sf_a = Signal(slot_flags_layout())  # as loaded, corrected
-        jf_a = Signal(job_flags_layout())
+        # (kept nets: one LUT each, so that the synthesis does not merge the selects into
+        # LUT + MUXF7/F8/F9 shapes of more levels)
+        slot_a, first_a, tot_a, contrib_a, rel_a, up_a, ack_a, cnp_a, ptr_a = (
+            kept(m, v, f"{n}_a") for v, n in ((slot_a, "slot"), (first_a, "first"),
+                                              (tot_a, "tot"), (contrib_a, "contrib"),
+                                              (rel_a, "rel"), (up_a, "up"), (ack_a, "ack"),
+                                              (cnp_a, "cnp"), (ptr_a, "ptr")))
+        sf_a = Signal(slot_flags_layout(), attrs={"keep": 1})  # as loaded, corrected
+        jf_a = Signal(job_flags_layout(), attrs={"keep": 1})
         m.d.comb += [
             sf_a.empty.eq(Mux(first_a, sf5_f.empty,
                               sf5_b.empty | ~(sf5_b.idx_lo & sf5_b.idx_hi))),
@@ -730,8 +758,8 @@ class AggControl(wiring.Component):
         m.d.sync += held5.eq(~advance)
         sf_h, jf_hq = Signal(slot_flags_layout()), Signal(job_flags_layout())
         slot_h, acked_h = Signal(self.slot_layout), Signal(PSN_BITS)
-        sf = Signal(slot_flags_layout())
-        jf = Signal(job_flags_layout())
+        sf = Signal(slot_flags_layout(), attrs={"keep": 1})
+        jf = Signal(job_flags_layout(), attrs={"keep": 1})
         slot_cur = Signal(self.slot_layout)
         acked_cur = Signal(PSN_BITS)
         m.d.comb += [
@@ -739,17 +767,15 @@ class AggControl(wiring.Component):
             slot_cur.eq(Mux(held5, slot_h, Mux(slot_a, sw_data, slot5_w))),
             acked_cur.eq(Mux(held5, acked_h, Mux(ack_a, aw_data, acked5))),
         ]
-        leaf5 = Array(jr.leaf)[j5]
         jf_h = self._job_checks(m, "5", k5, cand5, acked_cur, upsel5, free[j5], rel[j5],
                                 Array(jr.upptr)[j5], j_w[j5])
         m.d.comb += jf_h.supp.eq(jf.supp)
         with m.If(~advance):
             m.d.sync += [sf_h.eq(sf), slot_h.eq(slot_cur), acked_h.eq(acked_cur), jf_hq.eq(jf_h)]
 
-        registered = v5 & rh5 & enabled[j5]
+        registered = v5 & rh5 & en5
         n_cur = j_n[j5]
-        m.d.comb += [dk.roles.eq(Cat(*(jr.any_roles(j) for j in range(J))).bit_select(j5, 1)),
-                     dk.leaf.eq(leaf5), dk.role.eq(role_of(r5, j5)),
+        m.d.comb += [dk.roles.eq(roles5), dk.leaf.eq(leaf5), dk.role.eq(role5),
                      dk.h.eq(h5), dk.k.eq(k5), dk.rank.eq(r5), dk.onehot_r.eq(o5),
                      dk.cand.eq(cand5), dk.slot.eq(slot_cur), dk.sf.eq(sf), dk.jf.eq(jf),
                      dk.pre.eq(pre5)]
@@ -777,7 +803,7 @@ class AggControl(wiring.Component):
         # (data right after an ACK burst: the all-reduce's steady state)
         # the release FIFO takes one more command (with its input register's), from the level
         # a cycle ago: the level grows by at most one a cycle
-        rel_room = Signal()
+        rel_room = relq.room
         m.d.comb += block5.eq(
             (registered & (jb_all.bit_select(j5, 1)
                            | (jb_data.bit_select(j5, 1) & fwait5)))
@@ -785,7 +811,7 @@ class AggControl(wiring.Component):
             # the release scheduler may push this cycle: it has the FIFO
             | sch.checking
             # D16: the frame directly ahead writes the flow's word (read it after the write)
-            | (rh5 & rtx_haz)
+            | (rh5 & rx.haz)
             # (any header, not only one writing a slot: keeps the decision off the stall path)
             | (scrub_want & scrub_turn))
         commit = Signal()
@@ -800,7 +826,9 @@ class AggControl(wiring.Component):
         # ---- RAM writes of the decision stage (slot memory shared with the scrub)
         scrub_go = Signal()
         dec_slot_wr = commit & slot_write
-        m.d.comb += [scrub_go.eq(scrub_want & ~dec_slot_wr), seq.scrub_go.eq(scrub_go)]
+        # the scrub writes on its turn (the decision stage waits) or while no frame is in the
+        # decision stage (from registers: off the decision's paths)
+        m.d.comb += [scrub_go.eq(scrub_want & (scrub_turn | ~v5)), seq.scrub_go.eq(scrub_go)]
         m.d.comb += [
             s_wr.en.eq(dec_slot_wr | scrub_go),
             s_wr.addr.eq(Mux(dec_slot_wr, slot5, seq.scrub_addr)),
@@ -812,12 +840,9 @@ class AggControl(wiring.Component):
         m.d.sync += [sw_en.eq(s_wr.en & ~seq.scrub_go), sw_data.eq(s_wr.data),
                      cw_en.eq(c_wr.en), cw_data.eq(c_wr.data)]
 
-        # ---- the decision, registered for the fast-retransmit stages
-        d6 = Signal(self.dec_layout)
-        reg6, pres6, contrib6, ackc6, fast6 = Signal(), Signal(), Signal(), Signal(), Signal()
-        rel6, fwd6, w6 = Signal(PSN_BITS), Signal(), Signal()
-        j6, r6 = Signal(self.job_bits), Signal(self.rank_bits)
-        j7, r7 = Signal(self.job_bits), Signal(self.rank_bits)
+        # ---- the decision, to the fast-retransmit stages and the output register
+        rxi = rx.i
+        d6 = rxi.dec
         # D16 is not used on leaf and spine jobs (D17)
         fast_en = Cat(*(self.job_cfg[j].ctrl.fast_retx & ~jr.any_roles(j)
                         for j in range(J))).bit_select(j5, 1)
@@ -825,88 +850,37 @@ class AggControl(wiring.Component):
         # the flow's fast-retransmit word counts only once written since the enable (rtx_seen);
         # the decision stage holds a frame while the frame in stage 6 will write its flow's word
         # (one bubble), so the word is read after that write or forwarded from it (stage 7)
-        seen6 = Signal()
-        m.d.comb += [x_rd.en.eq(advance), x_rd.addr.eq(Cat(r5, j5))]
-        d6_next = [d6.action.eq(action), d6.disp.eq(disp), d6.job.eq(j5),
-                   d6.rank.eq(r5), d6.entry.eq(e5), d6.slot.eq(slot5), d6.index.eq(k5),
-                   d6.overwrite.eq(first), d6.op.eq(j_op[j5]), d6.plen.eq(h5.plen),
-                   d6.beats.eq(beats), d6.cnp.eq(cnp_send), d6.rev_qpn.eq(rq5),
-                   d6.port.eq(h5.port), d6.release.eq(release_now | dk.up_now),
-                   d6.remark.eq(dk.remark), d6.mark.eq(dk.mark), d6.total.eq(dk.total),
-                   d6.nak_x.eq(nak_xor(h5)),
-                   # the ACK request's PSN: one acknowledged by f's receiver (a duplicate)
-                   d6.sol_psn.eq(st5 + acked_cur - 1),
-                   reg6.eq(registered), pres6.eq(dk.present),
-                   contrib6.eq(action == Action.CONTRIBUTE), ackc6.eq(dk.ack_cur),
-                   fast6.eq(fast_en), rel6.eq(rel[j5]), j6.eq(j5), r6.eq(r5),
-                   seen6.eq(rtx_seen[j5].bit_select(r5, 1))]
-        # stages 6, 7 and the output register move whenever the output can (a frame held in the
-        # decision stage leaves a bubble behind it)
-        # (its data registers load whenever the output moves: with a bubble they are unused)
-        with m.If(adv_out):
-            m.d.sync += [v6.eq(v5 & advance), fwd6.eq(Cat(r5, j5) == Cat(r7, j7)),
-                         w6.eq(registered & (dk.present | dk.ack_cur))] + d6_next
-
-        # ------------------------------------------------------------ stage 6: D16 compares
-        # the word read, forwarded from the write committed by stage 7 in the cycle of the read
-        # (``xw_*``, taken when the output moves, like the read port's data)
-        xw_en, xw_data = Signal(), Signal(self.rtx_layout)
-        with m.If(adv_out):
-            m.d.sync += [xw_en.eq(x_wr.en), xw_data.eq(x_wr.data)]
-        rtx6 = Signal(self.rtx_layout)
-        m.d.comb += rtx6.eq(Mux(xw_en & fwd6, xw_data, Mux(seen6, x_rd.data, 0)))
-        chk6 = retx_checks(m, rtx6, d6.index, rel6)
-        d7 = Signal(self.dec_layout)
-        reg7, pres7, contrib7, ackc7, fast7 = Signal(), Signal(), Signal(), Signal(), Signal()
-        rel7, rtx7 = Signal(PSN_BITS), Signal(self.rtx_layout)
-        chk7 = Signal(retx_checks_layout())
-        with m.If(adv_out):
-            m.d.sync += [v7.eq(v6), d7.eq(d6), reg7.eq(reg6), pres7.eq(pres6),
-                         contrib7.eq(contrib6), ackc7.eq(ackc6), fast7.eq(fast6), rel7.eq(rel6),
-                         rtx7.eq(rtx6), j7.eq(j6), r7.eq(r6), chk7.eq(chk6)]
-
-        # ------------------------------------------------------------ stage 7: D16 decisions
-        m.d.comb += [fx.k.eq(d7.index), fx.rel.eq(rel7), fx.present.eq(pres7),
-                     fx.contrib.eq(contrib7), fx.ack_cur.eq(ackc7), fx.fast_en.eq(fast7),
-                     fx.rtx.eq(rtx7), fx.chk.eq(chk7)]
-        commit7 = Signal()
-        m.d.comb += commit7.eq(v7 & adv_out)
-        m.d.comb += [x_wr.en.eq(commit7 & reg7 & fx.rtx_write), x_wr.addr.eq(Cat(r7, j7)),
-                     x_wr.data.eq(fx.rtx_new)]
-        cj7 = Signal(J)
-        m.d.comb += cj7.eq(Mux(commit7 & reg7, 1 << j7, 0))
-        # a write to the word of the decision stage's flow in stage 6 (all registers)
-        # (the frame in stage 6, if any, is the one directly ahead: ``sa_flow5``)
-        m.d.comb += rtx_haz.eq(v6 & w6 & sa_flow5)
-        if "rtx" in self._no_forwarding:
-            m.d.comb += [rtx_haz.eq(0), rtx6.eq(Mux(seen6, x_rd.data, 0))]
-
-        # ---- decision output register
-        dec = dec_o.payload
-        with m.If(adv_out):
-            m.d.sync += [ov.eq(v7), dec.eq(d7), dec.nak.eq(reg7 & fx.nak_fire),
-                         dec.solicit.eq(reg7 & fx.solicit)]
-        with m.Elif(dec_o.ready):
-            m.d.sync += ov.eq(0)
+        m.d.comb += [rx.rd_en.eq(advance), rx.i_valid.eq(v5 & advance), rx.sa_flow.eq(sa_flow5)]
+        m.d.comb += [d6.action.eq(action), d6.disp.eq(disp), d6.job.eq(j5),
+                     d6.rank.eq(r5), d6.entry.eq(e5), d6.slot.eq(slot5), d6.index.eq(k5),
+                     d6.overwrite.eq(first), d6.op.eq(j_op[j5]), d6.plen.eq(h5.plen),
+                     d6.beats.eq(beats), d6.cnp.eq(cnp_send), d6.rev_qpn.eq(rq5),
+                     d6.port.eq(h5.port), d6.release.eq(release_now | dk.up_now),
+                     d6.remark.eq(dk.remark), d6.mark.eq(dk.mark), d6.total.eq(dk.total),
+                     d6.nak_x.eq(nak_xor(h5)),
+                     # the ACK request's PSN: one acknowledged by f's receiver (a duplicate)
+                     d6.sol_psn.eq(st5 + acked_cur - 1),
+                     rxi.reg.eq(registered), rxi.pres.eq(dk.present),
+                     rxi.contrib.eq(action == Action.CONTRIBUTE), rxi.ackc.eq(dk.ack_cur),
+                     rxi.fast.eq(fast_en), rxi.rel.eq(rel[j5]),
+                     rxi.seen.eq((rtx_seen[j5] & o5).any()),
+                     rxi.w.eq(registered & (dk.present | dk.ack_cur))]
 
         # ============================================================ release scheduler
         up_now = dk.up_now
         dec_push = commit & (release_now | up_now)
-        rel_w = data.View(self.rel_layout, relq.w_data)
         m.d.comb += [sch.chain.eq(Cat(*[chain_busy[j] for j in range(J)])),
                      sch.fifo_ready.eq(rel_room),
                      sch.dec_push.eq(0), s_rd2.addr.eq(sch.rd_addr),
                      s_rd2.en.eq(sch.rd_en), sch.rd_data.eq(s_rd2.data)]
         for j in range(J):
-            m.d.comb += [sch.rel[j].eq(rel[j]), sch.base[j].eq(j_base[j]), sch.w[j].eq(j_w[j]),
+            m.d.comb += [sch.rel[j].eq(rel[j]), sch.base[j].eq(j_base[j]), sch.wm[j].eq(j_wm[j]),
                          sch.n[j].eq(j_n[j]), sch.npend[j].eq(npend[j]),
                          sch.chain_up[j].eq(jr.chain_up[j]), sch.upptr[j].eq(jr.upptr[j]),
                          sch.npend_up[j].eq(jr.npend_up[j]), sch.leaf[j].eq(jr.leaf[j]),
-                         sch.cmask[j].eq(j_masks[j][0]), sch.mmask[j].eq(j_masks[j][1]),
-                         sch.upmask[j].eq(j_masks[j][2])]
+                         sch.full[j].eq(j_full[j]), sch.cmask[j].eq(j_masks[j][0]),
+                         sch.mmask[j].eq(j_masks[j][1]), sch.upmask[j].eq(j_masks[j][2])]
         js, sch_rel_job, chain_done = sch.job, sch.rel_job, sch.done
-        sch_cmd = Signal(self.rel_layout)
-        m.d.comb += sch_cmd.eq(sch.cmd)
         dec_cmd = Signal(self.rel_layout)
         m.d.comb += [dec_cmd.job.eq(j5), dec_cmd.slot.eq(slot5), dec_cmd.index.eq(k5),
                      dec_cmd.n.eq(n_cur), dec_cmd.plen.eq(h5.plen),
@@ -916,24 +890,11 @@ class AggControl(wiring.Component):
                                              Array(j_full)[j5]))),
                      dec_cmd.total.eq(leaf5 & ~up_now),
                      dec_cmd.mark.eq(Mux(up_now, MARK_PARTIAL, 0))]
-        # seq = decisions output up to and including the one that caused the release (a chained
-        # release counts every decision committed so far): the emitter sends a release only after
-        # the payload of every decision before seq is written, and after their own frames
-        n_commit = Signal(SEQ_BITS)
-        with m.If(commit):
-            m.d.sync += n_commit.eq(n_commit + 1)
-        m.d.comb += [dec_cmd.seq.eq(n_commit + 1), sch_cmd.seq.eq(n_commit)]
         if self.ports > 1:
             m.d.comb += dec_cmd.ports.eq(slot_new.ports)
-        # the command is written into the FIFO one cycle later, from a register (the decision's
-        # push is off the FIFO's level logic); the decision waits in the scheduler's CHECK cycles,
-        # so the two never push together
-        rq_en, rq_data = Signal(), Signal(self.rel_layout.size)
-        m.d.sync += [rq_en.eq(dec_push | sch.push),
-                     rq_data.eq(Mux(sch.checking, sch_cmd.as_value(), dec_cmd.as_value()))]
-        m.d.comb += [relq.w_en.eq(rq_en), rel_w.eq(rq_data),
-                     ]
-        m.d.sync += rel_room.eq(relq.level <= self.rel_depth - 3)
+        m.d.comb += [relq.commit.eq(commit), relq.dec_push.eq(dec_push), relq.dec_cmd.eq(dec_cmd),
+                     relq.sch_push.eq(sch.push), relq.sch_cmd.eq(sch.cmd),
+                     relq.sch_sel.eq(sch.checking)]
 
         # ============================================================ free_j (min tree)
         f_valid = Signal()
@@ -985,14 +946,17 @@ class AggControl(wiring.Component):
             applying = a_valid & (a_job == j)
             with m.If(applying):
                 m.d.sync += free[j].eq(a_free)
-            fb_next = (free_busy[j] + (dj & ack_take) - applying)[:4]
-            m.d.sync += [free_busy[j].eq(fb_next), fb_nz[j].eq(fb_next != 0)]
+            fb_inc = dj & ack_take
+            fb_next = (free_busy[j] + fb_inc - applying)[:4]
+            # (fb_next != 0 without the adder: a result applied implies free_busy >= 1)
+            m.d.sync += [free_busy[j].eq(fb_next),
+                         fb_nz[j].eq(fb_inc | (fb_nz[j] & ~((free_busy[j] == 1) & applying)))]
             m.d.sync += busy_slots[j].eq(busy_slots[j] + (dj & first)
                                          - Mux(applying, step, 0))
             with m.If(dj & cnp_send):
                 m.d.sync += cnp_seen[j].eq(cnp_seen[j] | o5)
-            with m.If(cj7[j] & fx.rtx_write):
-                m.d.sync += rtx_seen[j].eq(rtx_seen[j] | onehot(r7))
+            with m.If(rx.wr_en & (rx.wr_job == j)):
+                m.d.sync += rtx_seen[j].eq(rtx_seen[j] | onehot(rx.wr_rank))
             with m.If((sq == j) & seq_enable):
                 m.d.sync += [enabled[j].eq(1), error[j].eq(JobError.NONE),
                              jr.leaf[j].eq(seq.roles_leaf), jr.up[j].eq(seq.roles_up),
@@ -1020,75 +984,25 @@ class AggControl(wiring.Component):
                              rtx_seen[j].eq(0), jr.upptr[j].eq(0), jr.npend_up[j].eq(0),
                              jr.chain_up[j].eq(0)]
                 m.d.sync += [acked[j][r].eq(0) for r in range(WD)]
-        # per-entry copy of acked_f for FLOW.ACKED
-        for e in range(F):
-            with m.If(commit & registered & ack_take & (e5 == e)):
-                m.d.sync += acked_e[e].eq(cand5)
-            with m.If(ft.bind_en & (ft.bind_entry == e)):
-                m.d.sync += acked_e[e].eq(0)
-
         # ============================================================ status and counters
-        for j in range(J):
-            st = self.job_status[j]
-            m.d.comb += [
-                st.status.enabled.eq(enabled[j]),
-                st.status.error.eq(error[j]),
-                st.free_ptr.index.eq(Mux(enabled[j], free[j], 0)),
-                st.release_ptr.index.eq(Mux(enabled[j], rel[j], 0)),
-                st.slots_busy.count.eq(Mux(enabled[j], busy_slots[j], 0)),
-                st.partial_ptr.index.eq(Mux(enabled[j] & jr.leaf[j], jr.upptr[j], 0)),
-            ]
-        for e in range(F):
-            bound = ft.live[e]
-            m.d.comb += [self.flow_status[e].status.bound.eq(bound),
-                         self.flow_status[e].acked.index.eq(Mux(bound, acked_e[e], 0))]
-        # counter increments and status set strobes: one cycle after the decision, from its
-        # registered strobes (off the decision stage's paths)
-        def q(v, name):
-            r = Signal.like(v, name=f"{name}_q")
-            m.d.sync += r.eq(v)
-            return r
-
-        cj_q, disp_q = q(cj, "cj"), q(disp, "disp")
-        mismatch_q, rx_data_q, ack_stale_q = q(mismatch, "mismatch"), q(rx_data, "rx_data"), \
-            q(ack_stale, "ack_stale")
-        cnp_send_q, cnp_supp_q = q(cnp_send, "cnp_send"), q(cnp_supp, "cnp_supp")
-        release_q, up_q = q(release_now, "release_now"), q(up_now, "up_now")
-        nak_q, solicit_q = q(fx.nak_fire, "nak_fire"), q(fx.solicit, "solicit")
-        cj7_q = q(cj7, "cj7")
-        nres_q = q(JobRoles.results(n_cur, leaf5), "nres")
-        commit_q = q(commit, "commit")
-        sch_rel_q, sch_up_q = q(sch_rel_job, "sch_rel_job"), q(sch.up_job, "sch_up_job")
-        freed_q = [q(Mux(a_valid & (a_job == j), step, 0), f"freed{j}") for j in range(J)]
-        for j in range(J):
-            m.d.sync += self.job_set[j].status.mismatch.eq(cj_q[j] & mismatch_q)
-
-        disp_names = {d.value: name for d, name in zip(Disp, DISPOSITIONS, strict=True)}
-        job_disp = [d for d in Disp if disp_names[d.value] in self.job_inc_layout.members]
-        for j in range(J):
-            inc = self.job_cnt_inc[j]
-            dj = cj_q[j]
-            for d in job_disp:
-                m.d.sync += inc[disp_names[d.value]].eq(dj & (disp_q == d.value))
-            m.d.sync += [
-                inc.rx_data.eq(dj & rx_data_q),
-                inc.ack_stale.eq(dj & ack_stale_q),
-                inc.cnp_sent.eq(dj & cnp_send_q),
-                inc.cnp_suppressed.eq(dj & cnp_supp_q),
-                inc.released.eq((dj & release_q) + sch_rel_q[j]),
-                inc.results_sent.eq(Mux(dj & release_q, nres_q, 0)
-                                    + Mux(sch_rel_q[j], JobRoles.results(j_n[j], jr.leaf[j]),
-                                          0)),
-                inc.partials_up.eq((dj & up_q) + sch_up_q[j]),
-                inc.freed.eq(freed_q[j]),
-                inc.saturations.eq(0),
-                inc.fast_retx.eq(cj7_q[j] & nak_q),
-                inc.fast_retx_probes.eq(cj7_q[j] & solicit_q),
-            ]
-        g = self.cnt_inc
-        m.d.sync += [
-            g.rx_frames.eq(commit_q),
-            g.fwd_not_roce.eq(commit_q & (disp_q == Disp.FWD_NOT_ROCE)),
-            g.fwd_unregistered.eq(commit_q & (disp_q == Disp.FWD_UNREGISTERED)),
+        m.submodules.counters = cnt = CtlCounters(self)
+        m.d.comb += [
+            cnt.cj.eq(cj), cnt.commit.eq(commit), cnt.disp.eq(disp), cnt.mismatch.eq(mismatch),
+            cnt.rx_data.eq(rx_data), cnt.ack_stale.eq(ack_stale), cnt.cnp_send.eq(cnp_send),
+            cnt.cnp_supp.eq(cnp_supp), cnt.release_now.eq(release_now), cnt.up_now.eq(up_now),
+            cnt.n_cur.eq(n_cur), cnt.leaf_cur.eq(leaf5),
+            cnt.ack_e.eq(commit & registered & ack_take), cnt.entry.eq(e5), cnt.cand.eq(cand5),
+            cnt.cj7.eq(rx.cj7), cnt.nak_fire.eq(rx.nak_fire), cnt.solicit.eq(rx.solicit),
+            cnt.sch_rel_job.eq(sch_rel_job), cnt.sch_up_job.eq(sch.up_job),
+            cnt.bind_en.eq(ft.bind_en), cnt.bind_entry.eq(ft.bind_entry), cnt.live.eq(ft.live),
+            cnt.enabled.eq(Cat(*enabled)), cnt.leaf.eq(Cat(*jr.leaf)),
+            self.job_status.eq(cnt.job_status), self.flow_status.eq(cnt.flow_status),
+            self.job_set.eq(cnt.job_set), self.job_cnt_inc.eq(cnt.job_cnt_inc),
+            self.cnt_inc.eq(cnt.cnt_inc),
         ]
+        for j in range(J):
+            m.d.comb += [cnt.freed[j].eq(Mux(a_valid & (a_job == j), step, 0)),
+                         cnt.error[j].eq(error[j]), cnt.free[j].eq(free[j]),
+                         cnt.rel[j].eq(rel[j]), cnt.busy[j].eq(busy_slots[j]),
+                         cnt.n[j].eq(j_n[j]), cnt.upptr[j].eq(jr.upptr[j])]
         return m

@@ -11,14 +11,14 @@ pipelined minimum tree, after each ACK/NAK that advanced some ``acked_f``.
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
-from amaranth.lib import data, wiring
+from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .roles import MARK_PARTIAL
-from .types import PSN_BITS
+from .types import PSN_BITS, SEQ_BITS
 
-__all__ = ["ReleaseScheduler", "FreeMinTree"]
+__all__ = ["ReleaseScheduler", "FreeMinTree", "ReleaseQueue"]
 
 
 class ReleaseScheduler(wiring.Component):
@@ -26,11 +26,12 @@ class ReleaseScheduler(wiring.Component):
 
     Inputs (registered per-job state of :class:`~.control.AggControl`, one entry per job):
     ``chain`` (the job has a chain to run: its decision stage released an index while COMPLETE
-    slots were pending beyond it), ``rel`` (release pointer), ``base`` / ``w`` (slot range),
-    ``n`` (world size), ``npend`` (COMPLETE slots beyond ``rel``); the slot RAM's second read
-    port (``rd_en`` / ``rd_addr`` -> ``rd_data`` one cycle later); ``fifo_ready`` (the release
-    FIFO has room) and ``dec_push`` (the decision stage pushes a release command this cycle: it
-    has priority on the FIFO: 0 when the caller gives the scheduler priority instead).
+    slots were pending beyond it), ``rel`` (release pointer), ``base`` / ``wm`` (slot range:
+    first slot, W - 1), ``n`` (world size), ``npend`` (COMPLETE slots beyond ``rel``); the
+    slot RAM's second read port (``rd_en`` / ``rd_addr`` -> ``rd_data`` one cycle later);
+    ``fifo_ready`` (the release FIFO has room) and ``dec_push`` (the decision stage pushes a
+    release command this cycle: it has priority on the FIFO: 0 when the caller gives the
+    scheduler priority instead).
 
     Outputs: ``checking`` (in CHECK: a push may come this cycle; from the state register only),
     ``push`` with ``cmd`` (a release command; ``seq`` is left 0 for the caller), and in
@@ -41,12 +42,14 @@ class ReleaseScheduler(wiring.Component):
     slots holding their total (``total``) to its MEMBER ranks (``mmask``) from the total
     buffer; its partial chain (``chain_up``, ``upptr``, ``npend_up``) sends slots complete with
     every contributor (``cmask``) up, to the UP rank only (``upmask``) with MARK_PARTIAL, and
-    answers with ``up_job`` / ``done_up``. Release chains go first.
+    answers with ``up_job`` / ``done_up``. Release chains go first. ``full``: the ranks
+    0..n-1 of each job (registered by the caller).
 
-    Contract: latency: a chain starts one cycle after ``chain`` is seen (lowest job first), then
-    takes 3 cycles per released index (READ: slot RAM read, COMPARE: the word must be valid, hold
-    index ``rel`` and a full bitmap, registered; CHECK: push). Throughput: one index per 3
-    cycles. Backpressure: waits in
+    Contract: latency: a chain starts one cycle after ``chain`` is seen (lowest job first),
+    loads the job's pointer, pending count, slot range, N and masks into registers (LOAD, one
+    cycle), then takes 3 cycles per released index (READ: slot RAM read; COMPARE: the word must
+    be valid, hold index ``rel`` and a full bitmap, registered; CHECK: push, ``cmd`` from
+    registers and the word read). Throughput: one index per 3 cycles. Backpressure: waits in
     CHECK while ``fifo_ready`` is low or ``dec_push`` is high. Errors: none (a slot that is not
     COMPLETE ends the chain).
     """
@@ -56,7 +59,7 @@ class ReleaseScheduler(wiring.Component):
         J = c.jobs
         super().__init__({
             "chain": In(J), "rel": In(data.ArrayLayout(PSN_BITS, J)),
-            "base": In(data.ArrayLayout(c.slot_bits, J)), "w": In(data.ArrayLayout(c.w_bits, J)),
+            "base": In(data.ArrayLayout(c.slot_bits, J)), "wm": In(data.ArrayLayout(c.w_bits, J)),
             "n": In(data.ArrayLayout(c.n_bits, J)), "npend": In(data.ArrayLayout(c.w_bits, J)),
             "rd_en": Out(1), "rd_addr": Out(c.slot_bits), "rd_data": In(c.slot_layout),
             "fifo_ready": In(1), "dec_push": In(1),
@@ -64,6 +67,7 @@ class ReleaseScheduler(wiring.Component):
             "done": Out(1), "job": Out(c.job_bits),
             "chain_up": In(J), "upptr": In(data.ArrayLayout(PSN_BITS, J)),
             "npend_up": In(data.ArrayLayout(c.w_bits, J)), "leaf": In(J),
+            "full": In(data.ArrayLayout(c.max_world, J)),
             "cmask": In(data.ArrayLayout(c.max_world, J)),
             "mmask": In(data.ArrayLayout(c.max_world, J)),
             "upmask": In(data.ArrayLayout(c.max_world, J)),
@@ -78,19 +82,26 @@ class ReleaseScheduler(wiring.Component):
         js = self.job
         up_mode = Signal()  # the chain being run is a leaf's partial chain (D17)
         leaf_js = self.leaf.bit_select(js, 1)
-        rel_js = Mux(up_mode, self.upptr[js], self.rel[js])
-        rel_q = Signal(PSN_BITS)  # rel_js, registered in READ (COMPARE checks the word with it)
-        ok_q = Signal()  # the word is COMPLETE with index rel_js
-        base_js, w_js, n_js = self.base[js], self.w[js], self.n[js]
-        slot_js = Signal(c.slot_bits)
-        m.d.comb += [slot_js.eq(base_js + (rel_js & (w_js - 1))), self.rd_addr.eq(slot_js)]
+        n_js, full = self.n[js], self.full[js]
+        # the chain's job state, registered in LOAD (jobs:1 selects off the slot address and the
+        # checks): the job's rel / upptr and npend / npend_up move only by this chain's own
+        # pushes while it runs (its decisions wait), so the chain steps its copies itself
+        rel_q = Signal(PSN_BITS, name="rel_q")  # the index being released
+        npend_q = Signal(c.w_bits, name="npend_q")
+        base_q = Signal(c.slot_bits, name="base_q")
+        wm_q = Signal(c.w_bits, name="wm_q")  # W - 1
+        slot_q = Signal(c.slot_bits, name="slot_q")
+        n_q = Signal(c.n_bits, name="n_q")
+        mask_q = Signal(WD, name="mask_q")  # the ranks the result goes to
+        want_q = Signal(WD, name="want_q")  # the bitmap that makes the slot COMPLETE
+        by_total_q = Signal(name="by_total_q")  # a leaf's release chain: COMPLETE = total in
+        ok_q = Signal()  # the word is COMPLETE with index rel_q
+        slot = Signal(c.slot_bits)
+        m.d.comb += [slot.eq(base_q + (rel_q & wm_q)), self.rd_addr.eq(slot)]
         cmd, word = self.cmd, self.rd_data
-        full = Cat(*(n_js > i for i in range(WD)))
-        m.d.comb += [cmd.job.eq(js), cmd.slot.eq(slot_js), cmd.index.eq(rel_js),
-                     cmd.n.eq(n_js), cmd.plen.eq(word.plen),
-                     cmd.mask.eq(Mux(up_mode, self.upmask[js],
-                                     Mux(leaf_js, self.mmask[js], full))),
-                     cmd.total.eq(~up_mode & leaf_js),
+        m.d.comb += [cmd.job.eq(js), cmd.slot.eq(slot_q), cmd.index.eq(rel_q),
+                     cmd.n.eq(n_q), cmd.plen.eq(word.plen), cmd.mask.eq(mask_q),
+                     cmd.total.eq(by_total_q),
                      cmd.mark.eq(Mux(up_mode, MARK_PARTIAL, 0))]
         if c.ports > 1:
             m.d.comb += cmd.ports.eq(word.ports)
@@ -103,31 +114,38 @@ class ReleaseScheduler(wiring.Component):
             with m.State("IDLE"):
                 with m.If(self.chain.any()):
                     m.d.sync += [js.eq(pick), up_mode.eq(0)]
-                    m.next = "READ"
+                    m.next = "LOAD"
                 with m.Elif(self.chain_up.any()):
                     m.d.sync += [js.eq(pick_up), up_mode.eq(1)]
-                    m.next = "READ"
+                    m.next = "LOAD"
+            with m.State("LOAD"):
+                m.d.sync += [rel_q.eq(Mux(up_mode, self.upptr[js], self.rel[js])),
+                             npend_q.eq(Mux(up_mode, self.npend_up[js], self.npend[js])),
+                             base_q.eq(self.base[js]), wm_q.eq(self.wm[js]), n_q.eq(n_js),
+                             mask_q.eq(Mux(up_mode, self.upmask[js],
+                                           Mux(leaf_js, self.mmask[js], full))),
+                             want_q.eq(Mux(up_mode, self.cmask[js], full)),
+                             by_total_q.eq(~up_mode & leaf_js)]
+                m.next = "READ"
             with m.State("READ"):
                 m.d.comb += self.rd_en.eq(1)
-                m.d.sync += rel_q.eq(rel_js)
+                m.d.sync += slot_q.eq(slot)
                 m.next = "COMPARE"
             with m.State("COMPARE"):
                 # the word's checks, registered (the read data holds until the next READ)
-                ready = Mux(up_mode, word.bitmap == self.cmask[js],
-                            Mux(leaf_js, word.total, word.bitmap == full))
+                ready = Mux(by_total_q, word.total, word.bitmap == want_q)
                 m.d.sync += ok_q.eq(word.valid & (word.index == rel_q) & ready)
                 m.next = "CHECK"
             with m.State("CHECK"):
                 m.d.comb += self.checking.eq(1)
-                ok = ok_q
-                npend = Mux(up_mode, self.npend_up[js], self.npend[js])
-                with m.If(~ok):
+                with m.If(~ok_q):
                     m.d.comb += [self.done.eq(~up_mode), self.done_up.eq(up_mode)]
                     m.next = "IDLE"
                 with m.Elif(self.fifo_ready & ~self.dec_push):
                     m.d.comb += [self.push.eq(1), self.rel_job.eq(Mux(up_mode, 0, 1 << js)),
                                  self.up_job.eq(Mux(up_mode, 1 << js, 0))]
-                    with m.If(npend == 1):
+                    m.d.sync += [rel_q.eq(rel_q + 1), npend_q.eq(npend_q - 1)]
+                    with m.If(npend_q == 1):
                         m.d.comb += [self.done.eq(~up_mode), self.done_up.eq(up_mode)]
                         m.next = "IDLE"
                     with m.Else():
@@ -183,4 +201,56 @@ class FreeMinTree(wiring.Component):
                 m.d.sync += [nv.eq(tv), nj.eq(tj), nf.eq(tf)]
                 vals, tv, tj, tf = regs, nv, nj, nf
         m.d.sync += [self.o_free.eq(tf + vals[0]), self.o_valid.eq(tv), self.o_job.eq(tj)]
+        return m
+
+
+class ReleaseQueue(wiring.Component):
+    """The release command FIFO of :class:`~.control.AggControl`, with its input register and
+    the commands' sequence numbers.
+
+    Inputs: ``commit`` (the decision stage commits a frame: the count of decisions output so
+    far grows), ``dec_push`` with ``dec_cmd`` (the decision stage's release command; ``seq``
+    ignored), ``sch_push`` with ``sch_cmd`` and ``sch_sel`` (the release scheduler is in its
+    push state: its command is the one taken). Outputs: ``o`` (the commands, in push order),
+    ``room`` (a register: the FIFO takes one more command besides the one in its input register,
+    from its level a cycle ago: the level grows by at most one a cycle).
+
+    ``seq`` of a command = the decisions committed up to and including the one that caused the
+    release (a chained release counts every decision committed so far): the emitter sends a
+    release only after the payload of every decision before ``seq`` is written.
+
+    Contract: latency 2 cycles from a push to ``o.valid`` (input register, FIFO); throughput one
+    command per cycle; backpressure: ``o.ready`` low fills the FIFO (``rel_depth`` commands) and
+    ``room`` falls; the pushers wait for ``room``, never push together (the decision waits in
+    the scheduler's push state) and never push into a full FIFO. Errors: none.
+    """
+
+    def __init__(self, ctl):
+        c = self._ctl = ctl
+        super().__init__({
+            "commit": In(1), "dec_push": In(1), "dec_cmd": In(c.rel_layout), "sch_push": In(1),
+            "sch_cmd": In(c.rel_layout), "sch_sel": In(1),
+            "o": Out(stream.Signature(c.rel_layout)), "room": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        c = self._ctl
+        m.submodules.fifo = relq = fifo.SyncFIFOBuffered(width=c.rel_layout.size,
+                                                         depth=c.rel_depth)
+        m.d.comb += [self.o.valid.eq(relq.r_rdy), self.o.payload.eq(relq.r_data),
+                     relq.r_en.eq(self.o.ready)]
+        n_commit = Signal(SEQ_BITS)
+        with m.If(self.commit):
+            m.d.sync += n_commit.eq(n_commit + 1)
+        dec_cmd, sch_cmd = Signal(c.rel_layout), Signal(c.rel_layout)
+        m.d.comb += [dec_cmd.eq(self.dec_cmd), dec_cmd.seq.eq(n_commit + 1),
+                     sch_cmd.eq(self.sch_cmd), sch_cmd.seq.eq(n_commit)]
+        # the command is written into the FIFO one cycle later, from a register (the pushes are
+        # off the FIFO's level logic)
+        rq_en, rq_data = Signal(), Signal(c.rel_layout.size)
+        m.d.sync += [rq_en.eq(self.dec_push | self.sch_push),
+                     rq_data.eq(Mux(self.sch_sel, sch_cmd.as_value(), dec_cmd.as_value()))]
+        m.d.comb += [relq.w_en.eq(rq_en), relq.w_data.eq(rq_data)]
+        m.d.sync += self.room.eq(relq.level <= c.rel_depth - 3)
         return m

@@ -16,6 +16,7 @@ from netreduce.regmap import PMTU_VALUES, JobError, Role
 
 from ..csr.bank import cfg_read_signature
 from .flowtable import KEY_BITS
+from .wide import all_of, any_of
 
 __all__ = ["EnableSequencer", "flow_bind_signature"]
 
@@ -47,9 +48,10 @@ class EnableSequencer(wiring.Component):
     ``scrub_want`` / ``scrub_addr`` (clear this slot word); ``ft`` (the flow table's bind side).
 
     Contract: latency: a change of ``enable`` is seen one cycle after the bank's write; CHECK
-    takes 3 cycles (the job's registers and the verdict are registered), SCAN one per flow
-    entry (+1; an entry of the job 1 + ``ft.chk_latency``: the key check is pipelined),
-    VERDICT 1, SCRUB one per slot of the window (while the decision stage writes no slot),
+    takes 4 cycles (the job's registers, each check and the verdict are registered), SCAN one
+    per flow entry (+1; an entry of the job 1 + ``ft.chk_latency``: the key check is
+    pipelined), VERDICT 1, SCRUB one per slot of the window (on the scrub's turn, every other
+    cycle, or while no frame is in the decision stage),
     COMMIT waits for an empty pipeline. Disables go
     before enables (a 1 -> 0 -> 1 bounce discards and restarts the job). Errors: a refused job
     gets ``set_err`` with the model's JobError, in the model's check order; nothing else changes.
@@ -108,30 +110,25 @@ class EnableSequencer(wiring.Component):
         overlap = Cat(*(enabled[o] & (c_base < self.base[o] + self.w[o])
                         & (self.base[o] < c_base + c_w) for o in range(J))).any()
         pmtu_ok = Cat(*((c_pmtu == v) for v in PMTU_VALUES if v <= c.pmtu_max)).any()
-        job_err = Signal(8)
-        with m.If((c_n < 1) | (c_n > WD)):
-            m.d.comb += job_err.eq(JobError.WORLD)
-        with m.Elif((c_w == 0) | ((c_w & (c_w - 1)) != 0)):
-            m.d.comb += job_err.eq(JobError.WINDOW)
-        with m.Elif(c_base + c_w > c.slots):
-            m.d.comb += job_err.eq(JobError.SLOT_RANGE)
-        with m.Elif(overlap):
-            m.d.comb += job_err.eq(JobError.SLOT_OVERLAP)
-        with m.Elif(~pmtu_ok):
-            m.d.comb += job_err.eq(JobError.PMTU)
-        with m.Elif(c_op > 2):
-            m.d.comb += job_err.eq(JobError.OP)
+        # each check registered, then the verdict in the model's order, registered
+        bad = Signal(6)
+        m.d.sync += bad.eq(Cat((c_n < 1) | (c_n > WD), (c_w == 0) | ((c_w & (c_w - 1)) != 0),
+                               c_base + c_w > c.slots, overlap, ~pmtu_ok, c_op > 2))
+        job_err = Const(JobError.NONE, 8)
+        for i, err in reversed(list(enumerate((JobError.WORLD, JobError.WINDOW,
+                                               JobError.SLOT_RANGE, JobError.SLOT_OVERLAP,
+                                               JobError.PMTU, JobError.OP)))):
+            job_err = Mux(bad[i], err, job_err)
         job_err_q = Signal(8)
         m.d.sync += job_err_q.eq(job_err)
         chk_cnt = Signal(2)
 
         # the latched n / base / W of the job being enabled (the values loaded into the job)
         l_n, l_w, l_base = Signal(c.n_bits), Signal(c.w_bits), Signal(c.slot_bits)
+        l_full = Signal(WD)  # the ranks 0..n-1 (a register: off VERDICT's compare)
         with m.If(self.load):
-            m.d.sync += [l_n.eq(c_n), l_w.eq(c_w), l_base.eq(c_base)]
-
-        def fullmask(n):
-            return Cat(*(n > i for i in range(WD)))
+            m.d.sync += [l_n.eq(c_n), l_w.eq(c_w), l_base.eq(c_base),
+                         l_full.eq(Cat(*(c_n > i for i in range(WD))))]
 
         # flow scan: stage A reads entry e of the bank, stage B checks and binds it. The bank's
         # flow RAM answers one cycle after the address, so the address runs one entry ahead
@@ -166,6 +163,14 @@ class EnableSequencer(wiring.Component):
                      ft.bind_data.rev_qpn.eq(sa_cfg.rev_qpn.qpn),
                      ft.commit_job.eq(sq), ft.drop_job.eq(sq)]
         mine = ecfg.cfg.valid & (ecfg.cfg.job == sq)
+        # the scan's verdicts, registered every cycle: SCAN's last cycle changes none of their
+        # inputs (no entry in stage B), so VERDICT sees them final
+        ranks_ok, roles_ok = Signal(), Signal()
+        m.d.sync += [ranks_ok.eq(all_of(m, ~(rank_seen ^ l_full), "ranks_ok", 3)),
+                     roles_ok.eq(~(((n_up != 0) | (n_down != 0))
+                                   & ((n_up != 1) | (n_down != 1)
+                                      | any_of(m, rack, "rack_any", 6))))]
+        sa_rbit = Signal(WD)  # stage B's rank one-hot, registered with its entry
         scrub_cnt = Signal(c.w_bits)
         scrub_addr = self.scrub_addr
 
@@ -194,8 +199,8 @@ class EnableSequencer(wiring.Component):
                         m.next = "IDLE"
             with m.State("CHECK"):
                 m.d.comb += [self.busy.eq(1), self.flow_rd.addr.eq(0)]
-                m.d.sync += chk_cnt.eq(Mux(chk_cnt == 2, 0, chk_cnt + 1))
-                with m.If(chk_cnt != 2):
+                m.d.sync += chk_cnt.eq(chk_cnt + 1)
+                with m.If(chk_cnt != 3):
                     pass
                 with m.Elif(~level_en.bit_select(sq, 1) | enabled.bit_select(sq, 1)):
                     m.d.comb += clr_en.eq(1 << sq)
@@ -215,16 +220,19 @@ class EnableSequencer(wiring.Component):
                 with m.If(hold):
                     m.d.sync += chk_wait.eq(chk_wait + 1)
                 with m.Else():
+                    e_rank = ecfg.cfg.rank
                     m.d.sync += [sa_valid.eq((scan_e < F) & mine), sa_e.eq(scan_e),
-                                 sa_cfg.eq(ecfg), chk_wait.eq(0)]
+                                 sa_cfg.eq(ecfg), chk_wait.eq(0),
+                                 sa_rbit.eq(Mux(e_rank < WD,
+                                                (Const(1, WD) << e_rank[:c.rank_bits])[:WD], 0))]
                     with m.If(scan_e < F):
                         m.d.sync += scan_e.eq(scan_e + 1)
                     with m.Elif(~sa_valid):
                         m.next = "VERDICT"
                 with m.If(sa_valid & ~hold):
                     # ranks >= max_world are >= n as well: no bit to set, flows_bad anyway
-                    rbit = Mux(sa_rank < WD, (Const(1, WD) << sa_rank[:c.rank_bits])[:WD], 0)
-                    with m.If((sa_rank >= l_n) | (rank_seen & rbit).any()):
+                    rbit = sa_rbit
+                    with m.If((sa_rank >= l_n) | any_of(m, rank_seen & rbit, "rank_dup", 3)):
                         m.d.sync += flows_bad.eq(1)
                     m.d.sync += rank_seen.eq(rank_seen | rbit)
                     role = sa_cfg.cfg.role
@@ -246,12 +254,11 @@ class EnableSequencer(wiring.Component):
                         m.d.comb += ft.bind_en.eq(1)
             with m.State("VERDICT"):
                 m.d.comb += self.busy.eq(1)
-                with m.If(flows_bad | (rank_seen != fullmask(l_n))):
+                with m.If(flows_bad | ~ranks_ok):
                     m.d.comb += [clr_en.eq(1 << sq), self.set_err.eq(1),
                                  self.err.eq(JobError.FLOWS), ft.drop_en.eq(1)]
                     m.next = "IDLE"
-                with m.Elif(roles_bad | (((n_up != 0) | (n_down != 0))
-                                         & ((n_up != 1) | (n_down != 1) | (rack != 0)))):
+                with m.Elif(roles_bad | ~roles_ok):
                     m.d.comb += [clr_en.eq(1 << sq), self.set_err.eq(1),
                                  self.err.eq(JobError.ROLES), ft.drop_en.eq(1)]
                     m.next = "IDLE"
