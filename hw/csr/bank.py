@@ -195,6 +195,24 @@ def _pack(shape, leaf, path=()):
     return leaf(path)
 
 
+def _in_range(addr, lo: int, hi: int):
+    """``lo <= addr < hi`` for constants: the address bits above the smallest aligned
+    power-of-two block holding ``[lo, hi)`` equal a constant, and compares on the bits inside
+    the block only where the range does not start or end at its edges."""
+    n = len(addr)
+    hi = min(hi, 1 << n)
+    if lo >= hi:
+        return Const(0, 1)
+    k = (lo ^ (hi - 1)).bit_length()
+    hit = addr[k:] == (lo >> k) if k < n else Const(1, 1)
+    low, lo_k, hi_k = addr[:k], lo & ((1 << k) - 1), (hi - 1) & ((1 << k) - 1)
+    if lo_k:
+        hit = hit & (low >= lo_k)
+    if hi_k != (1 << k) - 1:
+        hit = hit & (low <= hi_k)
+    return hit
+
+
 class BankBus(wiring.Component):
     """The register bank's AXI4-Lite handshakes (see the module docstring's "Bus" contract).
 
@@ -204,8 +222,8 @@ class BankBus(wiring.Component):
     * The transaction, held from the handshake to the response: ``raddr`` (Out) of a read,
       ``waddr``, ``wdata``, ``wstrb`` (Out) of a write.
     * ``decoding`` (Out): the cycle after an AR handshake (the read's level-0 sample);
-      ``applying`` (Out): the cycle after an AW/W handshake (the write takes effect at its end;
-      ``wr_ok`` (In) in that cycle: the address is a register, else ``bresp`` = DECERR).
+      ``applying`` (Out): the cycle after an AW/W handshake (the write takes effect at its end);
+      ``wr_ok`` (In) from the cycle after: the address was a register, else ``bresp`` = DECERR.
     * ``sweeping`` / ``sweep_i`` (Out): the ``reset_cycles`` cycles after reset (the RAM tables'
       reset sweep), with the entry index; the bus is not served then.
 
@@ -229,12 +247,9 @@ class BankBus(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         bus = self.bus
-        bresp = Signal(2)
         prefer_read = Signal()  # alternate when reads and writes are both pending
         tree_i = Signal(range(max(self.read_latency, 2)))
         m.d.comb += [bus.rdata.eq(self.rdata), bus.rresp.eq(self.rresp)]
-        with m.If(self.applying):
-            m.d.sync += bresp.eq(Mux(self.wr_ok, Resp.OKAY, Resp.DECERR))
         wr_pending = bus.awvalid & bus.wvalid
         with m.FSM(name="axil", init="SWEEP" if self.reset_cycles else "IDLE"):
             if self.reset_cycles:
@@ -272,7 +287,8 @@ class BankBus(wiring.Component):
                 m.d.comb += self.applying.eq(1)
                 m.next = "WRITE_RESP"
             with m.State("WRITE_RESP"):
-                m.d.comb += [bus.bvalid.eq(1), bus.bresp.eq(bresp)]
+                m.d.comb += [bus.bvalid.eq(1),
+                             bus.bresp.eq(Mux(self.wr_ok, Resp.OKAY, Resp.DECERR))]
                 with m.If(bus.bready):
                     m.next = "IDLE"
         return m
@@ -461,20 +477,27 @@ class RegisterBank(wiring.Component):
     @staticmethod
     def _decode(m: Module, plan: _TablePlan, addr: Signal, name: str):
         """(hit, index, offset) of ``addr`` in ``plan``'s table: hit = inside the table's span
-        and 4-byte aligned (the register offset is checked by the caller's Switch)."""
+        and 4-byte aligned (the register offset is checked by the caller); index and offset are
+        meaningful only with hit. No subtraction where the table is aligned (the offset and
+        index are then bits of the address), and the span check compares the bits above the
+        table's aligned block with a constant (:func:`_in_range`): a few LUTs, no carry chain
+        over the address."""
         t = plan.table
         span = t.count * t.stride if t.count > 1 else t.size
+        hit = Signal(name=f"{name}_hit")
+        m.d.comb += hit.eq(_in_range(addr, t.base, t.base + span) & (addr[:2] == 0))
+        if t.count > 1 and t.base % t.stride == 0:
+            b = (t.base >> plan.shift) % (1 << plan.idx_bits)
+            raw = addr[plan.shift:plan.shift + plan.idx_bits]
+            return hit, (raw if b == 0 else (raw - b)[:plan.idx_bits]), addr[:plan.shift]
+        wb = (span - 1).bit_length()
+        if t.count == 1 and t.base % (1 << wb) == 0:
+            return hit, Const(0, 1), addr[:wb]
         rel = Signal(len(addr), name=f"{name}_rel")
         m.d.comb += rel.eq(addr - t.base)
-        hit = Signal(name=f"{name}_hit")
-        m.d.comb += hit.eq((addr >= t.base) & (addr < t.base + span) & (addr[:2] == 0))
         if t.count > 1:
-            idx = rel[plan.shift:plan.shift + plan.idx_bits]
-            off = rel[:plan.shift]
-        else:
-            idx = Const(0, 1)
-            off = rel
-        return hit, idx, off
+            return hit, rel[plan.shift:plan.shift + plan.idx_bits], rel[:plan.shift]
+        return hit, Const(0, 1), rel
 
     @staticmethod
     def _index(plan: _TablePlan, addr):
@@ -505,7 +528,12 @@ class RegisterBank(wiring.Component):
         wiring.connect(m, wiring.flipped(self.s_axil), fsm.bus)
         rdata, any_ok = self._read_path(m, st, rams, fsm)
         m.d.comb += [fsm.rdata.eq(rdata), fsm.rresp.eq(Mux(any_ok, Resp.OKAY, Resp.DECERR))]
-        m.d.comb += fsm.wr_ok.eq(self._write_path(m, st, rams, fsm))
+        # the per-table results of the write's decode, registered (bresp is their OR)
+        wr_oks = self._write_path(m, st, rams, fsm)
+        wr_ok_q = Signal(len(wr_oks))
+        with m.If(fsm.applying):
+            m.d.sync += wr_ok_q.eq(wr_oks)
+        m.d.comb += fsm.wr_ok.eq(wr_ok_q.any())
         # W1C sticky flags: set by the core, cleared by the bus; set wins
         for plan in self._plans:
             t = plan.table
@@ -652,7 +680,8 @@ class RegisterBank(wiring.Component):
 
     def _write_path(self, m, st, rams, fsm):
         """Decode the latched AW/W while ``applying``: RW fields, RAM lanes, W1C clears (into
-        ``st.w1c_clear``), WO pulses. Returns whether the address is a register."""
+        ``st.w1c_clear``), WO pulses. Returns per table whether the address is one of its
+        registers."""
         waddr, wdata, wstrb, applying = fsm.waddr, fsm.wdata, fsm.wstrb, fsm.applying
         bytemask = Cat(*(wstrb[k].replicate(8) for k in range(REG_BYTES)))
         wr_oks = []
@@ -698,7 +727,7 @@ class RegisterBank(wiring.Component):
                             st.w1c_clear[k] = Mux(we, wdata[bits] & en, 0)
                         elif f.access == Access.WO:
                             m.d.sync += st.pulses[k].eq(Mux(we, wdata[bits] & en, 0))
-        return Cat(*wr_oks).any()
+        return Cat(*wr_oks)
 
     def _counters(self, m, st):
         """Counters: ``count <= (clear ? 0 : count) + inc``; the CNT sums of the per-job
