@@ -2,9 +2,9 @@
 
 Data flow (``w`` = data width, one beat per cycle)::
 
-    i_p ─► guard ─► Parser ─┬─ hdr ─► recq ──┐  (+ verdict) ─► ParserAdapter ─► arbiter ─┐
-      (per port)            ├─ frame ─► fq ──┤                                            │
-                            └─ payload ─► pq ┤      AggControl (flow table, slots, window, ◄┘
+    i_p ─► guard ─► Parser ─┬─ hdr ─► recq ──┐  (+ verdict) ─► ParserAdapter ─► skid ─► arbiter ─┐
+      (per port)            ├─ frame ─► fq ──┤                                                    │
+                            └─ payload ─► pq ┤      AggControl (flow table, slots, window, ◄────────┘
                                              │      release, ACK monitor, CNP limiter)
                          dq (header bytes) ◄─┘          │ dec                │ rel (+seq)
                                                          ▼                    │
@@ -46,7 +46,11 @@ Contract (the reference model :class:`netreduce.sim.model.Engine` is the specifi
   model D20) every port has its own dispatcher and slot memory (1 beat per cycle each) and its
   own deparser, fed in rounds by :class:`~netreduce.hw.egress.RoundEmitter`.
 * Latency: see bench/engine.py (cycles from the last contribution beat in to the first result
-  beat out).
+  beat out). A frame's control header (record and verdict through the
+  :class:`~netreduce.hw.agg.control.ParserAdapter`) waits in a per-port register
+  (:class:`~netreduce.hw.skid.SkidBuffer`, one header per cycle) before the round robin over
+  the ports, so neither the adapter's compares nor the control path's ``hdr.ready`` run
+  through the port arbiter; its arrival time is the cycle the control path takes it.
 
 Registers: :class:`~netreduce.hw.csr.RegisterBank` of the build's register map on ``s_axil``;
 counters, job and flow state from :class:`~netreduce.hw.agg.control.AggControl`, ``tx_frames``
