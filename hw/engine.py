@@ -4,7 +4,7 @@ Data flow (``w`` = data width, one beat per cycle)::
 
     i_p ─► guard ─► Parser ─┬─ hdr ─► recq ──┐  (+ verdict) ─► ParserAdapter ─► skid ─► arbiter ─┐
       (per port)            ├─ frame ─► fq ──┤                                                    │
-                            └─ payload ─► pq ┤      AggControl (flow table, slots, window, ◄────────┘
+                            └─ payload ─► pq ┤      AggControl (flow table, slots, window,◄────────┘
                                              │      release, ACK monitor, CNP limiter)
                          dq (header bytes) ◄─┘          │ dec                │ rel (+seq)
                                                          ▼                    │
