@@ -341,9 +341,12 @@ class AxiLiteArbiter(wiring.Component):
       inside a transaction; the other master sees every ``ready``/``valid`` low.
     * Round robin: when both wait, the master not served last goes first, so neither starves
       (each waits for at most one transaction of the other).
-    * No latency: in the granting cycle the request is forwarded combinationally
-      (``m.*valid`` depend combinationally on the masters' ``*valid``; ``s*.*ready`` on
-      ``m.*ready``). ``*prot`` pass through. Reset: synchronous, free, ``s0`` first.
+    * Latency: one cycle to grant. The grant, its owner and the read/write choice are
+      registers, set in the cycle a request appears while the arbiter is free; the owner's
+      request is forwarded from the next cycle (``m.*valid`` then follow the owner's ``*valid``
+      through one gate; ``s*.*ready`` follow ``m.*ready``), so no select depends
+      combinationally on a master's valid. ``*prot`` pass through. Reset: synchronous, free,
+      ``s0`` first.
     """
 
     def __init__(self, addr_width: int, data_width: int = 32):
@@ -359,17 +362,16 @@ class AxiLiteArbiter(wiring.Component):
         ar_done, aw_done, w_done = Signal(), Signal(), Signal()
         req = [x.arvalid | x.awvalid | x.wvalid for x in s]
         grant = Mux(req[0] & req[1], prio, req[1])
-        sel = Signal()
-        rd = Signal()
-        m.d.comb += sel.eq(Mux(busy, owner, grant))
-        ssel = {n: Mux(sel, getattr(s[1], n), getattr(s[0], n))
+        # the grant is a register: the selects below depend on no master's valid
+        with m.If(~busy & (req[0] | req[1])):
+            m.d.sync += [busy.eq(1), owner.eq(grant),
+                         is_read.eq(Mux(grant, s[1].arvalid, s[0].arvalid))]
+        ssel = {n: Mux(owner, getattr(s[1], n), getattr(s[0], n))
                 for n in ("awaddr", "awprot", "awvalid", "wdata", "wstrb", "wvalid", "bready",
                           "araddr", "arprot", "arvalid", "rready")}
-        m.d.comb += rd.eq(Mux(busy, is_read, ssel["arvalid"]))
-        active = busy | req[0] | req[1]
-        ar_ok = active & rd & ~ar_done
-        aw_ok = active & ~rd & ~aw_done
-        w_ok = active & ~rd & ~w_done
+        ar_ok = busy & is_read & ~ar_done
+        aw_ok = busy & ~is_read & ~aw_done
+        w_ok = busy & ~is_read & ~w_done
         m.d.comb += [
             bus.araddr.eq(ssel["araddr"]), bus.arprot.eq(ssel["arprot"]),
             bus.awaddr.eq(ssel["awaddr"]), bus.awprot.eq(ssel["awprot"]),
@@ -377,23 +379,22 @@ class AxiLiteArbiter(wiring.Component):
             bus.arvalid.eq(ar_ok & ssel["arvalid"]),
             bus.awvalid.eq(aw_ok & ssel["awvalid"]),
             bus.wvalid.eq(w_ok & ssel["wvalid"]),
-            bus.rready.eq(active & rd & ssel["rready"]),
-            bus.bready.eq(active & ~rd & ssel["bready"]),
+            bus.rready.eq(busy & is_read & ssel["rready"]),
+            bus.bready.eq(busy & ~is_read & ssel["bready"]),
         ]
         for k, x in enumerate(s):
-            mine = active & (sel == k)
+            mine = busy & (owner == k)
             m.d.comb += [
                 x.arready.eq(mine & ar_ok & bus.arready),
                 x.awready.eq(mine & aw_ok & bus.awready),
                 x.wready.eq(mine & w_ok & bus.wready),
-                x.rvalid.eq(mine & rd & bus.rvalid), x.rdata.eq(bus.rdata),
+                x.rvalid.eq(mine & is_read & bus.rvalid), x.rdata.eq(bus.rdata),
                 x.rresp.eq(bus.rresp),
-                x.bvalid.eq(mine & ~rd & bus.bvalid), x.bresp.eq(bus.bresp),
+                x.bvalid.eq(mine & ~is_read & bus.bvalid), x.bresp.eq(bus.bresp),
             ]
         done = (bus.rvalid & bus.rready) | (bus.bvalid & bus.bready)
-        with m.If(active):
-            m.d.sync += [busy.eq(1), owner.eq(sel), is_read.eq(rd),
-                         ar_done.eq(ar_done | (bus.arvalid & bus.arready)),
+        with m.If(busy):
+            m.d.sync += [ar_done.eq(ar_done | (bus.arvalid & bus.arready)),
                          aw_done.eq(aw_done | (bus.awvalid & bus.awready)),
                          w_done.eq(w_done | (bus.wvalid & bus.wready))]
         with m.If(busy & done):
