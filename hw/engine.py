@@ -2,9 +2,9 @@
 
 Data flow (``w`` = data width, one beat per cycle)::
 
-    i_p ─► guard ─► Parser ─┬─ hdr ─► recq ──┐  (+ verdict) ─► ParserAdapter ─► arbiter ─┐
-      (per port)            ├─ frame ─► fq ──┤                                            │
-                            └─ payload ─► pq ┤      AggControl (flow table, slots, window, ◄┘
+    i_p ─► guard ─► Parser ─┬─ hdr ─► recq ──┐  (+ verdict) ─► ParserAdapter ─► skid ─► arbiter ─┐
+      (per port)            ├─ frame ─► fq ──┤                                                    │
+                            └─ payload ─► pq ┤      AggControl (flow table, slots, window,◄────────┘
                                              │      release, ACK monitor, CNP limiter)
                          dq (header bytes) ◄─┘          │ dec                │ rel (+seq)
                                                          ▼                    │
@@ -46,7 +46,11 @@ Contract (the reference model :class:`netreduce.sim.model.Engine` is the specifi
   model D20) every port has its own dispatcher and slot memory (1 beat per cycle each) and its
   own deparser, fed in rounds by :class:`~netreduce.hw.egress.RoundEmitter`.
 * Latency: see bench/engine.py (cycles from the last contribution beat in to the first result
-  beat out).
+  beat out). A frame's control header (record and verdict through the
+  :class:`~netreduce.hw.agg.control.ParserAdapter`) waits in a per-port register
+  (:class:`~netreduce.hw.skid.SkidBuffer`, one header per cycle) before the round robin over
+  the ports, so neither the adapter's compares nor the control path's ``hdr.ready`` run
+  through the port arbiter; its arrival time is the cycle the control path takes it.
 
 Registers: :class:`~netreduce.hw.csr.RegisterBank` of the build's register map on ``s_axil``;
 counters, job and flow state from :class:`~netreduce.hw.agg.control.AggControl`, ``tx_frames``
@@ -191,10 +195,8 @@ class NetReduceEngine(wiring.Component):
         # PORT table: per-port counters
         self._pstats = attach_ports(m, self, bank, ll.pause_valid)
         rl = self.read_latency
-        pb = _bits(P)
         job_bits = ctl.job_bits
         nb_bits = ceil_log2(nb + 1)
-        FB = self.frame_beats
 
         # ------------------------------------------------------------ registers <-> control
         m.d.comb += ctl.job_cfg.eq(bank.job_cfg)
@@ -217,78 +219,8 @@ class NetReduceEngine(wiring.Component):
         m.d.sync += now.eq(now + 1)
 
         # ------------------------------------------------------------ ingress, per port
-        dq_layout = head_layout()
+        fq, pq, dq = self._ingress(m, ll.rx, now)
         beat_l = beat_layout(w)
-        fq, pq, dq, dq_w, adapters, recs = [], [], [], [], [], []
-        for k in range(P):
-            src = ll.rx[k]
-            # guard: cut frames longer than the buffers (flagged as a MAC error)
-            cnt = Signal(range(FB + 1), name=f"guard_cnt{k}")
-            skip = Signal(name=f"guard_skip{k}")
-            parser = Parser(w)
-            m.submodules[f"parser{k}"] = parser
-            cut = ~src.payload.last & (cnt == FB - 1)
-            m.d.comb += [
-                parser.i.payload.eq(src.payload),
-                parser.i.valid.eq(src.valid & ~skip),
-                src.ready.eq(parser.i.ready | skip),
-            ]
-            with m.If(cut):
-                m.d.comb += [parser.i.payload.last.eq(1), parser.i.payload.error.eq(1)]
-            with m.If(src.valid & src.ready):
-                with m.If(skip):
-                    m.d.sync += skip.eq(~src.payload.last)
-                with m.Elif(src.payload.last | cut):
-                    m.d.sync += [cnt.eq(0), skip.eq(~src.payload.last)]
-                with m.Else():
-                    m.d.sync += cnt.eq(cnt + 1)
-
-            q_f, qf_w, qf_r = _fifo(m, f"fq{k}", beat_l, FB + 4)
-            q_p, qp_w, qp_r = _fifo(m, f"pq{k}", beat_l, FB + 4)
-            m.d.comb += [q_f.w_en.eq(parser.frame.valid), qf_w.eq(parser.frame.payload),
-                         parser.frame.ready.eq(q_f.w_rdy),
-                         q_p.w_en.eq(parser.payload.valid), qp_w.eq(parser.payload.payload),
-                         parser.payload.ready.eq(q_p.w_rdy)]
-            rec_l = parser.hdr.payload.shape()
-            q_r, qr_w, qr_r = _fifo(m, f"recq{k}", rec_l, 4)
-            m.d.comb += [q_r.w_en.eq(parser.hdr.valid), qr_w.eq(parser.hdr.payload),
-                         parser.hdr.ready.eq(q_r.w_rdy)]
-            q_d, qd_w, qd_r = _fifo(m, f"dq{k}", dq_layout, 16)
-            ad = ParserAdapter(ctl.hdr_layout)
-            m.submodules[f"adapter{k}"] = ad
-            m.d.comb += [ad.rec.eq(qr_r), ad.verdict.eq(parser.verdict.payload),
-                         ad.port.eq(k), ad.time.eq(now)]
-            fq.append((q_f, qf_r))
-            pq.append((q_p, qp_r))
-            dq.append((q_d, qd_r))
-            dq_w.append(qd_w)
-            adapters.append(ad)
-            recs.append((q_r, qr_r, parser.verdict))
-
-        # submit headers to the control path (round robin over ports with a complete frame)
-        rr = Signal(pb)
-        cand = [Signal(name=f"cand{k}") for k in range(P)]
-        for k, (q_r, _, ver) in enumerate(recs):
-            m.d.comb += cand[k].eq(q_r.r_rdy & ver.valid & dq[k][0].w_rdy)
-        pick = Signal(pb)
-        # lowest candidate at or after rr, else the lowest candidate
-        chain = Const(0, pb)
-        for k in reversed(range(P)):
-            chain = Mux(cand[k], k, chain)
-        chain_rr = chain
-        for k in reversed(range(P)):
-            chain_rr = Mux(cand[k] & (k >= rr), k, chain_rr)
-        m.d.comb += pick.eq(chain_rr)
-        any_cand = Cat(*cand).any()
-        m.d.comb += [ctl.hdr.valid.eq(any_cand),
-                     ctl.hdr.payload.eq(Array(a.hdr for a in adapters)[pick])]
-        for k, (q_r, qr_r, ver) in enumerate(recs):
-            go = ctl.hdr.ready & any_cand & (pick == k)
-            m.d.comb += [q_r.r_en.eq(go), ver.ready.eq(go), dq[k][0].w_en.eq(go),
-                         dq_w[k].raw.eq(qr_r.raw), dq_w[k].hdr_len.eq(qr_r.hdr_len),
-                         dq_w[k].has_pay.eq(qr_r.kind == Kind.DATA)]
-        with m.If(ctl.hdr.ready & any_cand):
-            m.d.sync += rr.eq(Mux(pick == P - 1, 0, pick + 1))
 
         # ------------------------------------------------------------ storage
         # registered read (READ_LATENCY 2): the emitters' header queues cover it
@@ -352,6 +284,92 @@ class NetReduceEngine(wiring.Component):
             m.d.sync += sat_inc[j].eq(slotmem.events.valid & ev.last & (ev.tag[:job_bits] == j)
                                       & (sat_acc | ev.saturated))
         return self._emit(m, mg, bank, hstore, fwd, None, done_seen, jq=jq, slotmem=slotmem)
+
+    def _ingress(self, m, rx, now):
+        """Per port: the length guard, the parser, its frame / payload / record / header-byte
+        buffers and the frame's control header (registered, :class:`SkidBuffer`); then the
+        round robin over the ports' headers into the control path. Returns the frame, payload
+        and header-byte FIFOs (``(fifo, read view)`` per port)."""
+        P, w, ctl = self.ports, self.width, self.ctl
+        pb = _bits(P)
+        FB = self.frame_beats
+        dq_layout = head_layout()
+        beat_l = beat_layout(w)
+        fq, pq, dq, hsks = [], [], [], []
+        for k in range(P):
+            src = rx[k]
+            # guard: cut frames longer than the buffers (flagged as a MAC error)
+            cnt = Signal(range(FB + 1), name=f"guard_cnt{k}")
+            skip = Signal(name=f"guard_skip{k}")
+            parser = Parser(w)
+            m.submodules[f"parser{k}"] = parser
+            cut = ~src.payload.last & (cnt == FB - 1)
+            m.d.comb += [
+                parser.i.payload.eq(src.payload),
+                parser.i.valid.eq(src.valid & ~skip),
+                src.ready.eq(parser.i.ready | skip),
+            ]
+            with m.If(cut):
+                m.d.comb += [parser.i.payload.last.eq(1), parser.i.payload.error.eq(1)]
+            with m.If(src.valid & src.ready):
+                with m.If(skip):
+                    m.d.sync += skip.eq(~src.payload.last)
+                with m.Elif(src.payload.last | cut):
+                    m.d.sync += [cnt.eq(0), skip.eq(~src.payload.last)]
+                with m.Else():
+                    m.d.sync += cnt.eq(cnt + 1)
+
+            q_f, qf_w, qf_r = _fifo(m, f"fq{k}", beat_l, FB + 4)
+            q_p, qp_w, qp_r = _fifo(m, f"pq{k}", beat_l, FB + 4)
+            m.d.comb += [q_f.w_en.eq(parser.frame.valid), qf_w.eq(parser.frame.payload),
+                         parser.frame.ready.eq(q_f.w_rdy),
+                         q_p.w_en.eq(parser.payload.valid), qp_w.eq(parser.payload.payload),
+                         parser.payload.ready.eq(q_p.w_rdy)]
+            rec_l = parser.hdr.payload.shape()
+            q_r, qr_w, qr_r = _fifo(m, f"recq{k}", rec_l, 4)
+            m.d.comb += [q_r.w_en.eq(parser.hdr.valid), qr_w.eq(parser.hdr.payload),
+                         parser.hdr.ready.eq(q_r.w_rdy)]
+            q_d, qd_w, qd_r = _fifo(m, f"dq{k}", dq_layout, 16)
+            ad = ParserAdapter(ctl.hdr_layout)
+            m.submodules[f"adapter{k}"] = ad
+            m.d.comb += [ad.rec.eq(qr_r), ad.verdict.eq(parser.verdict.payload),
+                         ad.port.eq(k), ad.time.eq(0)]
+            # the frame's control header, registered per port (the adapter's compares end
+            # here, not in the port arbiter and the control path; one header per cycle)
+            m.submodules[f"hdr_skid{k}"] = hsk = SkidBuffer(ctl.hdr_layout)
+            take = hsk.i.valid & hsk.i.ready
+            m.d.comb += [hsk.i.valid.eq(q_r.r_rdy & parser.verdict.valid & q_d.w_rdy),
+                         hsk.i.payload.eq(ad.hdr),
+                         q_r.r_en.eq(take), parser.verdict.ready.eq(take), q_d.w_en.eq(take),
+                         qd_w.raw.eq(qr_r.raw), qd_w.hdr_len.eq(qr_r.hdr_len),
+                         qd_w.has_pay.eq(qr_r.kind == Kind.DATA)]
+            fq.append((q_f, qf_r))
+            pq.append((q_p, qp_r))
+            dq.append((q_d, qd_r))
+            hsks.append(hsk)
+
+        # submit headers to the control path (round robin over ports with a header waiting);
+        # the arrival time is the cycle the control path takes the header
+        rr = Signal(pb)
+        cand = [hsk.o.valid for hsk in hsks]
+        pick = Signal(pb)
+        # lowest candidate at or after rr, else the lowest candidate
+        chain = Const(0, pb)
+        for k in reversed(range(P)):
+            chain = Mux(cand[k], k, chain)
+        chain_rr = chain
+        for k in reversed(range(P)):
+            chain_rr = Mux(cand[k] & (k >= rr), k, chain_rr)
+        m.d.comb += pick.eq(chain_rr)
+        any_cand = Cat(*cand).any()
+        m.d.comb += [ctl.hdr.valid.eq(any_cand),
+                     ctl.hdr.payload.eq(Array(hsk.o.payload for hsk in hsks)[pick]),
+                     ctl.hdr.payload.time.eq(now)]
+        for k, hsk in enumerate(hsks):
+            m.d.comb += hsk.o.ready.eq(ctl.hdr.ready & (pick == k))
+        with m.If(ctl.hdr.ready & any_cand):
+            m.d.sync += rr.eq(Mux(pick == P - 1, 0, pick + 1))
+        return fq, pq, dq
 
     def _emit(self, m, mg, bank, hstore, fwd, lp, done_seen, *, jq=None, slotmem=None):
         """Emitter, deparser(s) and the per-port TX arbiters. One contribution path (``jq``,

@@ -3,7 +3,10 @@
 * :class:`SipHash24`: the tag engine (``MGMT.CTRL.auth``), computing SipHash-2-4 exactly as
   :func:`netreduce.wire.mgmt.siphash24` (tests: reference vectors, random keys and messages).
 * :class:`MgmtAgent`: the agent, the behaviour of :class:`netreduce.sim.model.mgmt.MgmtAgent` in
-  gateware (tests: byte-identical responses, counter events and registers on the same frames).
+  gateware (tests: byte-identical responses, counter events and registers on the same frames),
+  built from :class:`ByteReader` (request bytes), :class:`SourceMatch` (allow-list and replay
+  state), :class:`OpCheck` (op checks), :class:`OpBusMaster` (one register access per op) and
+  :class:`BeatPacker` (response beats) around its FSM; each states its contract.
 
 :class:`SipHash24` contract
 ---------------------------
@@ -30,6 +33,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
@@ -55,7 +60,8 @@ from .csr.axil import AXI4LiteSignature
 from .stream import beat_layout
 
 __all__ = ["SipHash24", "sip_word_layout", "SIP_C", "MgmtAgent", "MGMT_COUNTERS",
-           "src_entry_layout", "addr_valid"]
+           "src_entry_layout", "addr_valid", "ByteReader", "SourceMatch", "OpCheck",
+           "OpBusMaster", "BeatPacker"]
 
 # v0..v3 initialisation constants ("somepseudorandomlygeneratedbytes")
 SIP_C = (0x736F6D6570736575, 0x646F72616E646F6D, 0x6C7967656E657261, 0x7465646279746573)
@@ -184,8 +190,9 @@ def src_entry_layout() -> data.StructLayout:
                               "mac": 48})
 
 
-def addr_valid(rm: RegMap, addr):
-    """Combinational: ``addr`` (32 bits) is 4-aligned and maps to a register of ``rm``."""
+def _addr_hits(rm: RegMap, addr) -> list:
+    """Per register table (single-entry tables: per register), whether ``addr`` (32 bits) falls
+    on one of its registers (alignment not checked): :func:`addr_valid` is their OR."""
     hits = []
     for t in rm.tables:
         if not t.count:
@@ -201,7 +208,12 @@ def addr_valid(rm: RegMap, addr):
         idx = addr[shift:] - (t.base >> shift)
         inr = (addr >= t.base) & (idx < t.count)
         hits.append(inr & Cat(*[addr[:shift] == o for o in offs]).any())
-    return (addr[:2] == 0) & Cat(*hits).any()
+    return hits
+
+
+def addr_valid(rm: RegMap, addr):
+    """Combinational: ``addr`` (32 bits) is 4-aligned and maps to a register of ``rm``."""
+    return (addr[:2] == 0) & Cat(*_addr_hits(rm, addr)).any()
 
 
 # Byte offsets of what the agent reads and writes, from netreduce.wire's tables. Frame offsets
@@ -241,6 +253,245 @@ def _be(v, i: int, n: int):
     return v.word_select(n - 1 - i, 8)
 
 
+# ---------------------------------------------------------------------------- agent blocks
+class ByteReader(wiring.Component):
+    """The agent's input: 64-bit beats read one byte per cycle through a one-beat register.
+
+    * ``i`` (In, :func:`~netreduce.hw.stream.beat_layout` (64)): request frames.
+    * ``en`` (In): read (the agent's RX state). While low nothing moves and ``i.ready`` is low.
+    * ``valid`` / ``byte`` (Out): a byte of the frame this cycle (the held beat's low byte; bytes
+      come in order, at most one per cycle, none for an empty beat).
+    * ``end`` (Out): the frame's last beat is used up this cycle (with its last byte, if any);
+      ``error``: that beat's ``error`` flag.
+
+    Latency: a beat taken in cycle *t* gives its first byte in *t + 1*. Throughput: one byte per
+    cycle with ``en`` high; ``i.ready`` (from registers only, and ``en``) is high while the
+    register is empty, or its last valid byte is read and it is not the frame's last beat (the
+    next beat follows without a gap); after the frame's last beat it stays low until ``en``
+    rises again with the register empty. No errors of its own. Reset: synchronous, empty.
+    """
+
+    def __init__(self):
+        super().__init__({"i": In(stream.Signature(beat_layout(64))), "en": In(1),
+                          "valid": Out(1), "byte": Out(8), "end": Out(1), "error": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        beat = self.i.payload
+        rxd, rxk, rxl, rxe, rxf = Signal(64), Signal(8), Signal(), Signal(), Signal()
+        done = Signal()  # the held byte is the beat's last valid one, or the beat is empty
+        m.d.comb += [done.eq(~rxk[1] | ~rxk[0]), self.byte.eq(rxd[:8]), self.error.eq(rxe),
+                     self.valid.eq(self.en & rxf & rxk[0]),
+                     self.end.eq(self.en & rxf & done & rxl)]
+        with m.If(self.en):
+            with m.If(rxf):
+                with m.If(done):
+                    m.d.sync += rxf.eq(0)
+                    with m.If(~rxl):
+                        m.d.comb += self.i.ready.eq(1)  # the next beat, without a gap
+                with m.Else():
+                    m.d.sync += [rxd.eq(rxd >> 8), rxk.eq(rxk >> 1)]
+            with m.Else():
+                m.d.comb += self.i.ready.eq(1)
+        with m.If(self.i.valid & self.i.ready):
+            m.d.sync += [rxd.eq(beat.data), rxk.eq(beat.keep), rxl.eq(beat.last),
+                         rxe.eq(beat.error), rxf.eq(1)]
+        return m
+
+
+class SourceMatch(wiring.Component):
+    """The agent's allow-list and replay state (docs/management.md: source and replay checks).
+
+    * ``src`` (In): the ``MGMT_SRC`` entries (:func:`src_entry_layout`); ``ip``, ``mac``,
+      ``port``, ``seq`` (In): the request's IPv4 source, source MAC, UDP source port and
+      sequence number, stable from the end of the frame until the decision.
+    * A registered pipeline recomputed every cycle, one stage per cycle: the entries' field
+      compares (and ``seq <= last_seq[e]`` per entry); each entry's rule; the first entry that
+      matches and whether any does (``any``, Out); the replay check of that entry. Everything
+      has settled 4 cycles after the inputs.
+    * ``take`` (In, a strobe at least 4 cycles after the inputs settled): ``ent`` (Out) <= the
+      first matching entry and ``replay`` (Out) <= ``seq <= last_seq[ent]``, from the next cycle.
+    * ``commit`` (In, strobe): ``last_seq[ent] <= seq``. ``last_seq`` (Out): per entry, the last
+      accepted sequence number (reset 0); ``ent_seq`` (Out): ``last_seq[ent]``, one cycle later.
+
+    Throughput: new inputs every cycle; no backpressure; no errors. Depth: each stage is a
+    compare, a 3-term rule, an 8-way priority pick or an 8-way bit select from flip-flops.
+    Reset: synchronous, all zero.
+    """
+
+    def __init__(self, nsrc: int):
+        self.nsrc = nsrc
+        super().__init__({
+            "src": In(data.ArrayLayout(src_entry_layout(), nsrc)),
+            "ip": In(32), "mac": In(48), "port": In(16), "seq": In(32),
+            "take": In(1), "commit": In(1),
+            "any": Out(1), "ent": Out(range(max(2, nsrc))), "replay": Out(1),
+            "ent_seq": Out(32), "last_seq": Out(data.ArrayLayout(32, nsrc)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        n = self.nsrc
+        hit = Signal(n)
+        seq_le = Signal(max(2, n))
+        for e in range(n):
+            s = self.src[e]
+            eq_ip, eq_mac, eq_port = Signal(), Signal(), Signal()
+            m.d.sync += [eq_ip.eq(s.ip == self.ip), eq_mac.eq(s.mac == self.mac),
+                         eq_port.eq(s.port == self.port),
+                         hit[e].eq(s.valid & eq_ip & (~s.match_mac | eq_mac)
+                                   & (~s.match_port | eq_port)),
+                         seq_le[e].eq(self.seq <= self.last_seq[e])]
+        first_c, first = Signal.like(self.ent), Signal.like(self.ent)
+        for e in reversed(range(n)):
+            with m.If(hit[e]):
+                m.d.comb += first_c.eq(e)
+        replay = Signal()
+        m.d.sync += [first.eq(first_c), self.any.eq(hit.any()),
+                     replay.eq(seq_le.bit_select(first, 1)),
+                     self.ent_seq.eq(self.last_seq[self.ent])]
+        with m.If(self.take):
+            m.d.sync += [self.ent.eq(first), self.replay.eq(replay)]
+        with m.If(self.commit):
+            m.d.sync += self.last_seq[self.ent].eq(self.seq)
+        return m
+
+
+class OpCheck(wiring.Component):
+    """The agent's checks of one op (docs/management.md): ``opcode`` and ``addr`` (In) give
+    ``bad_opc`` (neither READ nor WRITE), ``bad_addr`` (not 4-aligned or no register of the map:
+    :func:`addr_valid`) and ``prot`` (one of ``protected``, the key registers) (Out), 2 cycles
+    later. Stage 1 registers the opcode check, the protected-address compare and, per register
+    table, whether the address falls in it; stage 2 joins the tables. Pipelined (new inputs every
+    cycle); no backpressure; no errors."""
+
+    def __init__(self, regmap: RegMap, protected):
+        self.map, self.protected = regmap, tuple(protected)
+        super().__init__({"opcode": In(8), "addr": In(32),
+                          "bad_opc": Out(1), "bad_addr": Out(1), "prot": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        op, addr = self.opcode, self.addr
+        hits = _addr_hits(self.map, addr)
+        hit_q, aligned, opc, prot = Signal(len(hits)), Signal(), Signal(), Signal()
+        m.d.sync += [hit_q.eq(Cat(*hits)), aligned.eq(addr[:2] == 0),
+                     opc.eq((op != MgmtOpcode.READ) & (op != MgmtOpcode.WRITE)),
+                     prot.eq(Cat(*[addr == a for a in self.protected]).any()),
+                     self.bad_opc.eq(opc), self.prot.eq(prot),
+                     self.bad_addr.eq(~(aligned & hit_q.any()))]
+        return m
+
+
+class OpBusMaster(wiring.Component):
+    """One register access per ``start`` on an AXI4-Lite master (the agent's op execution).
+
+    * ``start`` (In, strobe, while idle): ``write`` (In) selects a write of ``wdata`` or a read,
+      at ``addr`` (In); ``addr`` and ``wdata`` must hold until ``done`` (they go to the bus
+      combinationally). All byte strobes; ``awprot`` / ``arprot`` 0.
+    * ``bus`` (Out, :class:`~netreduce.hw.csr.axil.AXI4LiteSignature`): a read is AR then R; a
+      write offers AW and W together and takes each handshake when it comes, then B.
+    * ``done`` (Out, strobe): the access completes this cycle (R or B handshake), with ``error``
+      (a response other than OKAY) and, for a read, ``rdata``.
+
+    Latency: ``start`` in cycle *t* offers AR or AW/W from *t + 1*; ``done`` comes with the R or
+    B handshake (one cycle after the address handshake at the earliest). One access at a time;
+    the bus's ready/valid signals are the only backpressure. Reset: synchronous, idle.
+    """
+
+    def __init__(self, addr_width: int):
+        super().__init__({"start": In(1), "write": In(1), "addr": In(32), "wdata": In(32),
+                          "bus": Out(AXI4LiteSignature(addr_width)),
+                          "done": Out(1), "error": Out(1), "rdata": Out(32)})
+
+    def elaborate(self, platform):
+        m = Module()
+        bus = self.bus
+        aw_done, w_done = Signal(), Signal()
+        m.d.comb += [bus.araddr.eq(self.addr), bus.awaddr.eq(self.addr),
+                     bus.wdata.eq(self.wdata), bus.wstrb.eq(0xF), self.rdata.eq(bus.rdata)]
+        with m.FSM(name="bus"):
+            with m.State("IDLE"):
+                m.d.sync += [aw_done.eq(0), w_done.eq(0)]
+                with m.If(self.start):
+                    with m.If(self.write):
+                        m.next = "AW"
+                    with m.Else():
+                        m.next = "AR"
+            with m.State("AR"):
+                m.d.comb += bus.arvalid.eq(1)
+                with m.If(bus.arready):
+                    m.next = "R"
+            with m.State("R"):
+                m.d.comb += [bus.rready.eq(1), self.done.eq(bus.rvalid),
+                             self.error.eq(bus.rresp != 0)]
+                with m.If(bus.rvalid):
+                    m.next = "IDLE"
+            with m.State("AW"):
+                m.d.comb += [bus.awvalid.eq(~aw_done), bus.wvalid.eq(~w_done)]
+                aw_now = aw_done | bus.awready
+                w_now = w_done | bus.wready
+                m.d.sync += [aw_done.eq(aw_now), w_done.eq(w_now)]
+                with m.If(aw_now & w_now):
+                    m.next = "B"
+            with m.State("B"):
+                m.d.comb += [bus.bready.eq(1), self.done.eq(bus.bvalid),
+                             self.error.eq(bus.bresp != 0)]
+                with m.If(bus.bvalid):
+                    m.next = "IDLE"
+        return m
+
+
+class BeatPacker(wiring.Component):
+    """The agent's output: response bytes packed into 64-bit beats.
+
+    * ``start`` (In, strobe, while idle): a response frame begins; bytes are taken from the next
+      cycle on.
+    * ``take`` (Out): ``byte`` (In) is taken this cycle; ``byte_last`` (In): it is the frame's
+      last. Bytes are taken one per cycle until a beat is full (8) or the frame's last byte.
+    * ``o`` (Out, :func:`~netreduce.hw.stream.beat_layout` (64)): the beat (``keep`` per byte,
+      ``first`` on the frame's first beat, ``last`` on its last), held until ``o.ready``;
+      ``done`` (Out, strobe): the frame's last beat is taken this cycle.
+
+    Throughput: 8 bytes in 9 cycles (a beat is sent in the cycle after its last byte, at the
+    earliest); backpressure: ``o.ready`` (no byte is taken while a beat waits). No errors.
+    Reset: synchronous, idle.
+    """
+
+    def __init__(self):
+        super().__init__({"start": In(1), "byte": In(8), "byte_last": In(1), "take": Out(1),
+                          "o": Out(stream.Signature(beat_layout(64))), "done": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        obeat, okeep, ofirst, olast, onext = (Signal(64), Signal(8), Signal(), Signal(),
+                                              Signal(3))
+        with m.FSM(name="pack"):
+            with m.State("IDLE"):
+                with m.If(self.start):
+                    m.d.sync += [onext.eq(0), okeep.eq(0), ofirst.eq(1), obeat.eq(0)]
+                    m.next = "EMIT"
+            with m.State("EMIT"):
+                m.d.comb += self.take.eq(1)
+                m.d.sync += [obeat.word_select(onext, 8).eq(self.byte),
+                             okeep.bit_select(onext, 1).eq(1), onext.eq(onext + 1),
+                             olast.eq(self.byte_last)]
+                with m.If((onext == 7) | self.byte_last):
+                    m.next = "OUT"
+            with m.State("OUT"):
+                m.d.comb += [self.o.valid.eq(1), self.o.payload.data.eq(obeat),
+                             self.o.payload.keep.eq(okeep), self.o.payload.first.eq(ofirst),
+                             self.o.payload.last.eq(olast)]
+                with m.If(self.o.ready):
+                    m.d.sync += [okeep.eq(0), ofirst.eq(0), onext.eq(0), obeat.eq(0)]
+                    with m.If(olast):
+                        m.d.comb += self.done.eq(1)
+                        m.next = "IDLE"
+                    with m.Else():
+                        m.next = "EMIT"
+        return m
+
+
 class MgmtAgent(wiring.Component):
     """The engine-side management agent in gateware: the behaviour of
     :class:`netreduce.sim.model.mgmt.MgmtAgent` (checks and their order, counters, response bytes),
@@ -268,7 +519,7 @@ class MgmtAgent(wiring.Component):
     * ``busy`` (Out): a frame is being processed or answered.
 
     Latency (cycles, ``n`` frame bytes, ``c`` ops): reading ~``n``; end checks 3; tag ~14 after
-    the last byte (the core keeps up with the bytes); decision ``2c + 2``; one AXI4-Lite access
+    the last byte (the core keeps up with the bytes); decision ``3c + 2``; one AXI4-Lite access
     per op (bank: 3 cycles each); response hash ~``n`` (+ 14 for the tag); checksum 11;
     emission ~``9n/8``. Refused and dropped frames stop after the decision. Reset: synchronous,
     idle.
@@ -302,167 +553,191 @@ class MgmtAgent(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.sip = sip = SipHash24()
-        m.d.comb += sip.key.eq(self.key)
+        s = SimpleNamespace()  # the agent's state, shared by the FSM's parts below
+        m.submodules.sip = s.sip = SipHash24()
+        m.d.comb += s.sip.key.eq(self.key)
         m.submodules.ops = ops = Memory(shape=72, depth=MGMT_MAX_OPS, init=[])
-        op_rd = ops.read_port(domain="comb")
-        op_wr = ops.write_port()
-        op_opcode, op_addr, op_value = op_rd.data[64:72], op_rd.data[32:64], op_rd.data[:32]
-        bus = self.bus
+        s.op_rd = ops.read_port(domain="comb")
+        s.op_wr = ops.write_port()
+        s.op_opcode, s.op_addr = s.op_rd.data[64:72], s.op_rd.data[32:64]
+        s.op_value = s.op_rd.data[:32]
+        m.submodules.reader = s.rd = ByteReader()
+        m.submodules.src = s.sm = SourceMatch(self.nsrc)
+        m.submodules.opcheck = s.chk = OpCheck(self.map, self.protected)
+        m.submodules.master = s.bm = OpBusMaster(self.addr_width)
+        m.submodules.packer = s.pk = BeatPacker()
+        wiring.connect(m, wiring.flipped(self.i), s.rd.i)
+        wiring.connect(m, s.pk.o, wiring.flipped(self.o))
+        wiring.connect(m, s.bm.bus, wiring.flipped(self.bus))
+        m.d.comb += [s.chk.opcode.eq(s.op_opcode), s.chk.addr.eq(s.op_addr),
+                     s.bm.addr.eq(s.op_addr), s.bm.wdata.eq(s.op_value),
+                     s.bm.write.eq(s.op_opcode != MgmtOpcode.READ),
+                     s.sm.src.eq(self.src), self.last_seq.eq(s.sm.last_seq)]
         # counter strobes registered (one cycle later): the decision logic ends here, not in
         # the register bank's counter adders
-        inc = Signal.like(self.inc, name="inc_c")
-        m.d.sync += self.inc.eq(inc)
+        s.inc = Signal.like(self.inc, name="inc_c")
+        m.d.sync += self.inc.eq(s.inc)
+        self._request_state(m, s)
+        self._response_bytes(m, s)
+        with m.FSM(name="state") as fsm:
+            # (and while a registered counter strobe is out, the cycle after the frame's end)
+            m.d.comb += self.busy.eq(~fsm.ongoing("IDLE") | self.inc.as_value().any())
+            self._rx_states(m, s)
+            self._decide_states(m, s)
+            self._exec_states(m, s)
+            self._resp_states(m, s)
+        return m
 
-        # ------------------------------------------------------------ request state
-        pos = Signal(11)  # bytes of the frame seen (saturating)
-        q = Signal(11)  # bytes seen from the IPv4 header on
+    # ---------------------------------------------------------------- request state
+    def _request_state(self, m, s):
+        """The request's fields and running sums, filled byte by byte in RX."""
+        s.pos = Signal(11)  # bytes of the frame seen (saturating)
+        s.q = Signal(11)  # bytes seen from the IPv4 header on
         # one-hot positions (pos < 18, q < the first op) and q past the header, shifted with
         # every byte: the field decodes are flip-flops, not compares on pos / q
-        ph = Signal(_E_TYPE_TAGGED + 2)
-        qh = Signal(_OPS_AT)
-        q_ops = Signal()
-        q_lt = Signal()  # q < total, registered with q's step (total is complete by q = 4)
-        in_l3 = Signal()
-        vlan = Signal()
-        tci = Signal(16)
-        et_hi = Signal(8)
-        src_mac = Signal(48)
-        dscp = Signal(6)
-        total = Signal(16)
-        src_ip, dst_ip = Signal(32), Signal(32)
-        sport, dport, ulen, ucsum = Signal(16), Signal(16), Signal(16), Signal(16)
-        ipsum = Signal(24)
-        usum = Signal(27)  # < 1024 words of 16 bits (+ 17): no carry past bit 26
-        bad = Signal()
-        magic, version, typ = Signal(16), Signal(8), Signal(8)
-        seq, count = Signal(32), Signal(8)
-        hdr_rsv = Signal(56)  # status, err_index, reserved, last_seq: 0 in a request
-        tag_rx = Signal(64)
-        opbuf = Signal(88)  # the first 11 bytes of the op being received
-        ob = Signal(4)  # byte within the op
-        ri = Signal(7)  # op index while receiving
-        oi = Signal(7)  # op index in the response passes
-        hw_data = Signal(64)  # hash word being assembled (newest byte on top)
-        hw_n = Signal(4)
+        s.ph = Signal(_E_TYPE_TAGGED + 2)
+        s.qh = Signal(_OPS_AT)
+        s.q_ops = Signal()
+        s.q_lt = Signal()  # q < total, registered with q's step (total is complete by q = 4)
+        s.in_l3, s.vlan = Signal(), Signal()
+        s.tci, s.et_hi, s.src_mac, s.dscp = Signal(16), Signal(8), Signal(48), Signal(6)
+        s.total = Signal(16)
+        s.src_ip, s.dst_ip = Signal(32), Signal(32)
+        s.sport, s.dport, s.ulen, s.ucsum = Signal(16), Signal(16), Signal(16), Signal(16)
+        s.ipsum = Signal(24)
+        s.usum = Signal(27)  # < 1024 words of 16 bits (+ 17): no carry past bit 26
+        s.bad = Signal()
+        s.magic, s.version, s.typ = Signal(16), Signal(8), Signal(8)
+        s.seq, s.count = Signal(32), Signal(8)
+        s.hdr_rsv = Signal(56)  # status, err_index, reserved, last_seq: 0 in a request
+        s.tag_rx = Signal(64)
+        s.opbuf = Signal(88)  # the first 11 bytes of the op being received
+        s.ob = Signal(4)  # byte within the op
+        s.ri = Signal(7)  # op index while receiving
+        s.oi = Signal(7)  # op index in the response passes
+        s.hw_data = Signal(64)  # hash word being assembled (newest byte on top)
+        s.hw_n = Signal(4)
+        # decision state
+        s.status, s.err = Signal(8), Signal(8)
+        s.tag_bad = Signal()  # the computed tag differs from the frame's (registered compare)
+        s.k = Signal(7)
+        s.cnt_m1 = Signal(8)
+        m.d.sync += s.cnt_m1.eq(s.count - 1)
+        # the source checks (registered stages: the fields are complete at RX_END, the result
+        # is taken in HASH_WAIT, several cycles of hashing later)
+        m.d.comb += [s.sm.ip.eq(s.src_ip), s.sm.mac.eq(s.src_mac), s.sm.port.eq(s.sport),
+                     s.sm.seq.eq(s.seq)]
+        s.bad_end = Signal()  # the end-of-frame checks failed (set in RX_CSUM)
+        # a defect seen this cycle, one bit per check (several may fire at once; no OR of them
+        # before the register)
+        s.bad_set = Signal(6)
+        s.bad_q = Signal(6)  # bad_set, registered (``bad`` is read at the decision, cycles later)
+        m.d.sync += [s.bad_q.eq(s.bad_set),
+                     s.bad.eq(s.bad | s.bad_q.any())]  # before the FSM: IDLE's clear wins
 
-        # the input beat, held in a register that shifts by a byte per byte read: the byte read
-        # is always its low byte (no byte mux on a position)
-        beat = self.i.payload
-        rxd, rxk, rxl, rxe, rxf = Signal(64), Signal(8), Signal(), Signal(), Signal()
-        byte = Signal(8)
-        m.d.comb += byte.eq(rxd[:8])
-        beat_done = Signal()  # the held byte is the beat's last valid one, or the beat is empty
-        m.d.comb += beat_done.eq(~rxk[1] | ~rxk[0])
+    def _hash_byte(self, m, s, b):
+        """Append a message byte; a full word goes to the core, which is always ready for it
+        (bytes come at most one per cycle, it takes a word every 6 cycles)."""
+        word = Cat(s.hw_data[8:], b)
+        m.d.sync += [s.hw_data.eq(word), s.hw_n.eq(Mux(s.hw_n == 7, 0, s.hw_n + 1))]
+        with m.If(s.hw_n == 7):
+            m.d.comb += [s.sip.i.valid.eq(1), s.sip.i.payload.data.eq(word)]
 
-        # ------------------------------------------------------------ decision state
-        status = Signal(8)
-        err = Signal(8)
-        nsel = max(2, self.nsrc)
-        ent = Signal(range(nsel))
-        tag_bad = Signal()  # the computed tag differs from the frame's (registered compare)
-        k = Signal(7)
-        last_seq = Signal(data.ArrayLayout(32, self.nsrc))
-        m.d.comb += self.last_seq.eq(last_seq)
-        # registered: the source fields are complete at RX_END, the hit is read from HASH_WAIT
-        # on (several cycles of hashing later)
-        # (two register stages: the field compares, then the entry's rule)
-        hit = Signal(self.nsrc)
-        for e in range(self.nsrc):
-            s = self.src[e]
-            eq_ip, eq_mac, eq_port = Signal(), Signal(), Signal()
-            m.d.sync += [eq_ip.eq(s.ip == src_ip), eq_mac.eq(s.mac == src_mac),
-                         eq_port.eq(s.port == sport),
-                         hit[e].eq(s.valid & eq_ip & (~s.match_mac | eq_mac)
-                                   & (~s.match_port | eq_port))]
-        first_hit = Signal(range(nsel))
-        for e in reversed(range(self.nsrc)):
-            with m.If(hit[e]):
-                m.d.comb += first_hit.eq(e)
-        ent_seq = Signal(32)
-        m.d.comb += ent_seq.eq(last_seq[ent])
-        # the replay check (seq <= the entry's last sequence number) per entry, registered every
-        # cycle (seq is stable from RX_END, last_seq changes only in VALIDATE), selected by the
-        # first hit into ``replay`` with the tag: the decision reads one flip-flop
-        seq_le = Signal(nsel)
-        for e in range(self.nsrc):
-            m.d.sync += seq_le[e].eq(seq <= last_seq[e])
-        replay = Signal()
+    @staticmethod
+    def _add16(m, acc, b, even):
+        """One's-complement accumulation of byte ``b`` at an even (high) or odd position."""
+        m.d.sync += acc.eq(acc + Mux(even, b << 8, b))
 
-        def hash_byte(b):
-            """Append a message byte; a full word goes to the core, which is always ready for
-            it (bytes come at most one per cycle, it takes a word every 6 cycles)."""
-            word = Cat(hw_data[8:], b)
-            m.d.sync += [hw_data.eq(word), hw_n.eq(Mux(hw_n == 7, 0, hw_n + 1))]
-            with m.If(hw_n == 7):
-                m.d.comb += [sip.i.valid.eq(1), sip.i.payload.data.eq(word)]
+    def _last_word(self, m, s, nxt):
+        sip = s.sip
+        m.d.comb += [sip.i.valid.eq(1), sip.i.payload.last.eq(1),
+                     sip.i.payload.nbytes.eq(s.hw_n),
+                     sip.i.payload.data.eq(s.hw_data >> ((8 - s.hw_n) * 8).as_unsigned())]
+        with m.If(sip.i.ready):
+            m.next = nxt
 
-        def add16(acc, b, even):
-            """One's-complement accumulation of byte ``b`` at an even (high) or odd position."""
-            m.d.sync += acc.eq(acc + Mux(even, b << 8, b))
-
-        # ------------------------------------------------------------ response bytes
-        # The response leaves byte-serially from shift registers loaded in whole, so every
-        # cycle takes the byte at a fixed position (no byte mux on an offset): ``hsr`` holds the
-        # header bytes of a pass (``hv``: which are left), ``osr`` the op being sent, loaded from
-        # the op memory when the header or the previous op ends. Pass 1 (hash and UDP checksum)
-        # sends the pseudo-header and the management header with a zero tag, pass 2 (emission)
-        # the whole frame; both then send the ``count`` ops.
-        rl3 = Signal(5)
-        m.d.comb += rl3.eq(Mux(vlan, _L3_TAGGED, _L3))
-        tag_tx = Signal(64)
-        rck = Signal(16)
-        ipck = Signal(16)
+    # ---------------------------------------------------------------- response bytes
+    def _response_bytes(self, m, s):
+        """The response leaves byte-serially from shift registers loaded in whole, so every
+        cycle takes the byte at a fixed position (no byte mux on an offset): ``hsr`` holds the
+        header bytes of a pass (``hv``: which are left), ``osr`` the op being sent, loaded from
+        the op memory when the header or the previous op ends. Pass 1 (hash and UDP checksum)
+        sends the pseudo-header and the management header with a zero tag, pass 2 (emission)
+        the whole frame; both then send the ``count`` ops."""
+        s.tag_tx, s.rck, s.ipck = Signal(64), Signal(16), Signal(16)
         s0 = Signal(20)  # response IPv4 header words (checksum field 0)
-        m.d.sync += s0.eq(_IP_CONST_SUM + (dscp << 2) + total + dst_ip[16:]
-                          + dst_ip[:16] + src_ip[16:] + src_ip[:16])
+        m.d.sync += s0.eq(_IP_CONST_SUM + (s.dscp << 2) + s.total + s.dst_ip[16:]
+                          + s.dst_ip[:16] + s.src_ip[16:] + s.src_ip[:16])
         s1 = Signal(17)
         m.d.sync += s1.eq(s0[:16] + s0[16:])
-        m.d.sync += ipck.eq(~(s1[:16] + s1[16:])[:16])
-        rsum = Signal(26)  # a response is under 1024 bytes
-        par = Signal()  # the next pass-1 byte is the high byte of a 16-bit word
-        resp_phase = Signal()
-        m.d.comb += op_rd.addr.eq(Mux(resp_phase, oi, k))
+        m.d.sync += s.ipck.eq(~(s1[:16] + s1[16:])[:16])
+        s.rsum = Signal(26)  # a response is under 1024 bytes
+        s.par = Signal()  # the next pass-1 byte is the high byte of a 16-bit word
+        s.resp_phase = Signal()
+        m.d.comb += s.op_rd.addr.eq(Mux(s.resp_phase, s.oi, s.k))
 
         opstat = Signal(8)  # the status of op ``oi`` in the response
-        with m.Switch(status):
+        with m.Switch(s.status):
             with m.Case(MgmtStatus.OK):
                 m.d.comb += opstat.eq(MgmtStatus.OK)
             with m.Case(MgmtStatus.BUS_ERROR):
-                m.d.comb += opstat.eq(Mux(oi < err, MgmtStatus.OK, Mux(
-                    oi == err, MgmtStatus.BUS_ERROR, MgmtStatus.SKIPPED)))
+                m.d.comb += opstat.eq(Mux(s.oi < s.err, MgmtStatus.OK, Mux(
+                    s.oi == s.err, MgmtStatus.BUS_ERROR, MgmtStatus.SKIPPED)))
             with m.Case(MgmtStatus.REPLAY):
                 m.d.comb += opstat.eq(MgmtStatus.SKIPPED)
             with m.Default():
-                m.d.comb += opstat.eq(Mux(oi == err, status, MgmtStatus.SKIPPED))
+                m.d.comb += opstat.eq(Mux(s.oi == s.err, s.status, MgmtStatus.SKIPPED))
 
-        # IPv4, UDP and management header bytes by L3 offset
+        s.hdr_bytes = self._header_bytes(s)
+        s.hsr = Signal(8 * s.hdr_bytes.nbytes)
+        s.hv = Signal(s.hdr_bytes.nbytes)
+        s.osr = Signal(8 * MGMT_OP.size)
+        ob2 = Signal(4)  # byte of the op being sent
+        lastop = Signal()  # it is the last op
+        in_hdr = s.hv[0]
+        s.rbyte = Signal(8)
+        m.d.comb += s.rbyte.eq(Mux(in_hdr, s.hsr[:8], s.osr[:8]))
+        op_end = ~in_hdr & (ob2 == _OP_LAST)
+        s.rlast = Signal()  # ``rbyte`` is the pass's last byte
+        m.d.comb += s.rlast.eq(op_end & lastop)
+        s.adv = Signal()  # ``rbyte`` is taken this cycle
+        with m.If(s.adv):
+            m.d.sync += [s.hsr.eq(s.hsr >> 8), s.hv.eq(s.hv >> 1)]
+            with m.If((in_hdr & ~s.hv[1]) | op_end):
+                op_bytes = [s.op_opcode, opstat, Const(0, 16)]
+                op_bytes += [_be(s.op_addr, j, 4) for j in range(4)]
+                op_bytes += [_be(s.op_value, j, 4) for j in range(4)]
+                m.d.sync += [s.osr.eq(Cat(*op_bytes)), ob2.eq(0), s.oi.eq(s.oi + 1),
+                             lastop.eq(s.oi == s.cnt_m1)]
+            with m.Elif(~in_hdr):
+                m.d.sync += [s.osr.eq(s.osr >> 8), ob2.eq(ob2 + 1)]
+
+    def _header_bytes(self, s):
+        """The header bytes of the two response passes (see :meth:`_response_bytes`)."""
         hdr = {i: Const(b, 8) for i, b in enumerate(_IP_CONST) if b}
-        hdr[_IP["tos"]] = Cat(Const(0, 2), dscp)
+        hdr[_IP["tos"]] = Cat(Const(0, 2), s.dscp)
 
         def put(at, v, n):
             for j in range(n):
                 hdr[at + j] = _be(v, j, n)
 
         mg = {f: _MG_AT + o for f, o in _MG.items()}
-        put(_IP["total_length"], total, 2)
-        put(_IP["checksum"], ipck, 2)
-        put(_IP["src"], dst_ip, 4)
-        put(_IP["dst"], src_ip, 4)
-        put(_UDP["sport"], dport, 2)
-        put(_UDP["dport"], sport, 2)
-        put(_UDP["length"], ulen, 2)
-        put(_UDP["checksum"], rck, 2)
+        put(_IP["total_length"], s.total, 2)
+        put(_IP["checksum"], s.ipck, 2)
+        put(_IP["src"], s.dst_ip, 4)
+        put(_IP["dst"], s.src_ip, 4)
+        put(_UDP["sport"], s.dport, 2)
+        put(_UDP["dport"], s.sport, 2)
+        put(_UDP["length"], s.ulen, 2)
+        put(_UDP["checksum"], s.rck, 2)
         put(mg["magic"], Const(MGMT_MAGIC, 16), 2)
         hdr[mg["version"]] = Const(MGMT_VERSION, 8)
         hdr[mg["type"]] = Const(int(MgmtType.RESPONSE), 8)
-        put(mg["seq"], seq, 4)
-        hdr[mg["count"]] = count
-        hdr[mg["status"]] = status
-        hdr[mg["err_index"]] = err
-        ent_seq_r = Signal(32)  # the source's last sequence number (stable from RESP on)
-        m.d.sync += ent_seq_r.eq(ent_seq)
-        put(mg["last_seq"], ent_seq_r, 4)
+        put(mg["seq"], s.seq, 4)
+        hdr[mg["count"]] = s.count
+        hdr[mg["status"]] = s.status
+        hdr[mg["err_index"]] = s.err
+        put(mg["last_seq"], s.sm.ent_seq, 4)  # the source's last sequence number
         tag_at = range(mg["tag"], mg["tag"] + 8)
 
         def l3_bytes(lo, hi, tag):
@@ -474,373 +749,289 @@ class MgmtAgent(wiring.Component):
                     out.append(hdr.get(i, Const(0, 8)))
             return out
 
-        eth = [_be(src_mac, j, 6) for j in range(6)] + [_be(self.mac, j, 6) for j in range(6)]
-        l3_all = l3_bytes(0, _OPS_AT, tag_tx)
+        eth = ([_be(s.src_mac, j, 6) for j in range(6)]
+               + [_be(self.mac, j, 6) for j in range(6)])
+        l3_all = l3_bytes(0, _OPS_AT, s.tag_tx)
         e_ipv4, e_vlan = [Const(b, 8) for b in _E_IPV4], [Const(b, 8) for b in _E_VLAN]
-        pass2_u = Cat(*eth, *e_ipv4, *l3_all)
-        pass2_t = Cat(*eth, *e_vlan, tci[8:], tci[:8], *e_ipv4, *l3_all)
         pass1 = Cat(*l3_bytes(_AUTH_FROM, _AUTH_TO, None),
                     *l3_bytes(_MG_AT, _OPS_AT, Const(0, 64)))
-        hbytes = len(pass2_t) // 8
-        hsr = Signal(8 * hbytes)
-        hv = Signal(hbytes)
-        osr = Signal(8 * MGMT_OP.size)
-        ob2 = Signal(4)  # byte of the op being sent
-        lastop = Signal()  # it is the last op
-        cnt_m1 = Signal(8)
-        m.d.sync += cnt_m1.eq(count - 1)
-        in_hdr = hv[0]
-        rbyte = Signal(8)
-        m.d.comb += rbyte.eq(Mux(in_hdr, hsr[:8], osr[:8]))
-        op_end = ~in_hdr & (ob2 == _OP_LAST)
-        rlast = Signal()  # ``rbyte`` is the pass's last byte
-        m.d.comb += rlast.eq(op_end & lastop)
-        adv = Signal()  # ``rbyte`` is taken this cycle
-        with m.If(adv):
-            m.d.sync += [hsr.eq(hsr >> 8), hv.eq(hv >> 1)]
-            with m.If((in_hdr & ~hv[1]) | op_end):
-                op_bytes = [op_opcode, opstat, Const(0, 16)]
-                op_bytes += [_be(op_addr, j, 4) for j in range(4)]
-                op_bytes += [_be(op_value, j, 4) for j in range(4)]
-                m.d.sync += [osr.eq(Cat(*op_bytes)), ob2.eq(0), oi.eq(oi + 1),
-                             lastop.eq(oi == cnt_m1)]
-            with m.Elif(~in_hdr):
-                m.d.sync += [osr.eq(osr >> 8), ob2.eq(ob2 + 1)]
+        pass2_t = Cat(*eth, *e_vlan, s.tci[8:], s.tci[:8], *e_ipv4, *l3_all)
+        return SimpleNamespace(pass1=pass1, pass2_u=Cat(*eth, *e_ipv4, *l3_all),
+                               pass2_t=pass2_t, nbytes=len(pass2_t) // 8)
 
-        def load_header(pass2):
-            if pass2:
-                m.d.sync += [hsr.eq(Mux(vlan, pass2_t, pass2_u)),
-                             hv.eq(Mux(vlan, (1 << hbytes) - 1, (1 << (hbytes - 4)) - 1))]
-            else:
-                m.d.sync += [hsr.eq(pass1), hv.eq((1 << (len(pass1) // 8)) - 1)]
-            m.d.sync += oi.eq(0)
+    def _load_header(self, m, s, pass2):
+        h = s.hdr_bytes
+        if pass2:
+            m.d.sync += [s.hsr.eq(Mux(s.vlan, h.pass2_t, h.pass2_u)),
+                         s.hv.eq(Mux(s.vlan, (1 << h.nbytes) - 1, (1 << (h.nbytes - 4)) - 1))]
+        else:
+            m.d.sync += [s.hsr.eq(h.pass1), s.hv.eq((1 << (len(h.pass1) // 8)) - 1)]
+        m.d.sync += s.oi.eq(0)
 
-        obeat = Signal(64)
-        okeep = Signal(8)
-        ofirst = Signal()
-        olast = Signal()
-        onext = Signal(3)
-        ci = Signal(3)  # checksum term
-
-        # ------------------------------------------------------------ the FSM
-        bad_end = Signal()  # the end-of-frame checks failed (set in RX_CSUM)
-        # a defect seen this cycle, one bit per check (several may fire at once; no OR of them
-        # before the register)
-        bad_set = Signal(6)
-        bad_q = Signal(6)  # bad_set, registered (``bad`` is read at the decision, cycles later)
-        m.d.sync += [bad_q.eq(bad_set),
-                     bad.eq(bad | bad_q.any())]  # before the FSM: IDLE's clear comes later and wins
-        with m.FSM(name="state") as fsm:
-            # (and while a registered counter strobe is out, the cycle after the frame's end)
-            m.d.comb += self.busy.eq(~fsm.ongoing("IDLE") | self.inc.as_value().any())
-            with m.State("IDLE"):
-                m.d.sync += [pos.eq(0), q.eq(0), ph.eq(1), qh.eq(1), q_ops.eq(0),
-                             in_l3.eq(0), vlan.eq(0), bad.eq(0), bad_end.eq(0),
-                             ipsum.eq(0), usum.eq(IP_PROTO_UDP), ob.eq(0), ri.eq(0), hw_n.eq(0),
-                             total.eq(0), hdr_rsv.eq(0), count.eq(0)]
-                with m.If(self.i.valid):
-                    m.d.comb += inc.mgmt_rx.eq(1)
-                    m.next = "RX"
-
-            with m.State("RX"):
-                with m.If(rxf & rxk[0]):
-                    m.d.sync += [pos.eq(Mux(pos == 2047, pos, pos + 1)), ph.eq(ph << 1)]
-                    with m.If(pos == 2047):
-                        m.d.comb += bad_set[0].eq(1)
-                    with m.If(~in_l3):
-                        with m.If(ph[_E_SRC:_E_SRC + 6].any()):
-                            m.d.sync += src_mac.eq(Cat(byte, src_mac[:40]))
-                        with m.If(ph[_E_TYPE] | ph[_E_TYPE_TAGGED]):
-                            m.d.sync += et_hi.eq(byte)
-                        with m.If(ph[_E_TCI] | ph[_E_TCI + 1]):
-                            m.d.sync += tci.eq(Cat(byte, tci[:8]))
-                        not_ipv4 = (et_hi != _E_IPV4[0]) | (byte != _E_IPV4[1])
-                        with m.If(ph[_E_TYPE + 1]):
-                            with m.If((et_hi == _E_VLAN[0]) & (byte == _E_VLAN[1])):
-                                m.d.sync += vlan.eq(1)
-                            with m.Else():
-                                m.d.sync += in_l3.eq(1)
-                                with m.If(not_ipv4):
-                                    m.d.comb += bad_set[1].eq(1)
-                        with m.If(vlan & ph[_E_TYPE_TAGGED + 1]):
-                            m.d.sync += in_l3.eq(1)
-                            with m.If(not_ipv4):
-                                m.d.comb += bad_set[2].eq(1)
-                    with m.Else():
-                        q_next = Mux(q == 2047, q, q + 1)
-                        m.d.sync += [q.eq(q_next), qh.eq(qh << 1), q_ops.eq(q_ops | qh[-1]),
-                                     q_lt.eq(q_next < total)]
-                        with m.If(qh[:wf.IPV4.size].any()):
-                            add16(ipsum, byte, ~q[0])
-                        with m.If((qh[_AUTH_FROM:].any() | q_ops) & q_lt):
-                            add16(usum, byte, ~q[0])
-                        ff = _IP["flags_frag"]
-
-                        def at(lo, n=1):   # q in [lo, lo + n)
-                            return qh[lo:lo + n].any()
-
-                        checks = [(at(0), byte != _IP_CONST[0]),  # version 4, IHL 5
-                                  (at(ff), byte[:6] != 0),  # MF, fragment offset (DF may be set)
-                                  (at(ff + 1), byte != 0),
-                                  (at(_IP["protocol"]), byte != IP_PROTO_UDP)]
-                        with m.If(Cat(*[w & c for w, c in checks]).any()):
-                            m.d.comb += bad_set[3].eq(1)
-                        for lo, n, reg in ((_IP["tos"], 1, dscp),
-                                           (_IP["total_length"], 2, total),
-                                           (_IP["src"], 4, src_ip), (_IP["dst"], 4, dst_ip),
-                                           (_UDP["sport"], 2, sport), (_UDP["dport"], 2, dport),
-                                           (_UDP["length"], 2, ulen),
-                                           (_UDP["checksum"], 2, ucsum)):
-                            with m.If(at(lo, n)):
-                                if reg is dscp:
-                                    m.d.sync += dscp.eq(byte[2:])
-                                else:
-                                    m.d.sync += reg.eq(Cat(byte, reg[:len(reg) - 8]))
-                        in_pay = Signal()
-                        m.d.comb += in_pay.eq((qh[_MG_AT:].any() | q_ops) & q_lt)
-                        in_tag = at(_MG_AT + _MG["tag"], 8)
-                        with m.If(at(_AUTH_FROM, _AUTH_TO - _AUTH_FROM) | in_pay):
-                            hash_byte(Mux(in_pay & in_tag, 0, byte))
-                        with m.If(in_pay):
-                            for lo, n, reg in ((_MG["magic"], 2, magic),
-                                               (_MG["version"], 1, version),
-                                               (_MG["type"], 1, typ), (_MG["seq"], 4, seq),
-                                               (_MG["count"], 1, count),
-                                               (_MG["status"], _MG["tag"] - _MG["status"],
-                                                hdr_rsv)):
-                                with m.If(at(_MG_AT + lo, n)):
-                                    m.d.sync += reg.eq(Cat(byte, reg[:len(reg) - 8]))
-                            with m.If(in_tag):
-                                m.d.sync += tag_rx.eq(Cat(tag_rx[8:], byte))
-                        with m.If(q_ops & q_lt):  # an op byte (in the payload)
-                            full = Cat(byte, opbuf)  # op byte 0 most significant
-                            m.d.sync += [opbuf.eq(full[:88]),
-                                         ob.eq(Mux(ob == _OP_LAST, 0, ob + 1))]
-                            with m.If(ob == _OP_LAST):
-                                m.d.sync += ri.eq(ri + 1)
-                                m.d.comb += [op_wr.addr.eq(ri),
-                                             op_wr.data.eq(Cat(full[:64], full[88:96])),
-                                             op_wr.en.eq(ri < MGMT_MAX_OPS)]
-                                rsv = full[64:88] != 0  # op status and reserved
-                                rd_val = (full[88:96] == MgmtOpcode.READ) & \
-                                    (full[:32] != 0)
-                                with m.If(rsv | rd_val):
-                                    m.d.comb += bad_set[4].eq(1)
-                with m.If(rxf):
-                    with m.If(beat_done):
-                        m.d.sync += rxf.eq(0)
-                        with m.If(rxl):
-                            with m.If(rxe):
-                                m.d.comb += bad_set[5].eq(1)
-                            m.next = "RX_END"
-                        with m.Else():
-                            m.d.comb += self.i.ready.eq(1)  # the next beat, without a gap
-                    with m.Else():
-                        m.d.sync += [rxd.eq(rxd >> 8), rxk.eq(rxk >> 1)]
+    # ---------------------------------------------------------------- FSM: request
+    def _rx_states(self, m, s):
+        """IDLE, RX (a byte per cycle into the fields, sums and hash), the end-of-frame checks
+        (RX_END, RX_FOLD, RX_CSUM)."""
+        with m.State("IDLE"):
+            m.d.sync += [s.pos.eq(0), s.q.eq(0), s.ph.eq(1), s.qh.eq(1), s.q_ops.eq(0),
+                         s.in_l3.eq(0), s.vlan.eq(0), s.bad.eq(0), s.bad_end.eq(0),
+                         s.ipsum.eq(0), s.usum.eq(IP_PROTO_UDP), s.ob.eq(0), s.ri.eq(0),
+                         s.hw_n.eq(0), s.total.eq(0), s.hdr_rsv.eq(0), s.count.eq(0)]
+            with m.If(self.i.valid):
+                m.d.comb += s.inc.mgmt_rx.eq(1)
+                m.next = "RX"
+        with m.State("RX"):
+            m.d.comb += s.rd.en.eq(1)
+            with m.If(s.rd.valid):
+                m.d.sync += [s.pos.eq(Mux(s.pos == 2047, s.pos, s.pos + 1)), s.ph.eq(s.ph << 1)]
+                with m.If(s.pos == 2047):
+                    m.d.comb += s.bad_set[0].eq(1)
+                with m.If(~s.in_l3):
+                    self._rx_l2(m, s)
                 with m.Else():
-                    m.d.comb += self.i.ready.eq(1)
-                with m.If(self.i.valid & self.i.ready):
-                    m.d.sync += [rxd.eq(beat.data), rxk.eq(beat.keep), rxl.eq(beat.last),
-                                 rxe.eq(beat.error), rxf.eq(1)]
+                    self._rx_l3(m, s)
+            with m.If(s.rd.end):
+                with m.If(s.rd.error):
+                    m.d.comb += s.bad_set[5].eq(1)
+                m.next = "RX_END"
+        self._end_states(m, s)
 
-            # the end-of-frame checks over three cycles, each into a register of its own (the
-            # checksum folds one adder deep); ``bad_end`` joins ``bad`` at the decision
-            s2, s3 = Signal(17), Signal(16)
-            u0, u1 = Signal(28), Signal(17)
-            end_r, exp_r, ulen_r = Signal(16), Signal(16), Signal(16)
-            chk_a, chk_b = Signal(), Signal()
-            with m.State("RX_END"):
-                m.d.sync += [s2.eq(ipsum[:16] + ipsum[16:]), u0.eq(usum + ulen),
-                             end_r.eq(rl3 + total), ulen_r.eq(total - _UDP_AT),
-                             exp_r.eq(_MG_AT + MGMT_HDR.size + (count << 3) + (count << 2)),
-                             chk_a.eq(~in_l3 | (q < _MG_AT) | (total < _MG_AT) | (count == 0)
-                                      | (count > MGMT_MAX_OPS) | (magic != MGMT_MAGIC)
-                                      | (version != MGMT_VERSION) | (typ != MgmtType.REQUEST)
-                                      | (hdr_rsv != 0))]
-                m.next = "RX_FOLD"
-            with m.State("RX_FOLD"):
-                m.d.sync += [s3.eq(s2[:16] + s2[16:]), u1.eq(u0[:16] + u0[16:]),
-                             chk_b.eq((end_r > pos) | ((end_r < pos) & (pos > _MIN_FRAME))
-                                      | (ulen != ulen_r) | (total != exp_r))]
-                m.next = "RX_CSUM"
-            with m.State("RX_CSUM"):
-                m.d.sync += bad_end.eq(chk_a | chk_b | (s3 != 0xFFFF)
-                                       | ((ucsum != 0) & ((u1[:16] + u1[16:])[:16] != 0xFFFF)))
-                m.next = "HASH_LAST"
+    def _rx_l2(self, m, s):
+        """An Ethernet header byte: the source MAC, the ethertype, an 802.1Q tag."""
+        ph, byte = s.ph, s.rd.byte
+        with m.If(ph[_E_SRC:_E_SRC + 6].any()):
+            m.d.sync += s.src_mac.eq(Cat(byte, s.src_mac[:40]))
+        with m.If(ph[_E_TYPE] | ph[_E_TYPE_TAGGED]):
+            m.d.sync += s.et_hi.eq(byte)
+        with m.If(ph[_E_TCI] | ph[_E_TCI + 1]):
+            m.d.sync += s.tci.eq(Cat(byte, s.tci[:8]))
+        not_ipv4 = (s.et_hi != _E_IPV4[0]) | (byte != _E_IPV4[1])
+        with m.If(ph[_E_TYPE + 1]):
+            with m.If((s.et_hi == _E_VLAN[0]) & (byte == _E_VLAN[1])):
+                m.d.sync += s.vlan.eq(1)
+            with m.Else():
+                m.d.sync += s.in_l3.eq(1)
+                with m.If(not_ipv4):
+                    m.d.comb += s.bad_set[1].eq(1)
+        with m.If(s.vlan & ph[_E_TYPE_TAGGED + 1]):
+            m.d.sync += s.in_l3.eq(1)
+            with m.If(not_ipv4):
+                m.d.comb += s.bad_set[2].eq(1)
 
-            def last_word(nxt):
-                m.d.comb += [sip.i.valid.eq(1), sip.i.payload.last.eq(1),
-                             sip.i.payload.nbytes.eq(hw_n),
-                             sip.i.payload.data.eq(hw_data >> ((8 - hw_n) * 8).as_unsigned())]
-                with m.If(sip.i.ready):
-                    m.next = nxt
+    def _rx_l3(self, m, s):
+        """A byte from the IPv4 header on: IPv4 and UDP fields and checks, the checksums, the
+        management header, the tag, the hashed bytes, the ops (into the op memory)."""
+        q, qh, byte = s.q, s.qh, s.rd.byte
+        q_next = Mux(q == 2047, q, q + 1)
+        m.d.sync += [q.eq(q_next), qh.eq(qh << 1), s.q_ops.eq(s.q_ops | qh[-1]),
+                     s.q_lt.eq(q_next < s.total)]
+        with m.If(qh[:wf.IPV4.size].any()):
+            self._add16(m, s.ipsum, byte, ~q[0])
+        with m.If((qh[_AUTH_FROM:].any() | s.q_ops) & s.q_lt):
+            self._add16(m, s.usum, byte, ~q[0])
+        ff = _IP["flags_frag"]
 
-            with m.State("HASH_LAST"):
-                last_word("HASH_WAIT")
-            with m.State("HASH_WAIT"):
-                m.d.comb += sip.o.ready.eq(1)
-                with m.If(sip.o.valid):
-                    m.d.sync += [tag_bad.eq(sip.o.payload != tag_rx), ent.eq(first_hit),
-                                 replay.eq(seq_le.bit_select(first_hit, 1))]
-                    m.next = "DECIDE"
+        def at(lo, n=1):   # q in [lo, lo + n)
+            return qh[lo:lo + n].any()
 
-            with m.State("DECIDE"):
-                m.d.sync += [k.eq(0), err.eq(NO_ERROR_INDEX), status.eq(MgmtStatus.OK)]
-                with m.If(bad | bad_end):
-                    m.d.comb += inc.mgmt_reject_malformed.eq(1)
-                    m.next = "IDLE"
-                with m.Elif(~hit.any()):
-                    m.d.comb += inc.mgmt_reject_source.eq(1)
-                    m.next = "IDLE"
-                with m.Elif(self.auth & tag_bad):
-                    m.d.comb += inc.mgmt_reject_auth.eq(1)
-                    m.next = "IDLE"
-                with m.Elif(replay):
-                    m.d.comb += inc.mgmt_reject_replay.eq(1)
-                    m.d.sync += status.eq(MgmtStatus.REPLAY)
-                    m.next = "RESP"
-                with m.Else():
-                    m.next = "VAL_RD"
+        checks = [(at(0), byte != _IP_CONST[0]),  # version 4, IHL 5
+                  (at(ff), byte[:6] != 0),  # MF, fragment offset (DF may be set)
+                  (at(ff + 1), byte != 0),
+                  (at(_IP["protocol"]), byte != IP_PROTO_UDP)]
+        with m.If(Cat(*[w & c for w, c in checks]).any()):
+            m.d.comb += s.bad_set[3].eq(1)
+        for lo, n, reg in ((_IP["tos"], 1, s.dscp), (_IP["total_length"], 2, s.total),
+                           (_IP["src"], 4, s.src_ip), (_IP["dst"], 4, s.dst_ip),
+                           (_UDP["sport"], 2, s.sport), (_UDP["dport"], 2, s.dport),
+                           (_UDP["length"], 2, s.ulen), (_UDP["checksum"], 2, s.ucsum)):
+            with m.If(at(lo, n)):
+                if reg is s.dscp:
+                    m.d.sync += s.dscp.eq(byte[2:])
+                else:
+                    m.d.sync += reg.eq(Cat(byte, reg[:len(reg) - 8]))
+        in_pay = Signal()
+        m.d.comb += in_pay.eq((qh[_MG_AT:].any() | s.q_ops) & s.q_lt)
+        in_tag = at(_MG_AT + _MG["tag"], 8)
+        with m.If(at(_AUTH_FROM, _AUTH_TO - _AUTH_FROM) | in_pay):
+            self._hash_byte(m, s, Mux(in_pay & in_tag, 0, byte))
+        with m.If(in_pay):
+            for lo, n, reg in ((_MG["magic"], 2, s.magic), (_MG["version"], 1, s.version),
+                               (_MG["type"], 1, s.typ), (_MG["seq"], 4, s.seq),
+                               (_MG["count"], 1, s.count),
+                               (_MG["status"], _MG["tag"] - _MG["status"], s.hdr_rsv)):
+                with m.If(at(_MG_AT + lo, n)):
+                    m.d.sync += reg.eq(Cat(byte, reg[:len(reg) - 8]))
+            with m.If(in_tag):
+                m.d.sync += s.tag_rx.eq(Cat(s.tag_rx[8:], byte))
+        with m.If(s.q_ops & s.q_lt):  # an op byte (in the payload)
+            full = Cat(byte, s.opbuf)  # op byte 0 most significant
+            m.d.sync += [s.opbuf.eq(full[:88]), s.ob.eq(Mux(s.ob == _OP_LAST, 0, s.ob + 1))]
+            with m.If(s.ob == _OP_LAST):
+                m.d.sync += s.ri.eq(s.ri + 1)
+                m.d.comb += [s.op_wr.addr.eq(s.ri),
+                             s.op_wr.data.eq(Cat(full[:64], full[88:96])),
+                             s.op_wr.en.eq(s.ri < MGMT_MAX_OPS)]
+                rsv = full[64:88] != 0  # op status and reserved
+                rd_val = (full[88:96] == MgmtOpcode.READ) & (full[:32] != 0)
+                with m.If(rsv | rd_val):
+                    m.d.comb += s.bad_set[4].eq(1)
 
-            # op k's checks registered (op memory read, address decode), then decided
-            bad_opc, bad_addr, prot = Signal(), Signal(), Signal()
-            with m.State("VAL_RD"):
-                m.d.sync += [
-                    bad_opc.eq((op_opcode != MgmtOpcode.READ) & (op_opcode != MgmtOpcode.WRITE)),
-                    bad_addr.eq(~addr_valid(self.map, op_addr)),
-                    prot.eq(Cat(*[op_addr == a for a in self.protected]).any())]
-                m.next = "VALIDATE"
-            with m.State("VALIDATE"):
-                with m.If(bad_opc):
-                    m.d.comb += inc.mgmt_reject_opcode.eq(1)
-                    m.d.sync += [status.eq(MgmtStatus.BAD_OPCODE), err.eq(k)]
-                    m.next = "RESP"
-                with m.Elif(bad_addr):
-                    m.d.comb += inc.mgmt_reject_addr.eq(1)
-                    m.d.sync += [status.eq(MgmtStatus.BAD_ADDR), err.eq(k)]
-                    m.next = "RESP"
-                with m.Elif(prot):
-                    m.d.comb += inc.mgmt_reject_denied.eq(1)
-                    m.d.sync += [status.eq(MgmtStatus.DENIED), err.eq(k)]
-                    m.next = "RESP"
-                with m.Elif(k == count - 1):
-                    m.d.sync += [k.eq(0), last_seq[ent].eq(seq)]
-                    m.next = "EXEC"
-                with m.Else():
-                    m.d.sync += k.eq(k + 1)
-                    m.next = "VAL_RD"
+    def _end_states(self, m, s):
+        """The end-of-frame checks over three cycles, each into a register of its own (the
+        checksum folds one adder deep); ``bad_end`` joins ``bad`` at the decision."""
+        s2, s3 = Signal(17), Signal(16)
+        u0, u1 = Signal(28), Signal(17)
+        end_r, exp_r, ulen_r = Signal(16), Signal(16), Signal(16)
+        chk_a, chk_b = Signal(), Signal()
+        rl3 = Signal(5)
+        m.d.comb += rl3.eq(Mux(s.vlan, _L3_TAGGED, _L3))
+        with m.State("RX_END"):
+            m.d.sync += [s2.eq(s.ipsum[:16] + s.ipsum[16:]), u0.eq(s.usum + s.ulen),
+                         end_r.eq(rl3 + s.total), ulen_r.eq(s.total - _UDP_AT),
+                         exp_r.eq(_MG_AT + MGMT_HDR.size + (s.count << 3) + (s.count << 2)),
+                         chk_a.eq(~s.in_l3 | (s.q < _MG_AT) | (s.total < _MG_AT)
+                                  | (s.count == 0) | (s.count > MGMT_MAX_OPS)
+                                  | (s.magic != MGMT_MAGIC) | (s.version != MGMT_VERSION)
+                                  | (s.typ != MgmtType.REQUEST) | (s.hdr_rsv != 0))]
+            m.next = "RX_FOLD"
+        with m.State("RX_FOLD"):
+            m.d.sync += [s3.eq(s2[:16] + s2[16:]), u1.eq(u0[:16] + u0[16:]),
+                         chk_b.eq((end_r > s.pos) | ((end_r < s.pos) & (s.pos > _MIN_FRAME))
+                                  | (s.ulen != ulen_r) | (s.total != exp_r))]
+            m.next = "RX_CSUM"
+        with m.State("RX_CSUM"):
+            m.d.sync += s.bad_end.eq(chk_a | chk_b | (s3 != 0xFFFF)
+                                     | ((s.ucsum != 0) & ((u1[:16] + u1[16:])[:16] != 0xFFFF)))
+            m.next = "HASH_LAST"
 
-            # ---- execution: one AXI4-Lite access per op
-            aw_done, w_done = Signal(), Signal()
-            m.d.comb += [bus.araddr.eq(op_addr), bus.awaddr.eq(op_addr), bus.wdata.eq(op_value),
-                         bus.wstrb.eq(0xF)]
-
-            def next_op():
-                with m.If(k == count - 1):
-                    m.d.comb += inc.mgmt_accepted.eq(1)
-                    m.next = "RESP"
-                with m.Else():
-                    m.d.sync += k.eq(k + 1)
-                    m.next = "EXEC"
-
-            def bus_error():
-                m.d.comb += inc.mgmt_accepted.eq(1)
-                m.d.sync += [status.eq(MgmtStatus.BUS_ERROR), err.eq(k)]
+    # ---------------------------------------------------------------- FSM: decision
+    def _decide_states(self, m, s):
+        """The tag, the source and replay checks, then each op's checks (3 cycles per op)."""
+        inc, sm, chk = s.inc, s.sm, s.chk
+        with m.State("HASH_LAST"):
+            self._last_word(m, s, "HASH_WAIT")
+        with m.State("HASH_WAIT"):
+            m.d.comb += s.sip.o.ready.eq(1)
+            with m.If(s.sip.o.valid):
+                m.d.comb += sm.take.eq(1)
+                m.d.sync += s.tag_bad.eq(s.sip.o.payload != s.tag_rx)
+                m.next = "DECIDE"
+        with m.State("DECIDE"):
+            m.d.sync += [s.k.eq(0), s.err.eq(NO_ERROR_INDEX), s.status.eq(MgmtStatus.OK)]
+            with m.If(s.bad | s.bad_end):
+                m.d.comb += inc.mgmt_reject_malformed.eq(1)
+                m.next = "IDLE"
+            with m.Elif(~sm.any):
+                m.d.comb += inc.mgmt_reject_source.eq(1)
+                m.next = "IDLE"
+            with m.Elif(self.auth & s.tag_bad):
+                m.d.comb += inc.mgmt_reject_auth.eq(1)
+                m.next = "IDLE"
+            with m.Elif(sm.replay):
+                m.d.comb += inc.mgmt_reject_replay.eq(1)
+                m.d.sync += s.status.eq(MgmtStatus.REPLAY)
                 m.next = "RESP"
+            with m.Else():
+                m.next = "VAL_RD"
+        # op k's checks: the op memory read and the checks' two register stages, then decided
+        with m.State("VAL_RD"):
+            m.next = "VAL_CHK"
+        with m.State("VAL_CHK"):
+            m.next = "VALIDATE"
+        with m.State("VALIDATE"):
+            with m.If(chk.bad_opc):
+                m.d.comb += inc.mgmt_reject_opcode.eq(1)
+                m.d.sync += [s.status.eq(MgmtStatus.BAD_OPCODE), s.err.eq(s.k)]
+                m.next = "RESP"
+            with m.Elif(chk.bad_addr):
+                m.d.comb += inc.mgmt_reject_addr.eq(1)
+                m.d.sync += [s.status.eq(MgmtStatus.BAD_ADDR), s.err.eq(s.k)]
+                m.next = "RESP"
+            with m.Elif(chk.prot):
+                m.d.comb += inc.mgmt_reject_denied.eq(1)
+                m.d.sync += [s.status.eq(MgmtStatus.DENIED), s.err.eq(s.k)]
+                m.next = "RESP"
+            with m.Elif(s.k == s.cnt_m1):
+                m.d.comb += sm.commit.eq(1)
+                m.d.sync += s.k.eq(0)
+                m.next = "EXEC"
+            with m.Else():
+                m.d.sync += s.k.eq(s.k + 1)
+                m.next = "VAL_RD"
 
-            with m.State("EXEC"):
-                m.d.sync += [aw_done.eq(0), w_done.eq(0)]
-                with m.If(op_opcode == MgmtOpcode.READ):
-                    m.next = "AR"
+    # ---------------------------------------------------------------- FSM: execution
+    def _exec_states(self, m, s):
+        """One AXI4-Lite access per op (:class:`OpBusMaster`); a read's value goes back into
+        the op memory."""
+        bm = s.bm
+        with m.State("EXEC"):
+            m.d.comb += bm.start.eq(1)
+            m.next = "BUS"
+        with m.State("BUS"):
+            with m.If(bm.done):
+                with m.If(bm.error):
+                    m.d.comb += s.inc.mgmt_accepted.eq(1)
+                    m.d.sync += [s.status.eq(MgmtStatus.BUS_ERROR), s.err.eq(s.k)]
+                    m.next = "RESP"
                 with m.Else():
-                    m.next = "AW"
-            with m.State("AR"):
-                m.d.comb += bus.arvalid.eq(1)
-                with m.If(bus.arready):
-                    m.next = "R"
-            with m.State("R"):
-                m.d.comb += bus.rready.eq(1)
-                with m.If(bus.rvalid):
-                    with m.If(bus.rresp != 0):
-                        bus_error()
+                    with m.If(s.op_opcode == MgmtOpcode.READ):
+                        m.d.comb += [s.op_wr.addr.eq(s.k), s.op_wr.en.eq(1),
+                                     s.op_wr.data.eq(Cat(bm.rdata, s.op_addr, s.op_opcode))]
+                    with m.If(s.k == s.cnt_m1):
+                        m.d.comb += s.inc.mgmt_accepted.eq(1)
+                        m.next = "RESP"
                     with m.Else():
-                        m.d.comb += [op_wr.addr.eq(k), op_wr.en.eq(1),
-                                     op_wr.data.eq(Cat(bus.rdata, op_addr, op_opcode))]
-                        next_op()
-            with m.State("AW"):
-                m.d.comb += [bus.awvalid.eq(~aw_done), bus.wvalid.eq(~w_done)]
-                aw_now = aw_done | bus.awready
-                w_now = w_done | bus.wready
-                m.d.sync += [aw_done.eq(aw_now), w_done.eq(w_now)]
-                with m.If(aw_now & w_now):
-                    m.next = "B"
-            with m.State("B"):
-                m.d.comb += bus.bready.eq(1)
-                with m.If(bus.bvalid):
-                    with m.If(bus.bresp != 0):
-                        bus_error()
-                    with m.Else():
-                        next_op()
+                        m.d.sync += s.k.eq(s.k + 1)
+                        m.next = "EXEC"
 
-            # ---- response pass 1: hash and checksum of the response (tag field zero)
-            with m.State("RESP"):
-                m.d.sync += [rsum.eq(0), par.eq(1), hw_n.eq(0), tag_tx.eq(0)]
-                load_header(False)
-                m.next = "HASH2"
-            with m.State("HASH2"):
-                m.d.comb += [resp_phase.eq(1), adv.eq(1)]
-                hash_byte(rbyte)
-                add16(rsum, rbyte, par)
-                m.d.sync += par.eq(~par)
-                with m.If(rlast):
-                    m.next = "HASH2_LAST"
-            with m.State("HASH2_LAST"):
-                last_word("HASH2_WAIT")
-            with m.State("HASH2_WAIT"):
-                m.d.comb += sip.o.ready.eq(1)
-                with m.If(sip.o.valid):
-                    m.d.sync += [tag_tx.eq(Mux(self.auth, sip.o.payload, 0)), ci.eq(0)]
-                    m.next = "CSUM"
-            # the UDP checksum: the rest of the pseudo-header (protocol, length), the UDP
-            # length field and the tag, one term per cycle; two folds; the complement
-            with m.State("CSUM"):
-                t = tag_tx
-                terms = Array([Const(IP_PROTO_UDP, 16), ulen, ulen]
-                              + [Cat(t[16 * j + 8:16 * j + 16], t[16 * j:16 * j + 8])
-                                 for j in range(4)])
-                m.d.sync += [rsum.eq(rsum + terms[ci]), ci.eq(ci + 1)]
-                with m.If(ci == len(terms) - 1):
-                    m.d.sync += ci.eq(0)
-                    m.next = "FOLD"
-            with m.State("FOLD"):
-                m.d.sync += [rsum.eq(rsum[:16] + rsum[16:]), ci.eq(ci + 1)]
-                with m.If(ci == 1):
-                    m.next = "CK"
-            with m.State("CK"):
-                c2 = ~rsum[:16]
-                m.d.sync += rck.eq(Mux(c2 == 0, 0xFFFF, c2))
-                m.next = "LOAD"
-            with m.State("LOAD"):
-                load_header(True)
-                m.d.sync += [onext.eq(0), okeep.eq(0), ofirst.eq(1), obeat.eq(0)]
-                m.next = "EMIT"
-
-            # ---- response pass 2: emission
-            with m.State("EMIT"):
-                m.d.comb += [resp_phase.eq(1), adv.eq(1)]
-                m.d.sync += [obeat.word_select(onext, 8).eq(rbyte),
-                             okeep.bit_select(onext, 1).eq(1), onext.eq(onext + 1),
-                             olast.eq(rlast)]
-                with m.If((onext == 7) | rlast):
-                    m.next = "OUT"
-            with m.State("OUT"):
-                m.d.comb += [self.o.valid.eq(1), self.o.payload.data.eq(obeat),
-                             self.o.payload.keep.eq(okeep), self.o.payload.first.eq(ofirst),
-                             self.o.payload.last.eq(olast)]
-                with m.If(self.o.ready):
-                    m.d.sync += [okeep.eq(0), ofirst.eq(0), onext.eq(0), obeat.eq(0)]
-                    with m.If(olast):
-                        m.next = "IDLE"
-                    with m.Else():
-                        m.next = "EMIT"
-        return m
+    # ---------------------------------------------------------------- FSM: response
+    def _resp_states(self, m, s):
+        """Pass 1 (hash and UDP checksum of the response, tag field zero), the checksum, pass 2
+        (emission through :class:`BeatPacker`)."""
+        with m.State("RESP"):
+            m.d.sync += [s.rsum.eq(0), s.par.eq(1), s.hw_n.eq(0), s.tag_tx.eq(0)]
+            self._load_header(m, s, False)
+            m.next = "HASH2"
+        with m.State("HASH2"):
+            m.d.comb += [s.resp_phase.eq(1), s.adv.eq(1)]
+            self._hash_byte(m, s, s.rbyte)
+            self._add16(m, s.rsum, s.rbyte, s.par)
+            m.d.sync += s.par.eq(~s.par)
+            with m.If(s.rlast):
+                m.next = "HASH2_LAST"
+        with m.State("HASH2_LAST"):
+            self._last_word(m, s, "HASH2_WAIT")
+        ci = Signal(3)  # checksum term
+        with m.State("HASH2_WAIT"):
+            m.d.comb += s.sip.o.ready.eq(1)
+            with m.If(s.sip.o.valid):
+                m.d.sync += [s.tag_tx.eq(Mux(self.auth, s.sip.o.payload, 0)), ci.eq(0)]
+                m.next = "CSUM"
+        # the UDP checksum: the rest of the pseudo-header (protocol, length), the UDP
+        # length field and the tag, one term per cycle; two folds; the complement
+        with m.State("CSUM"):
+            t = s.tag_tx
+            terms = Array([Const(IP_PROTO_UDP, 16), s.ulen, s.ulen]
+                          + [Cat(t[16 * j + 8:16 * j + 16], t[16 * j:16 * j + 8])
+                             for j in range(4)])
+            m.d.sync += [s.rsum.eq(s.rsum + terms[ci]), ci.eq(ci + 1)]
+            with m.If(ci == len(terms) - 1):
+                m.d.sync += ci.eq(0)
+                m.next = "FOLD"
+        with m.State("FOLD"):
+            m.d.sync += [s.rsum.eq(s.rsum[:16] + s.rsum[16:]), ci.eq(ci + 1)]
+            with m.If(ci == 1):
+                m.next = "CK"
+        with m.State("CK"):
+            c2 = ~s.rsum[:16]
+            m.d.sync += s.rck.eq(Mux(c2 == 0, 0xFFFF, c2))
+            m.next = "LOAD"
+        with m.State("LOAD"):
+            self._load_header(m, s, True)
+            m.d.comb += s.pk.start.eq(1)
+            m.next = "EMIT"
+        with m.State("EMIT"):
+            m.d.comb += [s.resp_phase.eq(1), s.adv.eq(s.pk.take), s.pk.byte.eq(s.rbyte),
+                         s.pk.byte_last.eq(s.rlast)]
+            with m.If(s.pk.done):
+                m.next = "IDLE"

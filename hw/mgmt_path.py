@@ -7,13 +7,14 @@ as hooked into :meth:`netreduce.sim.model.Engine.receive`. Data flow (``w`` = en
                    └─ o_mgmt ─► MgmtPath.i_p<k> ─► FIFO ─┐
                                                           FrameArbiter ─► Downsizer w->64 ─► agent
     s_axil (host) ─► AxiLiteArbiter.s0 ─┐                                          │ bus   │ o
-                    agent.bus ─► s1 ────┴─► m ─► RegisterBank.s_axil ◄──────────────┘       │
+          agent.bus ─► slice ─► s1 ────┴─► m ─► slice ─► RegisterBank.s_axil ◄────┘       │
     o_p<k> ◄─ FrameArbiter(engine TX, MgmtPath.o_p<k>) ◄─ Upsizer 64->w ◄──────────────────┘
 
 Blocks (each a ``wiring.Component``, contract in its docstring): :class:`MgmtSplitter`,
 :class:`Downsizer`, :class:`Upsizer`, :class:`FrameArbiter`, :class:`AxiLiteArbiter`,
-:class:`MgmtPath`. :func:`attach_mgmt` builds them all inside the engine's ``elaborate`` and
-returns the few hooks the engine uses instead of its own ports (see there).
+:class:`AxiLiteSlice`, :class:`MgmtPath`. :func:`attach_mgmt` builds them all inside the
+engine's ``elaborate`` and returns the few hooks the engine uses instead of its own ports (see
+there).
 """
 
 from __future__ import annotations
@@ -31,13 +32,14 @@ from netreduce.wire.view import DPORT_AT, DST_IP_AT, IPV4_OFF, PROTO_AT
 
 from .csr.axil import AXI4LiteSignature
 from .mgmt import MGMT_COUNTERS, MgmtAgent
+from .skid import SkidBuffer
 from .stream import LookAhead, beat_layout, beat_signature, check_data_width
 
 _IPV4_IHL5 = 0x45  # IPv4 version 4, IHL 5 (no options)
 
 __all__ = ["MATCH_BYTES", "MgmtSplitter", "Downsizer", "Upsizer", "FrameArbiter",
-           "AxiLiteArbiter", "MgmtPath", "PATH_COUNTERS", "mgmt_cfg_layouts", "attach_mgmt",
-           "MgmtHooks"]
+           "AxiLiteArbiter", "AxiLiteSlice", "MgmtPath", "PATH_COUNTERS", "mgmt_cfg_layouts",
+           "attach_mgmt", "MgmtHooks"]
 
 # Bytes of a frame the match rule reads: up to the UDP destination port behind an 802.1Q tag
 # (18 + 20 + 4); frames shorter than that are decided from their length (see MgmtSplitter).
@@ -339,9 +341,12 @@ class AxiLiteArbiter(wiring.Component):
       inside a transaction; the other master sees every ``ready``/``valid`` low.
     * Round robin: when both wait, the master not served last goes first, so neither starves
       (each waits for at most one transaction of the other).
-    * No latency: in the granting cycle the request is forwarded combinationally
-      (``m.*valid`` depend combinationally on the masters' ``*valid``; ``s*.*ready`` on
-      ``m.*ready``). ``*prot`` pass through. Reset: synchronous, free, ``s0`` first.
+    * Latency: one cycle to grant. The grant, its owner and the read/write choice are
+      registers, set in the cycle a request appears while the arbiter is free; the owner's
+      request is forwarded from the next cycle (``m.*valid`` then follow the owner's ``*valid``
+      through one gate; ``s*.*ready`` follow ``m.*ready``), so no select depends
+      combinationally on a master's valid. ``*prot`` pass through. Reset: synchronous, free,
+      ``s0`` first.
     """
 
     def __init__(self, addr_width: int, data_width: int = 32):
@@ -357,17 +362,16 @@ class AxiLiteArbiter(wiring.Component):
         ar_done, aw_done, w_done = Signal(), Signal(), Signal()
         req = [x.arvalid | x.awvalid | x.wvalid for x in s]
         grant = Mux(req[0] & req[1], prio, req[1])
-        sel = Signal()
-        rd = Signal()
-        m.d.comb += sel.eq(Mux(busy, owner, grant))
-        ssel = {n: Mux(sel, getattr(s[1], n), getattr(s[0], n))
+        # the grant is a register: the selects below depend on no master's valid
+        with m.If(~busy & (req[0] | req[1])):
+            m.d.sync += [busy.eq(1), owner.eq(grant),
+                         is_read.eq(Mux(grant, s[1].arvalid, s[0].arvalid))]
+        ssel = {n: Mux(owner, getattr(s[1], n), getattr(s[0], n))
                 for n in ("awaddr", "awprot", "awvalid", "wdata", "wstrb", "wvalid", "bready",
                           "araddr", "arprot", "arvalid", "rready")}
-        m.d.comb += rd.eq(Mux(busy, is_read, ssel["arvalid"]))
-        active = busy | req[0] | req[1]
-        ar_ok = active & rd & ~ar_done
-        aw_ok = active & ~rd & ~aw_done
-        w_ok = active & ~rd & ~w_done
+        ar_ok = busy & is_read & ~ar_done
+        aw_ok = busy & ~is_read & ~aw_done
+        w_ok = busy & ~is_read & ~w_done
         m.d.comb += [
             bus.araddr.eq(ssel["araddr"]), bus.arprot.eq(ssel["arprot"]),
             bus.awaddr.eq(ssel["awaddr"]), bus.awprot.eq(ssel["awprot"]),
@@ -375,28 +379,74 @@ class AxiLiteArbiter(wiring.Component):
             bus.arvalid.eq(ar_ok & ssel["arvalid"]),
             bus.awvalid.eq(aw_ok & ssel["awvalid"]),
             bus.wvalid.eq(w_ok & ssel["wvalid"]),
-            bus.rready.eq(active & rd & ssel["rready"]),
-            bus.bready.eq(active & ~rd & ssel["bready"]),
+            bus.rready.eq(busy & is_read & ssel["rready"]),
+            bus.bready.eq(busy & ~is_read & ssel["bready"]),
         ]
         for k, x in enumerate(s):
-            mine = active & (sel == k)
+            mine = busy & (owner == k)
             m.d.comb += [
                 x.arready.eq(mine & ar_ok & bus.arready),
                 x.awready.eq(mine & aw_ok & bus.awready),
                 x.wready.eq(mine & w_ok & bus.wready),
-                x.rvalid.eq(mine & rd & bus.rvalid), x.rdata.eq(bus.rdata),
+                x.rvalid.eq(mine & is_read & bus.rvalid), x.rdata.eq(bus.rdata),
                 x.rresp.eq(bus.rresp),
-                x.bvalid.eq(mine & ~rd & bus.bvalid), x.bresp.eq(bus.bresp),
+                x.bvalid.eq(mine & ~is_read & bus.bvalid), x.bresp.eq(bus.bresp),
             ]
         done = (bus.rvalid & bus.rready) | (bus.bvalid & bus.bready)
-        with m.If(active):
-            m.d.sync += [busy.eq(1), owner.eq(sel), is_read.eq(rd),
-                         ar_done.eq(ar_done | (bus.arvalid & bus.arready)),
+        with m.If(busy):
+            m.d.sync += [ar_done.eq(ar_done | (bus.arvalid & bus.arready)),
                          aw_done.eq(aw_done | (bus.awvalid & bus.awready)),
                          w_done.eq(w_done | (bus.wvalid & bus.wready))]
         with m.If(busy & done):
             m.d.sync += [busy.eq(0), prio.eq(~owner), ar_done.eq(0), aw_done.eq(0),
                          w_done.eq(0)]
+        return m
+
+
+class AxiLiteSlice(wiring.Component):
+    """AXI4-Lite register slice: the master on ``s`` (In), the slave on ``m`` (Out), both
+    :class:`~netreduce.hw.csr.AXI4LiteSignature` (``addr_width``, ``data_width``).
+
+    Every channel goes through a :class:`~netreduce.hw.skid.SkidBuffer` (AR, AW, W towards the
+    slave; R, B back), so every output is a flip-flop and no path runs combinationally from one
+    side to the other (the valid/ready chains of the master, the arbiter and the register bank
+    stay within one block each). Latency: 1 cycle per channel and direction (a read or a write
+    takes 2 cycles more end to end); throughput: one transfer per cycle per channel; order kept,
+    nothing dropped; backpressure: each side's ``*ready`` from the skid registers. No errors of
+    its own (responses pass through). Reset: synchronous, empty.
+    """
+
+    def __init__(self, addr_width: int, data_width: int = 32):
+        sig = AXI4LiteSignature(addr_width, data_width)
+        self.addr_width, self.data_width = addr_width, data_width
+        super().__init__({"s": In(sig), "m": Out(sig)})
+
+    def elaborate(self, platform):
+        m = Module()
+        aw, dw = self.addr_width, self.data_width
+        s, o = self.s, self.m
+        # channel -> (payload layout, its two fields' names on the bus)
+        fwd = {"ar": (data.StructLayout({"x": aw, "y": 3}), "araddr", "arprot"),
+               "aw": (data.StructLayout({"x": aw, "y": 3}), "awaddr", "awprot"),
+               "w": (data.StructLayout({"x": dw, "y": dw // 8}), "wdata", "wstrb")}
+        for ch, (lay, f0, f1) in fwd.items():
+            m.submodules[ch] = sk = SkidBuffer(lay)
+            m.d.comb += [sk.i.valid.eq(getattr(s, f"{ch}valid")),
+                         sk.i.payload.x.eq(getattr(s, f0)),
+                         sk.i.payload.y.eq(getattr(s, f1)),
+                         getattr(s, f"{ch}ready").eq(sk.i.ready),
+                         getattr(o, f"{ch}valid").eq(sk.o.valid),
+                         getattr(o, f0).eq(sk.o.payload.x),
+                         getattr(o, f1).eq(sk.o.payload.y),
+                         sk.o.ready.eq(getattr(o, f"{ch}ready"))]
+        m.submodules.r = r = SkidBuffer(data.StructLayout({"data": dw, "resp": 2}))
+        m.submodules.b = b = SkidBuffer(2)
+        m.d.comb += [r.i.valid.eq(o.rvalid), r.i.payload.data.eq(o.rdata),
+                     r.i.payload.resp.eq(o.rresp), o.rready.eq(r.i.ready),
+                     s.rvalid.eq(r.o.valid), s.rdata.eq(r.o.payload.data),
+                     s.rresp.eq(r.o.payload.resp), r.o.ready.eq(s.rready),
+                     b.i.valid.eq(o.bvalid), b.i.payload.eq(o.bresp), o.bready.eq(b.i.ready),
+                     s.bvalid.eq(b.o.valid), s.bresp.eq(b.o.payload), b.o.ready.eq(s.bready)]
         return m
 
 
@@ -604,9 +654,15 @@ def attach_mgmt(m: Module, engine, bank, *, buffer_bytes: int = 838) -> MgmtHook
     m.submodules.mgmt_path = path
     arb = AxiLiteArbiter(bank.addr_width)
     m.submodules.mgmt_axil_arb = arb
+    # register slices on both sides of the arbiter: the agent's bus FSM, the arbiter and the
+    # bank's handshake logic each end at flip-flops (no valid/ready chain through all three)
+    m.submodules.mgmt_axil_s1 = s1 = AxiLiteSlice(bank.addr_width)
+    m.submodules.mgmt_axil_m = sm = AxiLiteSlice(bank.addr_width)
     wiring.connect(m, wiring.flipped(engine.s_axil), arb.s0)
-    wiring.connect(m, path.bus, arb.s1)
-    wiring.connect(m, arb.m, bank.s_axil)
+    wiring.connect(m, path.bus, s1.s)
+    wiring.connect(m, s1.m, arb.s1)
+    wiring.connect(m, arb.m, sm.s)
+    wiring.connect(m, sm.m, bank.s_axil)
     m.d.comb += [path.mgmt_cfg.eq(bank.mgmt_cfg), path.mgmt_src_cfg.eq(bank.mgmt_src_cfg),
                  bank.mgmt_src_status.eq(path.mgmt_src_status)]
     rx, tx, spl, txm = [], [], [], []

@@ -87,6 +87,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal, unsigned
 from amaranth.lib import data, wiring
@@ -98,9 +99,9 @@ from netreduce.regmap import build_regmap as _build_regmap
 
 from .axil import AXI4LiteSignature, Resp
 
-__all__ = ["RegisterBank", "CONST_TABLES", "COUNTER_TABLES", "SUM_TABLE", "JOB_COUNTER_TABLE",
-           "CLEAR_COUNTERS", "RAM_TABLES", "member_name", "min_addr_width", "port_bits",
-           "cfg_read_signature"]
+__all__ = ["RegisterBank", "BankBus", "ReadSelect", "CONST_TABLES", "COUNTER_TABLES",
+           "SUM_TABLE", "JOB_COUNTER_TABLE", "CLEAR_COUNTERS", "RAM_TABLES", "member_name",
+           "min_addr_width", "port_bits", "cfg_read_signature"]
 
 # The roles of the map's tables (names, not addresses). RO fields elsewhere are core inputs.
 CONST_TABLES = ("GLOBAL",)  # RO fields are constants: identity, version, build parameters
@@ -192,6 +193,163 @@ def _pack(shape, leaf, path=()):
             parts.append(Const(0, shape.size - pos))
         return Cat(*parts)
     return leaf(path)
+
+
+def _in_range(addr, lo: int, hi: int):
+    """``lo <= addr < hi`` for constants: the address bits above the smallest aligned
+    power-of-two block holding ``[lo, hi)`` equal a constant, and compares on the bits inside
+    the block only where the range does not start or end at its edges."""
+    n = len(addr)
+    hi = min(hi, 1 << n)
+    if lo >= hi:
+        return Const(0, 1)
+    k = (lo ^ (hi - 1)).bit_length()
+    hit = addr[k:] == (lo >> k) if k < n else Const(1, 1)
+    low, lo_k, hi_k = addr[:k], lo & ((1 << k) - 1), (hi - 1) & ((1 << k) - 1)
+    if lo_k:
+        hit = hit & (low >= lo_k)
+    if hi_k != (1 << k) - 1:
+        hit = hit & (low <= hi_k)
+    return hit
+
+
+class BankBus(wiring.Component):
+    """The register bank's AXI4-Lite handshakes (see the module docstring's "Bus" contract).
+
+    * ``bus`` (In, :class:`~.axil.AXI4LiteSignature`): the slave port. This block drives its
+      ``*ready``, ``rvalid``, ``bvalid`` and ``bresp``; ``rdata`` / ``rresp`` (In) are passed
+      to it.
+    * The transaction, held from the handshake to the response: ``raddr`` (Out) of a read,
+      ``waddr``, ``wdata``, ``wstrb`` (Out) of a write.
+    * ``decoding`` (Out): the cycle after an AR handshake (the read's level-0 sample);
+      ``applying`` (Out): the cycle after an AW/W handshake (the write takes effect at its end);
+      ``wr_ok`` (In) from the cycle after: the address was a register, else ``bresp`` = DECERR.
+    * ``sweeping`` / ``sweep_i`` (Out): the ``reset_cycles`` cycles after reset (the RAM tables'
+      reset sweep), with the entry index; the bus is not served then.
+
+    Latency: ``rvalid`` from cycle ``read_latency`` after the AR handshake (cycle 0), ``bvalid``
+    from cycle 2 after the AW/W handshake, each held until ``rready`` / ``bready`` (the only
+    backpressure). One transaction at a time; reads and writes alternate when both wait.
+    Errors: none of its own (``wr_ok``, ``rresp`` come from the decoders). Reset: synchronous,
+    to SWEEP (IDLE without RAM tables).
+    """
+
+    def __init__(self, addr_width: int, read_latency: int, reset_cycles: int):
+        self.read_latency, self.reset_cycles = read_latency, reset_cycles
+        super().__init__({
+            "bus": In(AXI4LiteSignature(addr_width)),
+            "rdata": In(REG_BITS), "rresp": In(2), "wr_ok": In(1),
+            "raddr": Out(addr_width), "waddr": Out(addr_width), "wdata": Out(REG_BITS),
+            "wstrb": Out(REG_BYTES), "decoding": Out(1), "applying": Out(1),
+            "sweeping": Out(1), "sweep_i": Out(range(max(reset_cycles, 2))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        bus = self.bus
+        prefer_read = Signal()  # alternate when reads and writes are both pending
+        tree_i = Signal(range(max(self.read_latency, 2)))
+        m.d.comb += [bus.rdata.eq(self.rdata), bus.rresp.eq(self.rresp)]
+        wr_pending = bus.awvalid & bus.wvalid
+        with m.FSM(name="axil", init="SWEEP" if self.reset_cycles else "IDLE"):
+            if self.reset_cycles:
+                with m.State("SWEEP"):
+                    m.d.comb += self.sweeping.eq(1)
+                    m.d.sync += self.sweep_i.eq(self.sweep_i + 1)
+                    with m.If(self.sweep_i == self.reset_cycles - 1):
+                        m.next = "IDLE"
+            with m.State("IDLE"):
+                take_read = bus.arvalid & (~wr_pending | prefer_read)
+                take_write = wr_pending & ~take_read
+                m.d.comb += [bus.arready.eq(take_read), bus.awready.eq(take_write),
+                             bus.wready.eq(take_write)]
+                with m.If(take_read):
+                    m.d.sync += [self.raddr.eq(bus.araddr), prefer_read.eq(0)]
+                    m.next = "READ"
+                with m.Elif(take_write):
+                    m.d.sync += [self.waddr.eq(bus.awaddr), self.wdata.eq(bus.wdata),
+                                 self.wstrb.eq(bus.wstrb), prefer_read.eq(1)]
+                    m.next = "WRITE"
+            with m.State("READ"):
+                m.d.comb += self.decoding.eq(1)
+                m.next = "READ_TREE" if self.read_latency > 2 else "READ_RESP"
+            if self.read_latency > 2:
+                with m.State("READ_TREE"):  # the select tree's upper levels
+                    m.d.sync += tree_i.eq(tree_i + 1)
+                    with m.If(tree_i == self.read_latency - 3):
+                        m.d.sync += tree_i.eq(0)
+                        m.next = "READ_RESP"
+            with m.State("READ_RESP"):
+                m.d.comb += bus.rvalid.eq(1)
+                with m.If(bus.rready):
+                    m.next = "IDLE"
+            with m.State("WRITE"):
+                m.d.comb += self.applying.eq(1)
+                m.next = "WRITE_RESP"
+            with m.State("WRITE_RESP"):
+                m.d.comb += [bus.bvalid.eq(1),
+                             bus.bresp.eq(Mux(self.wr_ok, Resp.OKAY, Resp.DECERR))]
+                with m.If(bus.bready):
+                    m.next = "IDLE"
+        return m
+
+
+class ReadSelect(wiring.Component):
+    """One table's registered read select tree (the register bank's read path).
+
+    * ``words`` (In, ``len(index)`` x 32): the table's register values; ``words[j]`` is word
+      ``index[j]`` of the table (word = byte offset / 4 from the table's base; words not in
+      ``index`` are holes).
+    * ``sel`` (In, ``sel_bits``): the word index of the read; ``hit`` (In): the address lies in
+      the table and is 4-aligned; ``sample`` (In, strobe): the read's decode cycle.
+    * ``value`` / ``ok`` (Out): the addressed word and 1, or 0 / 0 for a hole or a miss.
+
+    Level 0 samples the words (16 per group, chosen by ``sel``'s low 4 bits) in the ``sample``
+    cycle and holds them; each level above chooses among 16 groups of the level below on every
+    cycle, from ``sel`` and the held values, the top one gated by ``hit``: one LUT6 + MUXF7 +
+    MUXF8 per register stage at any table size. Latency: ``value`` / ``ok`` are valid from the
+    ``levels``-th cycle after the ``sample`` cycle's edge while ``sel`` and ``hit`` hold;
+    ``levels`` = ceil(``sel_bits`` / 4), at least ``min_levels``. No backpressure, no errors.
+    """
+
+    def __init__(self, index, sel_bits: int, min_levels: int = 1):
+        self.index = tuple(index)
+        self.sel_bits = sel_bits
+        self.levels = max(-(-sel_bits // READ_FANIN_BITS), min_levels, 1)
+        super().__init__({"words": In(data.ArrayLayout(REG_BITS, len(self.index))),
+                          "sel": In(max(sel_bits, 1)), "hit": In(1), "sample": In(1),
+                          "value": Out(REG_BITS), "ok": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        items = {w: (self.words[j], Const(1, 1)) for j, w in enumerate(self.index)}
+        sel = self.sel if self.sel_bits else Const(0, 1)
+        for lv in range(self.levels):
+            top = lv == self.levels - 1
+            groups: dict[int, dict[int, tuple]] = {}
+            for w, item in items.items():
+                groups.setdefault(w >> READ_FANIN_BITS, {})[w & READ_FANIN_MASK] = item
+            s = sel[READ_FANIN_BITS * lv:READ_FANIN_BITS * (lv + 1)]
+            nxt = {}
+            for g, members in groups.items():
+                v = Signal(REG_BITS, name=f"l{lv}_{g}")
+                k = Signal(name=f"l{lv}_{g}_ok")
+                with m.If(self.sample if lv == 0 else 1):
+                    m.d.sync += [v.eq(0), k.eq(0)]
+                    with m.If(self.hit if top else 1):
+                        if len(s) == 0:
+                            iv, ik = members[0]
+                            m.d.sync += [v.eq(iv), k.eq(ik)]
+                        else:
+                            with m.Switch(s):
+                                for j, (iv, ik) in members.items():
+                                    with m.Case(j):
+                                        m.d.sync += [v.eq(iv), k.eq(ik)]
+                nxt[g] = (v, k)
+            items = nxt
+        (val, ok), = items.values()
+        m.d.comb += [self.value.eq(val), self.ok.eq(ok)]
+        return m
 
 
 class RegisterBank(wiring.Component):
@@ -319,20 +477,27 @@ class RegisterBank(wiring.Component):
     @staticmethod
     def _decode(m: Module, plan: _TablePlan, addr: Signal, name: str):
         """(hit, index, offset) of ``addr`` in ``plan``'s table: hit = inside the table's span
-        and 4-byte aligned (the register offset is checked by the caller's Switch)."""
+        and 4-byte aligned (the register offset is checked by the caller); index and offset are
+        meaningful only with hit. No subtraction where the table is aligned (the offset and
+        index are then bits of the address), and the span check compares the bits above the
+        table's aligned block with a constant (:func:`_in_range`): a few LUTs, no carry chain
+        over the address."""
         t = plan.table
         span = t.count * t.stride if t.count > 1 else t.size
+        hit = Signal(name=f"{name}_hit")
+        m.d.comb += hit.eq(_in_range(addr, t.base, t.base + span) & (addr[:2] == 0))
+        if t.count > 1 and t.base % t.stride == 0:
+            b = (t.base >> plan.shift) % (1 << plan.idx_bits)
+            raw = addr[plan.shift:plan.shift + plan.idx_bits]
+            return hit, (raw if b == 0 else (raw - b)[:plan.idx_bits]), addr[:plan.shift]
+        wb = (span - 1).bit_length()
+        if t.count == 1 and t.base % (1 << wb) == 0:
+            return hit, Const(0, 1), addr[:wb]
         rel = Signal(len(addr), name=f"{name}_rel")
         m.d.comb += rel.eq(addr - t.base)
-        hit = Signal(name=f"{name}_hit")
-        m.d.comb += hit.eq((addr >= t.base) & (addr < t.base + span) & (addr[:2] == 0))
         if t.count > 1:
-            idx = rel[plan.shift:plan.shift + plan.idx_bits]
-            off = rel[:plan.shift]
-        else:
-            idx = Const(0, 1)
-            off = rel
-        return hit, idx, off
+            return hit, rel[plan.shift:plan.shift + plan.idx_bits], rel[:plan.shift]
+        return hit, Const(0, 1), rel
 
     @staticmethod
     def _index(plan: _TablePlan, addr):
@@ -345,59 +510,99 @@ class RegisterBank(wiring.Component):
     # ------------------------------------------------------------------ elaborate
     def elaborate(self, platform):
         m = Module()
-        bus = self.s_axil
-        aw = self.addr_width
+        st = self._storage()
+        rams = self._ram_tables(m, st)
+        # outputs to the core: one assignment per port (per-field slices of a wide port make
+        # elaboration quadratic in the table size)
+        for plan in self._plans:
+            t = plan.table
+            for role, src in (("cfg", st.store), ("pulse", st.pulses)):
+                if role not in plan.layouts or (role == "cfg" and plan.lanes):
+                    continue
+                port = getattr(self, member_name(t.name, role))
+                m.d.comb += port.as_value().eq(_pack(
+                    port.shape(), lambda p, t=t, src=src: src[(t.name, *p)]
+                    if t.count > 1 else src[(t.name, 0, *p)]))
+        m.submodules.axil = fsm = BankBus(self.addr_width, self.read_latency,
+                                          self.reset_cycles)
+        wiring.connect(m, wiring.flipped(self.s_axil), fsm.bus)
+        rdata, any_ok = self._read_path(m, st, rams, fsm)
+        m.d.comb += [fsm.rdata.eq(rdata), fsm.rresp.eq(Mux(any_ok, Resp.OKAY, Resp.DECERR))]
+        # the per-table results of the write's decode, registered (bresp is their OR)
+        wr_oks = self._write_path(m, st, rams, fsm)
+        wr_ok_q = Signal(len(wr_oks))
+        with m.If(fsm.applying):
+            m.d.sync += wr_ok_q.eq(wr_oks)
+        m.d.comb += fsm.wr_ok.eq(wr_ok_q.any())
+        # W1C sticky flags: set by the core, cleared by the bus; set wins
+        for plan in self._plans:
+            t = plan.table
+            for i in range(t.count):
+                for r in t.registers:
+                    for f in r.fields:
+                        if f.access != Access.W1C:
+                            continue
+                        k = (t.name, i, _key(r.name), _key(f.name))
+                        s = self._port(plan, "set", i)[_key(r.name)][_key(f.name)]
+                        m.d.sync += st.store[k].eq((st.store[k] & ~st.w1c_clear[k]) | s)
+        self._counters(m, st)
+        return m
 
-        # ---- storage: RW and W1C fields, WO pulses, counters
-        store: dict[tuple[str, int, str, str], Signal] = {}
-        pulses: dict[tuple[str, int, str, str], Signal] = {}
-        counters: dict[tuple[str, int, str], Signal] = {}
+    def _storage(self):
+        """The bank's flip-flops: RW and W1C fields (``store``), WO pulses (``pulses``),
+        counters (``counters``), keyed by (table, entry, register key, field key) / (table,
+        entry, register name)."""
+        st = SimpleNamespace(store={}, pulses={}, counters={}, w1c_clear={})
         for plan in self._plans:
             t = plan.table
             for i in range(t.count):
                 for r in t.registers:
                     if plan.counters:
-                        counters[(t.name, i, r.name)] = Signal(
+                        st.counters[(t.name, i, r.name)] = Signal(
                             REG_BITS, name=f"cnt_{t.name}_{i}_{r.name}".lower())
                         continue
                     for f in r.fields:
                         nm = f"{t.name}_{i}_{r.name}_{f.name}".lower()
                         k = (t.name, i, _key(r.name), _key(f.name))
                         if f.access == Access.W1C or (f.access == Access.RW and not plan.lanes):
-                            store[k] = Signal(f.width, init=f.reset, name=nm)
+                            st.store[k] = Signal(f.width, init=f.reset, name=nm)
                         elif f.access == Access.WO:
-                            pulses[k] = Signal(f.width, name=nm)
+                            st.pulses[k] = Signal(f.width, name=nm)
+        return st
 
-        def source(plan: _TablePlan, i: int, r: Register, f: Field):
-            """What the bus reads for field ``f`` of entry ``i``."""
-            t = plan.table
+    def _reg_value(self, st, plan: _TablePlan, i: int, r: Register):
+        """What the bus reads for register ``r`` of entry ``i`` (a RAM table's RW fields read 0
+        here: they come from the RAM's bus read port, OR-ed in after the select tree)."""
+        t = plan.table
+
+        def source(f: Field):
             if plan.counters:
-                return counters[(t.name, i, r.name)]
+                return st.counters[(t.name, i, r.name)]
             if f.access == Access.RW and plan.lanes:
-                return Const(0, f.width)  # from the RAM's bus read port, OR-ed in after the mux
+                return Const(0, f.width)
             if f.access in (Access.RW, Access.W1C):
-                return store[(t.name, i, _key(r.name), _key(f.name))]
+                return st.store[(t.name, i, _key(r.name), _key(f.name))]
             if f.access == Access.WO:
                 return Const(0, f.width)
             if t.name in CONST_TABLES:
                 return Const(f.reset, f.width)
             return self._port(plan, "status", i)[_key(r.name)][_key(f.name)]
 
-        def reg_value(plan, i, r):
-            parts, pos = [], 0
-            for f in sorted(r.fields, key=lambda f: f.lsb):
-                if f.lsb > pos:
-                    parts.append(Const(0, f.lsb - pos))
-                parts.append(source(plan, i, r, f))
-                pos = f.msb + 1
-            if pos < REG_BITS:
-                parts.append(Const(0, REG_BITS - pos))
-            return Cat(*parts)
+        parts, pos = [], 0
+        for f in sorted(r.fields, key=lambda f: f.lsb):
+            if f.lsb > pos:
+                parts.append(Const(0, f.lsb - pos))
+            parts.append(source(f))
+            pos = f.msb + 1
+        if pos < REG_BITS:
+            parts.append(Const(0, REG_BITS - pos))
+        return Cat(*parts)
 
-        # ---- RAM tables: every register with an RW field is one 32-bit lane of the entry's word
-        # (bits outside RW fields stay 0), so the bus's byte strobes are the write port's byte
-        # enables. Ports: a bus read port and the write port share one address (an inferred
-        # BRAM's read-write port), the core read port is the other side.
+    def _ram_tables(self, m, st) -> dict:
+        """RAM tables: every register with an RW field is one 32-bit lane of the entry's word
+        (bits outside RW fields stay 0), so the bus's byte strobes are the write port's byte
+        enables. Ports: a bus read port and the write port share one address (an inferred
+        BRAM's read-write port), the core read port is the other side."""
         rams: dict[str, tuple] = {}
         for plan in self._plans:
             if not plan.lanes:
@@ -424,79 +629,13 @@ class RegisterBank(wiring.Component):
 
             m.d.comb += [cp.addr.eq(rd.addr),
                          rd.data.as_value().eq(_pack(plan.layouts["cfg"], lane_bits))]
+        return rams
 
-        # ---- outputs to the core: one assignment per port (per-field slices of a wide port
-        # make elaboration quadratic in the table size)
-        for plan in self._plans:
-            t = plan.table
-            for role, src in (("cfg", store), ("pulse", pulses)):
-                if role not in plan.layouts or (role == "cfg" and plan.lanes):
-                    continue
-                port = getattr(self, member_name(t.name, role))
-                m.d.comb += port.as_value().eq(_pack(
-                    port.shape(), lambda p, t=t, src=src: src[(t.name, *p)]
-                    if t.count > 1 else src[(t.name, 0, *p)]))
-
-        # ---- bus FSM
-        raddr = Signal(aw)
-        waddr = Signal(aw)
-        wdata = Signal(REG_BITS)
-        wstrb = Signal(REG_BYTES)
-        bresp = Signal(2)
-        prefer_read = Signal()  # alternate when reads and writes are both pending
-        applying = Signal()  # the cycle a latched write takes effect
-        decoding = Signal()  # the cycle a latched read address is decoded
-        sweeping = Signal()  # after reset: the RAM tables take their reset values
-        sweep_i = Signal(range(max(self.reset_cycles, 2)))
-        tree_i = Signal(range(max(self.read_latency, 2)))
-
-        wr_pending = bus.awvalid & bus.wvalid
-        with m.FSM(name="axil", init="SWEEP" if self.reset_cycles else "IDLE"):
-            if self.reset_cycles:
-                with m.State("SWEEP"):
-                    m.d.comb += sweeping.eq(1)
-                    m.d.sync += sweep_i.eq(sweep_i + 1)
-                    with m.If(sweep_i == self.reset_cycles - 1):
-                        m.next = "IDLE"
-            with m.State("IDLE"):
-                take_read = bus.arvalid & (~wr_pending | prefer_read)
-                take_write = wr_pending & ~take_read
-                m.d.comb += [bus.arready.eq(take_read), bus.awready.eq(take_write),
-                             bus.wready.eq(take_write)]
-                with m.If(take_read):
-                    m.d.sync += [raddr.eq(bus.araddr), prefer_read.eq(0)]
-                    m.next = "READ"
-                with m.Elif(take_write):
-                    m.d.sync += [waddr.eq(bus.awaddr), wdata.eq(bus.wdata),
-                                 wstrb.eq(bus.wstrb), prefer_read.eq(1)]
-                    m.next = "WRITE"
-            with m.State("READ"):
-                m.d.comb += decoding.eq(1)
-                m.next = "READ_TREE" if self.read_latency > 2 else "READ_RESP"
-            if self.read_latency > 2:
-                with m.State("READ_TREE"):  # the select tree's upper levels
-                    m.d.sync += tree_i.eq(tree_i + 1)
-                    with m.If(tree_i == self.read_latency - 3):
-                        m.d.sync += tree_i.eq(0)
-                        m.next = "READ_RESP"
-            with m.State("READ_RESP"):
-                m.d.comb += bus.rvalid.eq(1)
-                with m.If(bus.rready):
-                    m.next = "IDLE"
-            with m.State("WRITE"):
-                m.d.comb += applying.eq(1)
-                m.next = "WRITE_RESP"
-            with m.State("WRITE_RESP"):
-                m.d.comb += [bus.bvalid.eq(1), bus.bresp.eq(bresp)]
-                with m.If(bus.bready):
-                    m.next = "IDLE"
-
-        # ---- read path: a registered select tree per table (READ_FANIN words per level, so each
-        # level is one LUT6 + MUXF7/F8 deep: the bank stays within the clock plan's logic depth at
-        # any map size). Level 0 samples the flops, status inputs and the RAM's word in the
-        # decode cycle and holds them; the levels above run on every cycle from the held values
-        # and the held address, the top one gated by the table's address check. rdata is the OR
-        # of the tables' top registers (only the addressed table's is non-zero).
+    def _read_path(self, m, st, rams, fsm):
+        """A registered select tree per table (:class:`ReadSelect`); ``rdata`` is the OR of the
+        tables' top registers (only the addressed table's is non-zero). Returns ``(rdata,
+        any_ok)``."""
+        raddr = fsm.raddr
         rd_vals, rd_oks = [], []
         for plan in self._plans:
             t = plan.table
@@ -507,10 +646,16 @@ class RegisterBank(wiring.Component):
             rel = raddr if t.base % (REG_BYTES << wbits) == 0 else raddr - t.base
             sel = rel[2:2 + wbits] if wbits else Const(0, 1)
             stride = t.stride // REG_BYTES if t.count > 1 else 0
-            items = {i * stride + r.offset // REG_BYTES: (reg_value(plan, i, r), Const(1, 1))
-                     for i in range(t.count) for r in t.registers}
-            levels = self._read_levels(plan)
-            ram_reg = None
+            index = [i * stride + r.offset // REG_BYTES for i in range(t.count)
+                     for r in t.registers]
+            tree = ReadSelect(index, wbits, min_levels=2 if plan.lanes else 1)
+            assert tree.levels == self._read_levels(plan)
+            m.submodules[nm] = tree
+            m.d.comb += [tree.words.as_value().eq(Cat(*(self._reg_value(st, plan, i, r)
+                                                        for i in range(t.count)
+                                                        for r in t.registers))),
+                         tree.sel.eq(sel), tree.hit.eq(hit), tree.sample.eq(fsm.decoding)]
+            val = tree.value
             if plan.lanes:
                 # the RAM was read at the AR handshake (address from araddr): its word is there
                 # in the decode cycle only, so level 0 keeps the addressed register's lane
@@ -518,49 +663,28 @@ class RegisterBank(wiring.Component):
                 lane_of = {r.name: k for k, r in enumerate(plan.lanes)}
                 ram_reg = Signal(REG_BITS, name=f"{nm}_ram")
                 off = rel[2:plan.shift] if t.count > 1 else sel
-                with m.If(decoding):
+                with m.If(fsm.decoding):
                     m.d.sync += ram_reg.eq(0)
                     with m.If(hit), m.Switch(off):
                         for r in plan.lanes:
                             with m.Case(r.offset // REG_BYTES):
                                 m.d.sync += ram_reg.eq(
                                     bp.data.word_select(lane_of[r.name], REG_BITS) & r.rw_mask)
-            for lv in range(levels):
-                top = lv == levels - 1
-                groups: dict[int, dict[int, tuple]] = {}
-                for w, item in items.items():
-                    groups.setdefault(w >> READ_FANIN_BITS, {})[w & READ_FANIN_MASK] = item
-                s = sel[READ_FANIN_BITS * lv:READ_FANIN_BITS * (lv + 1)]
-                nxt = {}
-                for g, members in groups.items():
-                    v = Signal(REG_BITS, name=f"{nm}_l{lv}_{g}")
-                    k = Signal(name=f"{nm}_l{lv}_{g}_ok")
-                    with m.If(decoding if lv == 0 else 1):
-                        m.d.sync += [v.eq(0), k.eq(0)]
-                        with m.If(hit if top else 1):
-                            if len(s) == 0:
-                                iv, ik = members[0]
-                                m.d.sync += [v.eq(iv), k.eq(ik)]
-                            else:
-                                with m.Switch(s):
-                                    for j, (iv, ik) in members.items():
-                                        with m.Case(j):
-                                            m.d.sync += [v.eq(iv), k.eq(ik)]
-                    nxt[g] = (v, k)
-                items = nxt
-            (val, ok), = items.values()
-            rd_vals.append(val if ram_reg is None else val | ram_reg)
-            rd_oks.append(ok)
-        any_ok = Cat(*rd_oks).any()
+                val = val | ram_reg
+            rd_vals.append(val)
+            rd_oks.append(tree.ok)
         rdata = rd_vals[0]
         for v in rd_vals[1:]:
             rdata = rdata | v
-        m.d.comb += [bus.rdata.eq(rdata), bus.rresp.eq(Mux(any_ok, Resp.OKAY, Resp.DECERR))]
+        return rdata, Cat(*rd_oks).any()
 
-        # ---- write path: decode the latched AW/W in WRITE
+    def _write_path(self, m, st, rams, fsm):
+        """Decode the latched AW/W while ``applying``: RW fields, RAM lanes, W1C clears (into
+        ``st.w1c_clear``), WO pulses. Returns per table whether the address is one of its
+        registers."""
+        waddr, wdata, wstrb, applying = fsm.waddr, fsm.wdata, fsm.wstrb, fsm.applying
         bytemask = Cat(*(wstrb[k].replicate(8) for k in range(REG_BYTES)))
         wr_oks = []
-        w1c_clear: dict[tuple, object] = {}
         for plan in self._plans:
             t = plan.table
             hit, idx, off = self._decode(m, plan, waddr, f"wr_{t.name.lower()}")
@@ -571,9 +695,9 @@ class RegisterBank(wiring.Component):
                 continue  # counters are RO: bus writes ignored
             if plan.lanes:
                 wp, _, ram_addr, reset_word = rams[t.name]
-                with m.If(sweeping):
-                    m.d.comb += [ram_addr.eq(sweep_i), wp.data.eq(reset_word),
-                                 wp.en.eq(Mux(sweep_i < t.count, (1 << len(wp.en)) - 1, 0))]
+                with m.If(fsm.sweeping):
+                    m.d.comb += [ram_addr.eq(fsm.sweep_i), wp.data.eq(reset_word),
+                                 wp.en.eq(Mux(fsm.sweep_i < t.count, (1 << len(wp.en)) - 1, 0))]
                 with m.Elif(applying):
                     m.d.comb += [
                         ram_addr.eq(idx),
@@ -582,7 +706,7 @@ class RegisterBank(wiring.Component):
                                        for r in plan.lanes))),
                     ]
                 with m.Else():
-                    m.d.comb += ram_addr.eq(self._index(plan, bus.araddr))
+                    m.d.comb += ram_addr.eq(self._index(plan, self.s_axil.araddr))
             entry_sel = [idx == i for i in range(t.count)] if t.count > 1 else [Const(1, 1)]
             for r in t.registers:
                 reg_sel = Signal(name=f"wr_{t.name}_{r.name}".lower())
@@ -597,29 +721,19 @@ class RegisterBank(wiring.Component):
                             continue  # the RAM's write port, above
                         if f.access == Access.RW:
                             with m.If(we):
-                                m.d.sync += store[k].eq((store[k] & ~en) | (wdata[bits] & en))
+                                m.d.sync += st.store[k].eq((st.store[k] & ~en)
+                                                           | (wdata[bits] & en))
                         elif f.access == Access.W1C:
-                            w1c_clear[k] = Mux(we, wdata[bits] & en, 0)
+                            st.w1c_clear[k] = Mux(we, wdata[bits] & en, 0)
                         elif f.access == Access.WO:
-                            m.d.sync += pulses[k].eq(Mux(we, wdata[bits] & en, 0))
-        with m.If(applying):
-            m.d.sync += bresp.eq(Mux(Cat(*wr_oks).any(), Resp.OKAY, Resp.DECERR))
+                            m.d.sync += st.pulses[k].eq(Mux(we, wdata[bits] & en, 0))
+        return Cat(*wr_oks)
 
-        # ---- W1C sticky flags: set by the core, cleared by the bus; set wins
-        for plan in self._plans:
-            t = plan.table
-            for i in range(t.count):
-                for r in t.registers:
-                    for f in r.fields:
-                        if f.access != Access.W1C:
-                            continue
-                        k = (t.name, i, _key(r.name), _key(f.name))
-                        s = self._port(plan, "set", i)[_key(r.name)][_key(f.name)]
-                        m.d.sync += store[k].eq((store[k] & ~w1c_clear[k]) | s)
-
-        # ---- counters
+    def _counters(self, m, st):
+        """Counters: ``count <= (clear ? 0 : count) + inc``; the CNT sums of the per-job
+        counters through a registered balanced adder tree (one cycle later, their clear too)."""
         tname, rname, fname = CLEAR_COUNTERS.split(".")
-        clear = pulses[(tname, 0, _key(rname), _key(fname))].any()
+        clear = st.pulses[(tname, 0, _key(rname), _key(fname))].any()
         clear_d = Signal()  # the sums lag one cycle: so does their clear
         m.d.sync += clear_d.eq(clear)
         jplan = next(p for p in self._plans if p.table.name == JOB_COUNTER_TABLE)
@@ -629,7 +743,7 @@ class RegisterBank(wiring.Component):
             t = plan.table
             for i in range(t.count):
                 for r in t.registers:
-                    c = counters[(t.name, i, r.name)]
+                    c = st.counters[(t.name, i, r.name)]
                     if r.name in plan.sum_regs:
                         n = jplan.table.count
                         total = Signal(range(n * ((1 << self.inc_width) - 1) + 1),
@@ -646,4 +760,3 @@ class RegisterBank(wiring.Component):
                     else:
                         inc = self._port(plan, "inc", i)[_key(r.name)]
                         m.d.sync += c.eq((Mux(clear, 0, c) + inc)[:REG_BITS])
-        return m

@@ -5,6 +5,8 @@
 * Yosys ``synth_xilinx`` of the generated top (``read_verilog``, not Amaranth's RTLIL) passes
   ``check -assert`` (no multiple drivers, no undriven or combinational-loop nets), infers no
   latch, and maps the large RAMs by their ``ram_style``;
+* the same flattened netlist meets the clock plan's depth budget (8 LUT levels, 8 CARRY8) on
+  every register-to-register path, the paths between blocks included;
 * the large RAMs carry ``ram_style`` and have no initial content in the text.
 """
 
@@ -17,7 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from netreduce.hw.estimate import cache_dir, parse_stat
+from netreduce.hw.estimate import cache_dir, parse_stat, path_levels
 
 # Verilator warnings waived for Amaranth/Yosys-generated Verilog, and why (each is an idiom of
 # the generator, not a design question; every other -Wall warning fails the test):
@@ -92,28 +94,143 @@ def test_icarus_elaborates_the_generated_top_as_plain_verilog(engine_v):
     assert r.returncode == 0, r.stderr[-3000:]
 
 
-@pytest.mark.skipif(shutil.which("yosys") is None, reason="no native yosys (apt-get install "
-                    "yosys; .ci/run does)")
-def test_yosys_synth_xilinx_of_the_generated_top(engine_v):
-    """Minutes of Yosys on a fresh machine; the passing cell counts are cached by the digest of
-    the Verilog and the script (a rerun of an unchanged design is instant)."""
+NO_YOSYS = pytest.mark.skipif(shutil.which("yosys") is None, reason="no native yosys "
+                              "(apt-get install yosys; .ci/run does)")
+# the clock plan's budget per register-to-register path (docs/engine.md "Clock plan", 250 MHz)
+LUT_BUDGET, CARRY_BUDGET = 8, 8
+
+
+def _over_budget(netlist: dict, top: str, budget: int) -> dict[str, int]:
+    """The registers (and memories, ports) at the end of a path of more than ``budget``
+    LUT-class cells, by the name of the net they drive without its last component (the block
+    and signal, e.g. ``core.bank.bresp``): ``{name: most LUT levels into it}``. The worst path
+    alone (:func:`~netreduce.hw.estimate.path_levels`) hides the others."""
+    from netreduce.hw.estimate import _LUT_CLASS, _PATH_CELLS
+
+    mod = netlist["modules"][top]
+    cells = mod["cells"]
+    names = {}
+    for n, v in mod["netnames"].items():
+        for b in v["bits"]:
+            if isinstance(b, int) and (b not in names or names[b].startswith("$")):
+                names[b] = n
+    driver, depth = {}, {}
+    for cn, c in cells.items():
+        for p, bits in c["connections"].items():
+            if c.get("port_directions", {}).get(p) == "output":
+                for b in bits:
+                    if isinstance(b, int):
+                        driver[b] = cn
+
+    def level(cn):   # LUT-class cells on the deepest path ending in cell cn (iterative DFS)
+        stack = [cn]
+        while stack:
+            c = stack[-1]
+            if c in depth:
+                stack.pop()
+                continue
+            cell = cells[c]
+            ins = [driver[b] for p, bits in cell["connections"].items()
+                   if cell.get("port_directions", {}).get(p) == "input"
+                   for b in bits if isinstance(b, int) and b in driver]
+            ins = [d for d in ins if cells[d]["type"] in _PATH_CELLS and d != c]
+            todo = [d for d in ins if d not in depth]
+            if todo:
+                stack.extend(todo)
+                continue
+            depth[c] = max((depth[d] for d in ins), default=0) + (cell["type"] in _LUT_CLASS)
+            stack.pop()
+        return depth[cn]
+
+    over: dict[str, int] = {}
+    for cn, c in cells.items():
+        if c["type"] in _PATH_CELLS:
+            continue
+        dirs = c.get("port_directions", {})
+        outs = [b for p, bits in c["connections"].items() if dirs.get(p) == "output"
+                for b in bits if isinstance(b, int)]
+        worst = 0
+        for p, bits in c["connections"].items():
+            if dirs.get(p) != "input":
+                continue
+            for b in bits:
+                d = driver.get(b) if isinstance(b, int) else None
+                if d is not None and cells[d]["type"] in _PATH_CELLS:
+                    worst = max(worst, level(d))
+        if worst > budget:
+            name = names.get(outs[0], cn) if outs else cn
+            key = name.rsplit("[", 1)[0]
+            over[key] = max(over.get(key, 0), worst)
+    return dict(sorted(over.items(), key=lambda kv: -kv[1]))
+
+
+@pytest.fixture(scope="module")
+def synth(engine_v):
+    """One Yosys ``synth_xilinx -family xcup -flatten`` of the generated top, shared by the tests
+    below: its cell counts and :func:`netreduce.hw.estimate.path_levels` of the flattened
+    netlist (paths that cross blocks included). Minutes of Yosys on a fresh machine; the result
+    is cached by the digest of the Verilog and the script (a rerun of an unchanged design is
+    instant)."""
     script = (f"read_verilog {engine_v.name}\n"
               f"synth_xilinx -family xcup -top {TOP} -flatten -noiopad -noclkbuf -uram\n"
               "check -assert\n"
-              "tee -q -o stat.txt stat\n")
-    key = hashlib.sha256((engine_v.read_text() + script).encode()).hexdigest()[:32]
+              "tee -q -o stat.txt stat\n"
+              "opt_clean\n"
+              "write_json netlist.json\n")
+    key = hashlib.sha256((engine_v.read_text() + script + "levels-1").encode()).hexdigest()[:32]
     cached = cache_dir("synthflow") / f"{key}.json"
     if cached.exists():
-        cells = json.loads(cached.read_text())
-    else:
-        (engine_v.parent / "synth.ys").write_text(script)
-        r = subprocess.run(["yosys", "-q", "-l", "synth.log", "-s", "synth.ys"],
-                           cwd=engine_v.parent, capture_output=True, text=True, timeout=3600)
-        log = (engine_v.parent / "synth.log").read_text()
-        assert r.returncode == 0, log[-3000:]
-        cells = parse_stat((engine_v.parent / "stat.txt").read_text())
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        cached.write_text(json.dumps(cells))
+        return json.loads(cached.read_text())
+    (engine_v.parent / "synth.ys").write_text(script)
+    r = subprocess.run(["yosys", "-q", "-l", "synth.log", "-s", "synth.ys"],
+                       cwd=engine_v.parent, capture_output=True, text=True, timeout=3600)
+    log = (engine_v.parent / "synth.log").read_text()
+    assert r.returncode == 0, log[-3000:]
+    netlist = json.loads((engine_v.parent / "netlist.json").read_text())
+    (engine_v.parent / "netlist.json").unlink()
+    result = {"cells": parse_stat((engine_v.parent / "stat.txt").read_text()),
+              "levels": path_levels(netlist, TOP),
+              "over_budget": _over_budget(netlist, TOP, LUT_BUDGET)}
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    cached.write_text(json.dumps(result))
+    return result
+
+
+@NO_YOSYS
+def test_yosys_synth_xilinx_of_the_generated_top(synth):
+    cells = synth["cells"]
     assert not {"LDCE", "LDPE"} & set(cells), "latch inferred"
     # the slot memory's two copies and the header store honour ram_style="ultra"
     assert cells.get("URAM288", 0) >= 3, cells
+
+
+# Known over the budget on the flattened engine: the parser (helper pkt's block; 9 LUT levels at
+# these parameters: ``normal_left`` -> the normal-payload compare (CARRY4) -> ``normal`` -> a
+# 4:1 select into ``$signal$327``). The test raises ParserOverBudget only when the parser's
+# registers are the only ones over; anything else over the budget fails it outright. Strict: once
+# the parser meets the budget the test passes and the xfail mark must go.
+PARSER = "core.parser"
+
+
+class ParserOverBudget(AssertionError):
+    """Only the parser's registers are over the depth budget."""
+
+
+@NO_YOSYS
+@pytest.mark.xfail(strict=True, raises=ParserOverBudget,
+                   reason="parser path core.parser0 normal_left -> normal -> $signal$327: 9 LUT "
+                          "levels (helper pkt's fix pending)")
+def test_flattened_engine_meets_the_depth_budget(synth):
+    """Issue 16 item 6: the depth budget on the flattened engine, not only per block: a path
+    that runs through several blocks (an output of one combinational into the next) shows here
+    and not in the per-block figures of bench/estimate.py."""
+    lv, over = synth["levels"], synth["over_budget"]
+    path = " -> ".join(f"{t} {n}" for t, n in zip(lv["lut_path"], lv["lut_nets"], strict=True))
+    where = (f"worst path: from {lv['lut_from'][:3]} to {lv['lut_to'][:3]}, "
+             f"cells: {path}; every register over the budget: {over}")
+    assert lv["carry_max"] <= CARRY_BUDGET, f"{lv['carry_max']} CARRY8 on a path; {where}"
+    assert (lv["lut_levels"] > LUT_BUDGET) == bool(over), where
+    others = {k: v for k, v in over.items() if not k.startswith(PARSER)}
+    assert not others, f"{lv['lut_levels']} LUT levels; {where}"
+    if over:
+        raise ParserOverBudget(f"{lv['lut_levels']} LUT levels; {where}")
