@@ -538,7 +538,7 @@ class Deparser(wiring.Component):
         w = self._w
         m.submodules.prep = prep = HeaderPrep(w)
         m.submodules.assemble = asm = Assemble(w)
-        m.submodules.icrc = ins = IcrcInsert(w)
+        m.submodules.icrc_insert = ins = IcrcInsert(w)
         wiring.connect(m, wiring.flipped(self.hdr), prep.hdr)
         wiring.connect(m, prep.o, asm.hdr)
         wiring.connect(m, wiring.flipped(self.payload), asm.payload)

@@ -436,13 +436,17 @@ class PayloadAlign(wiring.Component):
         # the payload bytes of the frame's last input beat beyond the normal window
         x_here = s1_x_idx >= (s1_x_hl >> lb)   # the payload has started in this beat or before
         m.d.comb += [o.beat.eq(s1_beat), o.ev.eq(s1_ev), o.pn.eq(s1_pn)]
+        # p1 in a signal of its own: p0 selecting from o.p1 would read the output vector back
+        # into itself, which Verilator's lint reports as circular logic (UNOPTFLAT)
+        p1 = Signal(beat_layout(w))
         m.d.comb += [
-            o.p1.data.eq(Mux(x_here, _window(m, s1_beat.data, Const(0, w), s1_x_hl[:lb], 8), 0)),
-            o.p1.keep.eq(Mux(x_here, _therm(s1_x_left, nb)
-                             & _window(m, s1_beat.keep, Const(0, nb), s1_x_hl[:lb], 1), 0)),
-            o.p1.last.eq(1),
+            p1.data.eq(Mux(x_here, _window(m, s1_beat.data, Const(0, w), s1_x_hl[:lb], 8), 0)),
+            p1.keep.eq(Mux(x_here, _therm(s1_x_left, nb)
+                           & _window(m, s1_beat.keep, Const(0, nb), s1_x_hl[:lb], 1), 0)),
+            p1.last.eq(1),
         ]
-        m.d.comb += [o.p0.eq(Mux(s1_p0_extra, o.p1, s1_p0)), o.p0.first.eq(s1_p0.first)]
+        m.d.comb += [o.p1.eq(p1), o.p0.eq(Mux(s1_p0_extra, p1, s1_p0)),
+                     o.p0.first.eq(s1_p0.first)]
         return m
 
 

@@ -204,22 +204,23 @@ def test_yosys_synth_xilinx_of_the_generated_top(synth):
     assert cells.get("URAM288", 0) >= 3, cells
 
 
-# Known over the budget on the flattened engine: the parser (helper pkt's block; 9 LUT levels at
-# these parameters: ``normal_left`` -> the normal-payload compare (CARRY4) -> ``normal`` -> a
-# 4:1 select into ``$signal$327``). The test raises ParserOverBudget only when the parser's
-# registers are the only ones over; anything else over the budget fails it outright. Strict: once
-# the parser meets the budget the test passes and the xfail mark must go.
-PARSER = "core.parser"
+# Known over the budget on the flattened engine: the deparser's assemble stage (9 LUT levels at
+# these parameters, 8 when the deparser is synthesised on its own: ``hp_hl`` / ``ah_rel_h`` ->
+# the header-end select and its thermometer compare (CARRY) -> ``hdr_lanes`` -> the header /
+# payload byte select (MUXF7/8/9) -> ``assemble.o__payload``). The test raises KnownOverBudget
+# only when those registers are the only ones over; anything else over the budget fails it
+# outright. Strict: once the deparser meets the budget the test passes and the mark must go.
+KNOWN = "core.deparser.assemble."
 
 
-class ParserOverBudget(AssertionError):
-    """Only the parser's registers are over the depth budget."""
+class KnownOverBudget(AssertionError):
+    """Only the deparser's assemble-stage registers are over the depth budget."""
 
 
 @NO_YOSYS
-@pytest.mark.xfail(strict=True, raises=ParserOverBudget,
-                   reason="parser path core.parser0 normal_left -> normal -> $signal$327: 9 LUT "
-                          "levels (helper pkt's fix pending)")
+@pytest.mark.xfail(strict=True, raises=KnownOverBudget,
+                   reason="deparser assemble stage: hp_hl / ah_rel_h -> hdr_lanes thermometer -> "
+                          "byte select -> assemble.o__payload, 9 LUT levels flattened")
 def test_flattened_engine_meets_the_depth_budget(synth):
     """Issue 16 item 6: the depth budget on the flattened engine, not only per block: a path
     that runs through several blocks (an output of one combinational into the next) shows here
@@ -230,7 +231,7 @@ def test_flattened_engine_meets_the_depth_budget(synth):
              f"cells: {path}; every register over the budget: {over}")
     assert lv["carry_max"] <= CARRY_BUDGET, f"{lv['carry_max']} CARRY8 on a path; {where}"
     assert (lv["lut_levels"] > LUT_BUDGET) == bool(over), where
-    others = {k: v for k, v in over.items() if not k.startswith(PARSER)}
+    others = {k: v for k, v in over.items() if not k.startswith(KNOWN)}
     assert not others, f"{lv['lut_levels']} LUT levels; {where}"
     if over:
-        raise ParserOverBudget(f"{lv['lut_levels']} LUT levels; {where}")
+        raise KnownOverBudget(f"{lv['lut_levels']} LUT levels; {where}")
