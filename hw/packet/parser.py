@@ -258,7 +258,14 @@ class HeaderCapture(wiring.Component):
                 with m.If(acc & pos.at(ob)):
                     m.d.sync += f_hold.eq(f_in)
                 flags[v].append(Mux(pos.at(ob), f_in, f_hold))
-            flags[v].append(~Cat(*flags[v]).any())
+            # the unknown class as its own function of the byte, not ~any of the flags above:
+            # one table deep, like them (the 512-bit xcu mapping was 9 LUT levels through ~any)
+            u_in = Signal(name=f"unknown_in{v}")
+            u_hold = Signal(init=1, name=f"unknown_hold{v}")
+            m.d.comb += u_in.eq(~Cat(*[op_in == code for code in OPCODES]).any())
+            with m.If(acc & pos.at(ob)):
+                m.d.sync += u_hold.eq(u_in)
+            flags[v].append(Mux(pos.at(ob), u_in, u_hold))
             for k, kk in enumerate(_NOT_PAYLOAD):
                 p_k = Signal(signed(LEN_BITS + 3), name=f"plen_v{v}_{k}")
                 m.d.comb += p_k.eq(total_v - pc - kk)
