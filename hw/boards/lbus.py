@@ -66,11 +66,6 @@ def unused_bytes(keep_s):
     return Cat(*bits)
 
 
-def _ones(v):
-    """Number of set bits of a short value (at most 3 bits here)."""
-    return sum((v[i] for i in range(len(v))), Const(0, 2))
-
-
 class BeatsToLbus(wiring.Component):
     """Beat stream (512-bit) to TX LBUS. Ports: ``i`` (In beats), ``seg`` (Out, 4 x
     :data:`SEGMENT`, registered), ``rdy`` (In, the MAC's ``tx_rdyout``)."""
@@ -158,21 +153,21 @@ class LbusToBeats(wiring.Component):
         present = cnt_th[:NSEG]
         ends = [rel_eop[k] for k in range(NSEG)]   # (rel_eop is 0 where nothing is queued)
         has_eop = Cat(*ends).any()
-        # takes[k]: the beat has segment k (segments up to the first eop; all 4 without one)
+        # takes[k]: the beat has segment k (segments up to the first eop; all 4 without one).
+        # An eop flag is only set on a queued segment, so a beat that leaves holds every
+        # segment before its first eop: no `present` bit is needed beside the flags
         full_or_eop = has_eop | present[NSEG - 1]
-        takes = [full_or_eop & present[0]] + [full_or_eop & present[k] & ~Cat(*ends[:k]).any()
-                                              for k in range(1, NSEG)]
+        takes = [full_or_eop] + [full_or_eop & ~Cat(*ends[:k]).any() for k in range(1, NSEG)]
         take = Signal()
         n_out = Signal(range(3))   # beats in the 2-entry output buffer
         room = Signal(init=1)      # n_out != 2, registered
-        # (full_or_eop implies present[0]; `o.ready` is not an input: the output buffer has
-        # room for the beat taken now whatever leaves, so the pop decision reads registers)
+        # (`o.ready` is not an input: the output buffer has room for the beat taken now
+        # whatever leaves, so the pop decision reads registers)
         m.d.comb += take.eq(full_or_eop & room)
-        # pop one-hot: popk[p] = p segments leave (p = 0..4); given take, segment p - 1 is in
-        # the beat and segment p is not (a few inputs each: take, two present bits, the eops)
-        popk = [~take] + [take & present[p - 1] & ~Cat(*ends[:p - 1]).any()
-                          & (~(present[p] & ~Cat(*ends[:p]).any()) if p < NSEG else 1)
-                          for p in range(1, NSEG + 1)]
+        # pop one-hot: popk[p] = p segments leave (p = 0..4): the first eop at p - 1, or 4
+        # queued and no eop among the first 3 (at most 6 inputs each: one LUT)
+        popk = [~take] + [room & ends[p - 1] & ~Cat(*ends[:p - 1]).any() for p in range(1, NSEG)]
+        popk.append(room & ~Cat(*ends[:NSEG - 1]).any() & (ends[NSEG - 1] | present[NSEG - 1]))
 
         def by_pop(cands):               # the candidate of the pop count (one-hot AND-OR)
             cands = [Value.cast(c) for c in cands]
@@ -223,19 +218,25 @@ class LbusToBeats(wiring.Component):
         incnt = Signal(3)
         inge = Signal(NSEG)   # the same as a thermometer: inge[v] = incnt > v (slot v filled)
         ena = [self.seg[s].ena for s in range(NSEG)]
-        m.d.sync += [incnt.eq(sum(ena)), inge.eq(Cat(*[sum(ena) > v for v in range(NSEG)]))]
+        # (the count of 4 valid bits from a table: one 4-input LUT per bit, no adder chain)
+        nvalid = Array(Const(bin(v).count("1"), 3) for v in range(1 << NSEG))[Cat(*ena)]
+        m.d.sync += [incnt.eq(nvalid), inge.eq(Cat(*[nvalid > v for v in range(NSEG)]))]
         segs = []
         for s in range(NSEG):
             seg = self.seg[s]
-            keep = Mux(seg.eop, Cat(*[(SEG_BYTES - seg.mty) > b for b in range(SEG_BYTES)]),
-                       (1 << SEG_BYTES) - 1)
+            # keep from mty by a table (bit b: mty < 16 - b; a 4-input LUT, no subtraction)
+            keep_of_mty = Array(Const((1 << (SEG_BYTES - v)) - 1, SEG_BYTES)
+                                for v in range(SEG_BYTES))[seg.mty]
+            keep = Mux(seg.eop, keep_of_mty, (1 << SEG_BYTES) - 1)
             segs.append(Cat(seg.data, keep, seg.eop, seg.err))
         for r in range(NSEG):
-            # slot r takes segment s when s is valid with exactly r valid ones before it
-            for s in range(r, NSEG):
-                before = Cat(*ena[:s]) if s else Const(0, 1)
-                with m.If(ena[s] & (_ones(before) == r)):
-                    m.d.sync += ins[r].eq(segs[s])
+            # slot r takes segment r + d, the valid one with exactly r valid ones before it: d
+            # from a table of the 4 valid bits (a slot beyond the count is never read)
+            def skip(v, r=r):
+                idx = [s for s in range(NSEG) if v >> s & 1]
+                return idx[r] - r if r < len(idx) else 0
+            d = Array(Const(skip(v), 2) for v in range(1 << NSEG))[Cat(*ena)]
+            m.d.sync += ins[r].eq(Array(segs[min(r + k, NSEG - 1)] for k in range(NSEG))[d])
 
         # ---- the registered segments at the tail: entry j takes slot (j - wp) mod D when that
         # is below their number
