@@ -18,7 +18,8 @@ the MAC ends the packet and marks it bad instead of running it into the next one
 when it holds 4 segments or an ``eop`` among its first 4, carrying up to 4 segments and never
 segments of two packets, through a 2-entry output buffer (so the queue's pop decision does not
 read ``o.ready``; ``o`` is the buffer's head, a 2:1 select and the keep mask after its
-registers). One beat per cycle; latency 3 cycles (an input register, the queue, the buffer).
+registers, with ``error``: the err of the beat's last segment when ``last``). One beat per
+cycle; latency 3 cycles (an input register, the queue, the buffer).
 Throughput: at 100 Gb/s the 322.265625 MHz LBUS brings at most 38.8 bytes of wire time per
 cycle, and a packet of L bytes (FCS stripped) occupies L + 24 bytes of wire time (FCS, preamble,
 minimum IPG) but needs only ceil(L / 64) beats, which is never more cycles (L >= 60): the queue
@@ -136,15 +137,16 @@ class LbusToBeats(wiring.Component):
         # also kept in a vector relative to the head (`rel_eop[i]`: the segment at rp + i),
         # shifted by pop each cycle after this cycle's arrivals are merged in at the tail (at
         # the registered count), so the decision reads flags at fixed positions. The fill count
-        # is a register, keep is precomputed from mty when a segment enters, admission only
-        # looks at the registered count, and the beat leaves through an output register.
+        # is a registered thermometer (and its low 2 bits), keep is precomputed from mty when a
+        # segment enters, admission only looks at the registered count, and the beat leaves
+        # through an output buffer; the err flags stay in the entries and are picked after it.
+        # The input stage computes from tables of the 4 valid bits and mty (no adder chain).
         entry = data.StructLayout({"data": SEG_BITS, "keep": SEG_BYTES, "eop": 1, "err": 1})
         q = Array(Signal(entry, name=f"q{j}") for j in range(D))
         wp = Signal(aw)
         rp = Signal(aw)
-        cnt = Signal(range(D + 1))
+        cnt4 = Signal(2)                 # the count mod 4 (where the arrivals' flags go in)
         rel_eop = Signal(D)              # 0 beyond the queued segments (masked when merged)
-        rel_err = Signal(D)              # the same for the err flags (not masked)
 
         # ---- head of the queue -> next output beat: up to 4 segments, cut after the first eop
         # the count also as a registered thermometer (cnt_th[j] = cnt > j): the comparisons
@@ -153,21 +155,21 @@ class LbusToBeats(wiring.Component):
         present = cnt_th[:NSEG]
         ends = [rel_eop[k] for k in range(NSEG)]   # (rel_eop is 0 where nothing is queued)
         has_eop = Cat(*ends).any()
-        # takes[k]: the beat has segment k (segments up to the first eop; all 4 without one).
-        # An eop flag is only set on a queued segment, so a beat that leaves holds every
-        # segment before its first eop: no `present` bit is needed beside the flags
+        # takes[k]: the beat has segment k (segments up to the first eop; all 4 without one)
         full_or_eop = has_eop | present[NSEG - 1]
-        takes = [full_or_eop] + [full_or_eop & ~Cat(*ends[:k]).any() for k in range(1, NSEG)]
+        takes = [full_or_eop & present[0]] + [full_or_eop & present[k] & ~Cat(*ends[:k]).any()
+                                              for k in range(1, NSEG)]
         take = Signal()
         n_out = Signal(range(3))   # beats in the 2-entry output buffer
         room = Signal(init=1)      # n_out != 2, registered
-        # (`o.ready` is not an input: the output buffer has room for the beat taken now
-        # whatever leaves, so the pop decision reads registers)
+        # (full_or_eop implies present[0]; `o.ready` is not an input: the output buffer has
+        # room for the beat taken now whatever leaves, so the pop decision reads registers)
         m.d.comb += take.eq(full_or_eop & room)
-        # pop one-hot: popk[p] = p segments leave (p = 0..4): the first eop at p - 1, or 4
-        # queued and no eop among the first 3 (at most 6 inputs each: one LUT)
-        popk = [~take] + [room & ends[p - 1] & ~Cat(*ends[:p - 1]).any() for p in range(1, NSEG)]
-        popk.append(room & ~Cat(*ends[:NSEG - 1]).any() & (ends[NSEG - 1] | present[NSEG - 1]))
+        # pop one-hot: popk[p] = p segments leave (p = 0..4); given take, segment p - 1 is in
+        # the beat and segment p is not (a few inputs each: take, two present bits, the eops)
+        popk = [~take] + [take & present[p - 1] & ~Cat(*ends[:p - 1]).any()
+                          & (~(present[p] & ~Cat(*ends[:p]).any()) if p < NSEG else 1)
+                          for p in range(1, NSEG + 1)]
 
         def by_pop(cands):               # the candidate of the pop count (one-hot AND-OR)
             cands = [Value.cast(c) for c in cands]
@@ -175,21 +177,18 @@ class LbusToBeats(wiring.Component):
                          for b in range(len(cands[0]))])
 
         head = [Array(q[(j + k) % D] for j in range(D))[rp] for k in range(NSEG)]
-        end_err = Signal()
-        for k in range(NSEG):
-            with m.If(takes[k] & (~takes[k + 1] if k + 1 < NSEG else 1)):
-                m.d.comb += end_err.eq(rel_err[k])
 
         # ---- a 2-entry output buffer: a taken beat is written unmasked with the segments it
-        # takes; the entry shown on `o` is selected and its keep masked after the registers
+        # takes and their err flags; the entry shown on `o` is selected, its keep masked and
+        # its error picked (the err of its last segment) after the registers
         first = Signal(init=1)
-        ent = data.StructLayout({"beat": self.o.payload.shape(), "tk": NSEG})
+        ent = data.StructLayout({"beat": self.o.payload.shape(), "tk": NSEG, "err": NSEG})
         e = [Signal(ent, name=f"out{i}") for i in range(2)]
         wsel, rsel = Signal(), Signal()
         new = Signal(ent)
         m.d.comb += [new.beat.data.eq(Cat(*[swap_bytes(h.data) for h in head])),
                      new.beat.keep.eq(Cat(*[h.keep for h in head])),
-                     new.beat.last.eq(has_eop), new.beat.error.eq(has_eop & end_err),
+                     new.beat.last.eq(has_eop), new.err.eq(Cat(*[h.err for h in head])),
                      new.beat.first.eq(first), new.tk.eq(Cat(*takes))]
         with m.If(take):
             m.d.sync += [first.eq(has_eop), wsel.eq(~wsel)]
@@ -203,7 +202,10 @@ class LbusToBeats(wiring.Component):
         m.d.comb += [self.o.valid.eq(n_out != 0), self.o.payload.eq(cur.beat),
                      self.o.payload.keep.eq(Cat(*[Mux(cur.tk[k], cur.beat.keep[SEG_BYTES * k:
                                                                            SEG_BYTES * (k + 1)],
-                                                      0) for k in range(NSEG)]))]
+                                                      0) for k in range(NSEG)])),
+                     self.o.payload.error.eq(cur.beat.last & Cat(*[
+                         cur.tk[k] & (~cur.tk[k + 1] if k + 1 < NSEG else 1) & cur.err[k]
+                         for k in range(NSEG)]).any())]
         with m.If(leave):
             m.d.sync += rsel.eq(~rsel)
         n_next = Signal(range(3))
@@ -241,10 +243,8 @@ class LbusToBeats(wiring.Component):
         # ---- the registered segments at the tail: entry j takes slot (j - wp) mod D when that
         # is below their number
         fits = ~cnt_th[D - NSEG]   # cnt <= D - 4: room for a full cycle whatever leaves
-        added = Signal(3)
         m.d.sync += self.overflow.eq(0)
         with m.If(fits):
-            m.d.comb += added.eq(incnt)
             for j in range(D):
                 rel = Signal(aw, name=f"rel{j}")
                 m.d.comb += rel.eq(j - wp)
@@ -253,11 +253,12 @@ class LbusToBeats(wiring.Component):
             m.d.sync += wp.eq(wp + incnt)
         with m.Elif(incnt != 0):
             m.d.sync += self.overflow.eq(1)
-        # the next count and its thermometer for each pop count, from registers, then selected
-        # by it; "cnt + added > j" from the thermometer and the arrivals' count (no adder)
-        cnt_add = Signal(range(D + NSEG + 1))
-        m.d.comb += cnt_add.eq(cnt + added)
-        m.d.sync += cnt.eq(by_pop([(cnt_add - p)[:len(cnt)] for p in range(NSEG + 1)]))
+        # the count's low 2 bits (all that is read of it in binary) and its thermometer, for
+        # each pop count from registers, then selected by it; "cnt + added > j" from the
+        # thermometer and the arrivals' count (no adder)
+        cnt4_add = Signal(2)
+        m.d.comb += cnt4_add.eq(cnt4 + Mux(fits, incnt, 0))
+        m.d.sync += cnt4.eq(by_pop([(cnt4_add - p)[:2] for p in range(NSEG + 1)]))
 
         def th(i):   # cnt > i
             return Const(1, 1) if i < 0 else cnt_th[i] if i < D else Const(0, 1)
@@ -268,18 +269,15 @@ class LbusToBeats(wiring.Component):
 
         m.d.sync += cnt_th.eq(Cat(*[by_pop([gt(j + p) for p in range(NSEG + 1)])
                                     for j in range(D)]))
-        # the relative flags: the registered arrivals' flags merged in from position cnt on
-        # (beyond cnt + added: eop 0, err unused), shifted by pop
-        for rel_v, field in ((rel_eop, "eop"), (rel_err, "err")):
-            # eop masked to the queued segments (`ends` need no `present`): an arrival's flag
-            # only from a filled slot, only within 4 of the count, only when admitted
-            in_v = Cat(*[s[field] & (inge[r] if field == "eop" else 1)
-                         for r, s in enumerate(ins)])
-            # (slot (j - cnt) mod 4 of the arrivals, as an AND-OR on the decoded cnt[:2])
-            merged = [Mux(th(j), rel_v[j],
-                          Cat(*[(cnt[:2] == (j - r) % 4) & in_v[r] for r in range(NSEG)]).any()
-                          & (fits & th(j - NSEG) if field == "eop" else 1))
-                      if j < D else Const(0, 1) for j in range(D + NSEG)]
-            m.d.sync += rel_v.eq(Cat(*[by_pop([merged[i + p] for p in range(NSEG + 1)])
-                                       for i in range(D)]))
+        # the relative eop flags: the registered arrivals' flags merged in from position cnt on
+        # (0 beyond cnt + added), shifted by pop. Masked to the queued segments (`ends` need
+        # no `present`): an arrival's flag only from a filled slot, within 4 of the count,
+        # admitted; slot (j - cnt) mod 4 of the arrivals as an AND-OR on the decoded cnt4
+        in_v = Cat(*[s.eop & inge[r] for r, s in enumerate(ins)])
+        merged = [Mux(th(j), rel_eop[j],
+                      Cat(*[(cnt4 == (j - r) % 4) & in_v[r] for r in range(NSEG)]).any()
+                      & fits & th(j - NSEG))
+                  if j < D else Const(0, 1) for j in range(D + NSEG)]
+        m.d.sync += rel_eop.eq(Cat(*[by_pop([merged[i + p] for p in range(NSEG + 1)])
+                                     for i in range(D)]))
         return m
