@@ -18,8 +18,7 @@ the MAC ends the packet and marks it bad instead of running it into the next one
 when it holds 4 segments or an ``eop`` among its first 4, carrying up to 4 segments and never
 segments of two packets, through a 2-entry output buffer (so the queue's pop decision does not
 read ``o.ready``; ``o`` is the buffer's head, a 2:1 select and the keep mask after its
-registers, with ``error``: the err of the beat's last segment when ``last``). One beat per
-cycle; latency 3 cycles (an input register, the queue, the buffer).
+registers). One beat per cycle; latency 3 cycles (an input register, the queue, the buffer).
 Throughput: at 100 Gb/s the 322.265625 MHz LBUS brings at most 38.8 bytes of wire time per
 cycle, and a packet of L bytes (FCS stripped) occupies L + 24 bytes of wire time (FCS, preamble,
 minimum IPG) but needs only ceil(L / 64) beats, which is never more cycles (L >= 60): the queue
@@ -139,7 +138,7 @@ class LbusToBeats(wiring.Component):
         # the registered count), so the decision reads flags at fixed positions. The fill count
         # is a registered thermometer (and its low 2 bits), keep is precomputed from mty when a
         # segment enters, admission only looks at the registered count, and the beat leaves
-        # through an output buffer; the err flags stay in the entries and are picked after it.
+        # through an output buffer; the err flags stay in the entries (read with the data).
         # The input stage computes from tables of the 4 valid bits and mty (no adder chain).
         entry = data.StructLayout({"data": SEG_BITS, "keep": SEG_BYTES, "eop": 1, "err": 1})
         q = Array(Signal(entry, name=f"q{j}") for j in range(D))
@@ -178,17 +177,21 @@ class LbusToBeats(wiring.Component):
 
         head = [Array(q[(j + k) % D] for j in range(D))[rp] for k in range(NSEG)]
 
+        # the beat's error: the err flag of its first eop segment, read from the head entries
+        # (outside the pop loop; `error` is a buffer register, as the shell's RX FIFO reads it)
+        end_err = Cat(*[ends[k] & ~Cat(*ends[:k]).any() & head[k].err
+                        for k in range(NSEG)]).any()
+
         # ---- a 2-entry output buffer: a taken beat is written unmasked with the segments it
-        # takes and their err flags; the entry shown on `o` is selected, its keep masked and
-        # its error picked (the err of its last segment) after the registers
+        # takes; the entry shown on `o` is selected and its keep masked after the registers
         first = Signal(init=1)
-        ent = data.StructLayout({"beat": self.o.payload.shape(), "tk": NSEG, "err": NSEG})
+        ent = data.StructLayout({"beat": self.o.payload.shape(), "tk": NSEG})
         e = [Signal(ent, name=f"out{i}") for i in range(2)]
         wsel, rsel = Signal(), Signal()
         new = Signal(ent)
         m.d.comb += [new.beat.data.eq(Cat(*[swap_bytes(h.data) for h in head])),
                      new.beat.keep.eq(Cat(*[h.keep for h in head])),
-                     new.beat.last.eq(has_eop), new.err.eq(Cat(*[h.err for h in head])),
+                     new.beat.last.eq(has_eop), new.beat.error.eq(end_err),
                      new.beat.first.eq(first), new.tk.eq(Cat(*takes))]
         with m.If(take):
             m.d.sync += [first.eq(has_eop), wsel.eq(~wsel)]
@@ -202,10 +205,7 @@ class LbusToBeats(wiring.Component):
         m.d.comb += [self.o.valid.eq(n_out != 0), self.o.payload.eq(cur.beat),
                      self.o.payload.keep.eq(Cat(*[Mux(cur.tk[k], cur.beat.keep[SEG_BYTES * k:
                                                                            SEG_BYTES * (k + 1)],
-                                                      0) for k in range(NSEG)])),
-                     self.o.payload.error.eq(cur.beat.last & Cat(*[
-                         cur.tk[k] & (~cur.tk[k + 1] if k + 1 < NSEG else 1) & cur.err[k]
-                         for k in range(NSEG)]).any())]
+                                                      0) for k in range(NSEG)]))]
         with m.If(leave):
             m.d.sync += rsel.eq(~rsel)
         n_next = Signal(range(3))
