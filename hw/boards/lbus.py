@@ -66,11 +66,6 @@ def unused_bytes(keep_s):
     return Cat(*bits)
 
 
-def _ones(v):
-    """Number of set bits of a short value (at most 3 bits here)."""
-    return sum((v[i] for i in range(len(v))), Const(0, 2))
-
-
 class BeatsToLbus(wiring.Component):
     """Beat stream (512-bit) to TX LBUS. Ports: ``i`` (In beats), ``seg`` (Out, 4 x
     :data:`SEGMENT`, registered), ``rdy`` (In, the MAC's ``tx_rdyout``)."""
@@ -141,15 +136,16 @@ class LbusToBeats(wiring.Component):
         # also kept in a vector relative to the head (`rel_eop[i]`: the segment at rp + i),
         # shifted by pop each cycle after this cycle's arrivals are merged in at the tail (at
         # the registered count), so the decision reads flags at fixed positions. The fill count
-        # is a register, keep is precomputed from mty when a segment enters, admission only
-        # looks at the registered count, and the beat leaves through an output register.
+        # is a registered thermometer (and its low 2 bits), keep is precomputed from mty when a
+        # segment enters, admission only looks at the registered count, and the beat leaves
+        # through an output buffer; the err flags stay in the entries (read with the data).
+        # The input stage computes from tables of the 4 valid bits and mty (no adder chain).
         entry = data.StructLayout({"data": SEG_BITS, "keep": SEG_BYTES, "eop": 1, "err": 1})
         q = Array(Signal(entry, name=f"q{j}") for j in range(D))
         wp = Signal(aw)
         rp = Signal(aw)
-        cnt = Signal(range(D + 1))
+        cnt4 = Signal(2)                 # the count mod 4 (where the arrivals' flags go in)
         rel_eop = Signal(D)              # 0 beyond the queued segments (masked when merged)
-        rel_err = Signal(D)              # the same for the err flags (not masked)
 
         # ---- head of the queue -> next output beat: up to 4 segments, cut after the first eop
         # the count also as a registered thermometer (cnt_th[j] = cnt > j): the comparisons
@@ -180,10 +176,11 @@ class LbusToBeats(wiring.Component):
                          for b in range(len(cands[0]))])
 
         head = [Array(q[(j + k) % D] for j in range(D))[rp] for k in range(NSEG)]
-        end_err = Signal()
-        for k in range(NSEG):
-            with m.If(takes[k] & (~takes[k + 1] if k + 1 < NSEG else 1)):
-                m.d.comb += end_err.eq(rel_err[k])
+
+        # the beat's error: the err flag of its first eop segment, read from the head entries
+        # (outside the pop loop; `error` is a buffer register, as the shell's RX FIFO reads it)
+        end_err = Cat(*[ends[k] & ~Cat(*ends[:k]).any() & head[k].err
+                        for k in range(NSEG)]).any()
 
         # ---- a 2-entry output buffer: a taken beat is written unmasked with the segments it
         # takes; the entry shown on `o` is selected and its keep masked after the registers
@@ -194,7 +191,7 @@ class LbusToBeats(wiring.Component):
         new = Signal(ent)
         m.d.comb += [new.beat.data.eq(Cat(*[swap_bytes(h.data) for h in head])),
                      new.beat.keep.eq(Cat(*[h.keep for h in head])),
-                     new.beat.last.eq(has_eop), new.beat.error.eq(has_eop & end_err),
+                     new.beat.last.eq(has_eop), new.beat.error.eq(end_err),
                      new.beat.first.eq(first), new.tk.eq(Cat(*takes))]
         with m.If(take):
             m.d.sync += [first.eq(has_eop), wsel.eq(~wsel)]
@@ -223,27 +220,31 @@ class LbusToBeats(wiring.Component):
         incnt = Signal(3)
         inge = Signal(NSEG)   # the same as a thermometer: inge[v] = incnt > v (slot v filled)
         ena = [self.seg[s].ena for s in range(NSEG)]
-        m.d.sync += [incnt.eq(sum(ena)), inge.eq(Cat(*[sum(ena) > v for v in range(NSEG)]))]
+        # (the count of 4 valid bits from a table: one 4-input LUT per bit, no adder chain)
+        nvalid = Array(Const(bin(v).count("1"), 3) for v in range(1 << NSEG))[Cat(*ena)]
+        m.d.sync += [incnt.eq(nvalid), inge.eq(Cat(*[nvalid > v for v in range(NSEG)]))]
         segs = []
         for s in range(NSEG):
             seg = self.seg[s]
-            keep = Mux(seg.eop, Cat(*[(SEG_BYTES - seg.mty) > b for b in range(SEG_BYTES)]),
-                       (1 << SEG_BYTES) - 1)
+            # keep from mty by a table (bit b: mty < 16 - b; a 4-input LUT, no subtraction)
+            keep_of_mty = Array(Const((1 << (SEG_BYTES - v)) - 1, SEG_BYTES)
+                                for v in range(SEG_BYTES))[seg.mty]
+            keep = Mux(seg.eop, keep_of_mty, (1 << SEG_BYTES) - 1)
             segs.append(Cat(seg.data, keep, seg.eop, seg.err))
         for r in range(NSEG):
-            # slot r takes segment s when s is valid with exactly r valid ones before it
-            for s in range(r, NSEG):
-                before = Cat(*ena[:s]) if s else Const(0, 1)
-                with m.If(ena[s] & (_ones(before) == r)):
-                    m.d.sync += ins[r].eq(segs[s])
+            # slot r takes segment r + d, the valid one with exactly r valid ones before it: d
+            # from a table of the 4 valid bits (a slot beyond the count is never read)
+            def skip(v, r=r):
+                idx = [s for s in range(NSEG) if v >> s & 1]
+                return idx[r] - r if r < len(idx) else 0
+            d = Array(Const(skip(v), 2) for v in range(1 << NSEG))[Cat(*ena)]
+            m.d.sync += ins[r].eq(Array(segs[min(r + k, NSEG - 1)] for k in range(NSEG))[d])
 
         # ---- the registered segments at the tail: entry j takes slot (j - wp) mod D when that
         # is below their number
         fits = ~cnt_th[D - NSEG]   # cnt <= D - 4: room for a full cycle whatever leaves
-        added = Signal(3)
         m.d.sync += self.overflow.eq(0)
         with m.If(fits):
-            m.d.comb += added.eq(incnt)
             for j in range(D):
                 rel = Signal(aw, name=f"rel{j}")
                 m.d.comb += rel.eq(j - wp)
@@ -252,11 +253,12 @@ class LbusToBeats(wiring.Component):
             m.d.sync += wp.eq(wp + incnt)
         with m.Elif(incnt != 0):
             m.d.sync += self.overflow.eq(1)
-        # the next count and its thermometer for each pop count, from registers, then selected
-        # by it; "cnt + added > j" from the thermometer and the arrivals' count (no adder)
-        cnt_add = Signal(range(D + NSEG + 1))
-        m.d.comb += cnt_add.eq(cnt + added)
-        m.d.sync += cnt.eq(by_pop([(cnt_add - p)[:len(cnt)] for p in range(NSEG + 1)]))
+        # the count's low 2 bits (all that is read of it in binary) and its thermometer, for
+        # each pop count from registers, then selected by it; "cnt + added > j" from the
+        # thermometer and the arrivals' count (no adder)
+        cnt4_add = Signal(2)
+        m.d.comb += cnt4_add.eq(cnt4 + Mux(fits, incnt, 0))
+        m.d.sync += cnt4.eq(by_pop([(cnt4_add - p)[:2] for p in range(NSEG + 1)]))
 
         def th(i):   # cnt > i
             return Const(1, 1) if i < 0 else cnt_th[i] if i < D else Const(0, 1)
@@ -267,18 +269,15 @@ class LbusToBeats(wiring.Component):
 
         m.d.sync += cnt_th.eq(Cat(*[by_pop([gt(j + p) for p in range(NSEG + 1)])
                                     for j in range(D)]))
-        # the relative flags: the registered arrivals' flags merged in from position cnt on
-        # (beyond cnt + added: eop 0, err unused), shifted by pop
-        for rel_v, field in ((rel_eop, "eop"), (rel_err, "err")):
-            # eop masked to the queued segments (`ends` need no `present`): an arrival's flag
-            # only from a filled slot, only within 4 of the count, only when admitted
-            in_v = Cat(*[s[field] & (inge[r] if field == "eop" else 1)
-                         for r, s in enumerate(ins)])
-            # (slot (j - cnt) mod 4 of the arrivals, as an AND-OR on the decoded cnt[:2])
-            merged = [Mux(th(j), rel_v[j],
-                          Cat(*[(cnt[:2] == (j - r) % 4) & in_v[r] for r in range(NSEG)]).any()
-                          & (fits & th(j - NSEG) if field == "eop" else 1))
-                      if j < D else Const(0, 1) for j in range(D + NSEG)]
-            m.d.sync += rel_v.eq(Cat(*[by_pop([merged[i + p] for p in range(NSEG + 1)])
-                                       for i in range(D)]))
+        # the relative eop flags: the registered arrivals' flags merged in from position cnt on
+        # (0 beyond cnt + added), shifted by pop. Masked to the queued segments (`ends` need
+        # no `present`): an arrival's flag only from a filled slot, within 4 of the count,
+        # admitted; slot (j - cnt) mod 4 of the arrivals as an AND-OR on the decoded cnt4
+        in_v = Cat(*[s.eop & inge[r] for r, s in enumerate(ins)])
+        merged = [Mux(th(j), rel_eop[j],
+                      Cat(*[(cnt4 == (j - r) % 4) & in_v[r] for r in range(NSEG)]).any()
+                      & fits & th(j - NSEG))
+                  if j < D else Const(0, 1) for j in range(D + NSEG)]
+        m.d.sync += rel_eop.eq(Cat(*[by_pop([merged[i + p] for p in range(NSEG + 1)])
+                                     for i in range(D)]))
         return m

@@ -1,5 +1,6 @@
 """LBUS converters of the UltraScale CMAC: byte order, sop/eop/mty, packets at any segment."""
 
+import math
 import random
 
 from amaranth.sim import Simulator
@@ -80,14 +81,25 @@ def _tx_run(frames, cycles):
     return True
 
 
-def _lbus_cycles(rng, frames):
+def _lbus_cycles(rng, frames, line_rate=False, burst=8):
     """RX LBUS as a MAC would present it: packets start at any segment, idle segments between
-    packets, whole idle cycles now and then (also inside a packet)."""
-    segs = []
+    packets, whole idle cycles now and then (also inside a packet). With ``line_rate`` the LBUS
+    runs at most ``burst`` segments ahead of 100 Gb/s (a frame of L bytes takes max(L, 60) + 24
+    bytes of wire time, at 38.8 bytes a cycle, 9.7 a segment), pausing now and then and
+    catching up with frames back to back."""
+    segs, wire = [], 0.0
     for f, err in frames:
-        for _ in range(rng.choice([0, 0, 1, 2, 3])):
-            segs.append(None)
         n = (len(f) + 15) // 16
+        idle = rng.choice([0, 0, 1, 2, 3])
+        if line_rate:
+            wire += (max(len(f), 60) + 24) / 9.7
+            # f's end no earlier than the wire brings it (less `burst`); a pause (the MAC
+            # holding data) now and then lets the next frames follow back to back
+            ahead = wire - len(segs) - n
+            idle = max(idle, math.ceil(ahead - burst)) + (rng.randint(8, 16)
+                                                          if rng.random() < .2 else 0)
+        for _ in range(idle):
+            segs.append(None)
         for i in range(n):
             chunk = f[16 * i:16 * i + 16]
             eop = i == n - 1
@@ -228,3 +240,59 @@ def test_rx_overflow_is_flagged_and_queue_stays_consistent():
     assert seen["ovf"] == 1
     assert bytes(seen["out"]) == payload[:384]   # the first 24 segments, in order
     assert not seen["last"]                       # the eop was in the dropped cycle
+
+
+def test_rx_runts_errors_and_output_stalls():
+    """Runts (down to 1 byte: eops in consecutive segments of one cycle), errored frames and
+    `o.ready` low about one cycle in ten, at line rate: frames byte-exact with their err flag,
+    every beat up to 4 segments of one packet, cut at its eop (non-last beats are full),
+    ceil(L / 64) beats a frame, and nothing dropped."""
+    rng = random.Random(11)
+    frames = [(bytes(rng.getrandbits(8) for _ in range(rng.choice([rng.randint(1, 48),
+                                                                  rng.randint(60, 300)]))),
+               rng.random() < .3) for _ in range(150)]
+    cycles = _lbus_cycles(rng, frames, line_rate=True)
+    dut = LbusToBeats()
+    got, cur, stats = [], bytearray(), {"ovf": 0, "beats": 0}
+
+    async def source(ctx):
+        for cyc in cycles:
+            for s in range(4):
+                seg = cyc[s]
+                ctx.set(dut.seg[s].ena, seg is not None)
+                if seg is not None:
+                    for k, v in seg.items():
+                        ctx.set(getattr(dut.seg[s], k), v)
+            await ctx.tick()
+        for s in range(4):
+            ctx.set(dut.seg[s].ena, 0)
+
+    async def sink(ctx):
+        nonlocal cur
+        for _ in range(len(cycles) + 200):
+            ready = rng.random() < .9
+            ctx.set(dut.o.ready, ready)
+            await ctx.delay(1e-9)
+            stats["ovf"] += ctx.get(dut.overflow)
+            if ctx.get(dut.o.valid) and ready:
+                p = ctx.get(dut.o.payload)
+                assert p.first == (not cur)
+                n = bin(p.keep).count("1")
+                assert n and p.keep == (1 << n) - 1, "keep must be a non-empty thermometer code"
+                assert p.last or n == NB
+                assert not p.error or p.last
+                cur += p.data.to_bytes(NB, "little")[:n]
+                stats["beats"] += 1
+                if p.last:
+                    got.append((bytes(cur), bool(p.error)))
+                    cur = bytearray()
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(source, background=True)
+    sim.add_testbench(sink)
+    sim.run()
+    assert stats["ovf"] == 0
+    assert got == frames
+    assert stats["beats"] == sum((len(f) + NB - 1) // NB for f, _ in frames)
