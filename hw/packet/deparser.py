@@ -259,7 +259,11 @@ class Assemble(wiring.Component):
         hp_lastj = hp.lastj
         busy = Signal()
         j = Signal(LEN_BITS + 1 - lb)
-        ah_bytes = Signal(8 * HDR_CAP)
+        # the header bytes after the frame's first beat, shifted down by one beat per output
+        # beat, so this beat's header bytes are always the register's first w bits (no select
+        # by the beat index)
+        rest = max(HDR_CAP - nb, 0)
+        ah_bytes = Signal(8 * rest)
         ah_hl = Signal(range(HDR_CAP + 1))
         ah_vlan = Signal()
         prevpay = Signal(w)
@@ -269,8 +273,6 @@ class Assemble(wiring.Component):
 
         start = Signal()
         m.d.comb += start.eq(~busy)
-        hbytes = Signal(8 * HDR_CAP)
-        m.d.comb += hbytes.eq(Mux(start, hp_bytes, ah_bytes))
         hl = Mux(start, hp_hl, ah_hl)
         vlan = Mux(start, hp_vlan, ah_vlan)
         jj = Mux(start, 0, j)
@@ -316,15 +318,8 @@ class Assemble(wiring.Component):
         # no compare of the selected offset lies in front of the byte select
         ah_hth = Signal(nb)
         m.d.comb += [hdr_lanes.eq(Mux(start, hp.hth, ah_hth)), pay_lanes.eq(_therm(rel_p, nb))]
-        hdr_beats = -(-HDR_CAP // nb)
-        hb = bytes_of(hbytes)
         hdr_beat = Signal(w)
-        with m.Switch(jj):
-            for b in range(hdr_beats):
-                with m.Case(b):
-                    lanes = [hb[b * nb + lane] if b * nb + lane < HDR_CAP else Const(0, 8)
-                             for lane in range(nb)]
-                    m.d.comb += hdr_beat.eq(Cat(*lanes))
+        m.d.comb += hdr_beat.eq(Mux(start, hp_bytes[:w], ah_bytes[:w]))
         wb = bytes_of(window)
         hbb = bytes_of(hdr_beat)
         a_data = Cat(*[Mux(hdr_lanes[i], hbb[i], Mux(pay_lanes[i], wb[i], 0))
@@ -351,9 +346,9 @@ class Assemble(wiring.Component):
                                                            strict=True)]
             m.d.sync += [ah_hin.eq(rel_h < 2 * nb), ah_lin.eq(rel_len <= 2 * nb),
                          ah_hth.eq(Cat(*[rel_h > nb + i for i in range(nb)]))]
+            m.d.sync += ah_bytes.eq(Mux(start, hp_bytes[w:], ah_bytes[w:]))
             with m.If(start):
-                m.d.sync += [ah_bytes.eq(hp_bytes), ah_hl.eq(hp_hl), ah_lastj.eq(hp_lastj),
-                             ah_vlan.eq(hp_vlan)]
+                m.d.sync += [ah_hl.eq(hp_hl), ah_lastj.eq(hp_lastj), ah_vlan.eq(hp_vlan)]
             with m.If(pay_take):
                 m.d.sync += prevpay.eq(pin.data)
             m.d.sync += [pay_done.eq(pay_done_n), pay_err.eq(a_err)]
