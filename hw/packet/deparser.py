@@ -63,7 +63,7 @@ def prepared_layout(data_width: int) -> data.StructLayout:
     return data.StructLayout({
         "bytes": 8 * HDR_CAP, "hl": range(HDR_CAP + 1), "plen": LEN_BITS, "e": LEN_BITS + 1,
         "len": LEN_BITS + 1, "vlan": 1, "lastj": LEN_BITS + 2 - lb, "pend": LEN_BITS + 1,
-        "hin": 1, "lin": 1})
+        "hin": 1, "lin": 1, "hth": data_width // 8})
 
 
 class HeaderPrep(wiring.Component):
@@ -75,7 +75,8 @@ class HeaderPrep(wiring.Component):
     ``hl`` / ``plen`` as given; ``e`` the ICRC's offset (end of the bytes it covers), ``len``
     the frame bytes with Ethernet padding, ``vlan`` tagged, ``lastj`` the output beat index of
     the payload's last beat, ``pend`` the payload's end (hl + plen), ``hin`` / ``lin`` the
-    header / frame ends in the frame's first beat.
+    header / frame ends in the frame's first beat, ``hth`` the header's lanes in that beat (a
+    thermometer of ``hl``: lane i holds a header byte when i < hl).
 
     Latency 2 cycles (H1: lengths, TOS, PadCnt and the partial checksum of the words that do
     not depend on the length; H2: the checksum and the geometry); one header per cycle; ``o``
@@ -187,11 +188,13 @@ class HeaderPrep(wiring.Component):
         hp_pend = Signal(LEN_BITS + 1)   # end of the payload bytes (hl + plen)
         hp_hin = Signal()                # the header ends in the frame's first beat
         hp_lin = Signal()                # the frame ends in its first beat
+        hp_hth = Signal(nb)              # the header's lanes in the first beat
         with m.If(h1_move):
             m.d.sync += [hp_lastj.eq((h1_hl >> lb)
                                      + Mux(h1_plen == 0, 0, (h1_plen - 1) >> lb)),
                          hp_pend.eq(h1_hl + h1_plen),
-                         hp_hin.eq(h1_hl < nb), hp_lin.eq(h1_len <= nb)]
+                         hp_hin.eq(h1_hl < nb), hp_lin.eq(h1_len <= nb),
+                         hp_hth.eq(_therm(h1_hl, nb))]
         with m.If(h1_move):
             m.d.sync += [hp_v.eq(1), hp_bytes.eq(Cat(*hb1)), hp_hl.eq(h1_hl),
                          hp_plen.eq(h1_plen), hp_e.eq(h1_e), hp_len.eq(h1_len),
@@ -203,7 +206,7 @@ class HeaderPrep(wiring.Component):
         m.d.comb += [self.o.valid.eq(hp_v), o.bytes.eq(hp_bytes), o.hl.eq(hp_hl),
                      o.plen.eq(hp_plen), o.e.eq(hp_e), o.len.eq(hp_len), o.vlan.eq(hp_vlan),
                      o.lastj.eq(hp_lastj), o.pend.eq(hp_pend), o.hin.eq(hp_hin),
-                     o.lin.eq(hp_lin)]
+                     o.lin.eq(hp_lin), o.hth.eq(hp_hth)]
         return m
 
 
@@ -256,7 +259,11 @@ class Assemble(wiring.Component):
         hp_lastj = hp.lastj
         busy = Signal()
         j = Signal(LEN_BITS + 1 - lb)
-        ah_bytes = Signal(8 * HDR_CAP)
+        # the header bytes after the frame's first beat, shifted down by one beat per output
+        # beat, so this beat's header bytes are always the register's first w bits (no select
+        # by the beat index)
+        rest = max(HDR_CAP - nb, 0)
+        ah_bytes = Signal(8 * rest)
         ah_hl = Signal(range(HDR_CAP + 1))
         ah_vlan = Signal()
         prevpay = Signal(w)
@@ -266,8 +273,6 @@ class Assemble(wiring.Component):
 
         start = Signal()
         m.d.comb += start.eq(~busy)
-        hbytes = Signal(8 * HDR_CAP)
-        m.d.comb += hbytes.eq(Mux(start, hp_bytes, ah_bytes))
         hl = Mux(start, hp_hl, ah_hl)
         vlan = Mux(start, hp_vlan, ah_vlan)
         jj = Mux(start, 0, j)
@@ -308,16 +313,13 @@ class Assemble(wiring.Component):
                     m.d.comb += window.eq(Cat(prevpay, curpay)[8 * (nb - sh): 8 * (nb - sh) + w])
         hdr_lanes = Signal(nb)
         pay_lanes = Signal(nb)
-        m.d.comb += [hdr_lanes.eq(_therm(rel_h, nb)), pay_lanes.eq(_therm(rel_p, nb))]
-        hdr_beats = -(-HDR_CAP // nb)
-        hb = bytes_of(hbytes)
+        # the header's lanes from registers: the header stage's thermometer at a frame's first
+        # beat, then one registered a beat ahead (lane i of the next beat: rel_h > nb + i), so
+        # no compare of the selected offset lies in front of the byte select
+        ah_hth = Signal(nb)
+        m.d.comb += [hdr_lanes.eq(Mux(start, hp.hth, ah_hth)), pay_lanes.eq(_therm(rel_p, nb))]
         hdr_beat = Signal(w)
-        with m.Switch(jj):
-            for b in range(hdr_beats):
-                with m.Case(b):
-                    lanes = [hb[b * nb + lane] if b * nb + lane < HDR_CAP else Const(0, 8)
-                             for lane in range(nb)]
-                    m.d.comb += hdr_beat.eq(Cat(*lanes))
+        m.d.comb += hdr_beat.eq(Mux(start, hp_bytes[:w], ah_bytes[:w]))
         wb = bytes_of(window)
         hbb = bytes_of(hdr_beat)
         a_data = Cat(*[Mux(hdr_lanes[i], hbb[i], Mux(pay_lanes[i], wb[i], 0))
@@ -342,10 +344,11 @@ class Assemble(wiring.Component):
             m.d.sync += [busy.eq(~a_last), j.eq(jj + 1), ah_atlast.eq(jj + 1 == lastj)]
             m.d.sync += [a_r.eq(r - nb) for r, a_r in zip((rel_h, rel_p, rel_len, rel_e), ah_rel,
                                                            strict=True)]
-            m.d.sync += [ah_hin.eq(rel_h < 2 * nb), ah_lin.eq(rel_len <= 2 * nb)]
+            m.d.sync += [ah_hin.eq(rel_h < 2 * nb), ah_lin.eq(rel_len <= 2 * nb),
+                         ah_hth.eq(Cat(*[rel_h > nb + i for i in range(nb)]))]
+            m.d.sync += ah_bytes.eq(Mux(start, hp_bytes[w:], ah_bytes[w:]))
             with m.If(start):
-                m.d.sync += [ah_bytes.eq(hp_bytes), ah_hl.eq(hp_hl), ah_lastj.eq(hp_lastj),
-                             ah_vlan.eq(hp_vlan)]
+                m.d.sync += [ah_hl.eq(hp_hl), ah_lastj.eq(hp_lastj), ah_vlan.eq(hp_vlan)]
             with m.If(pay_take):
                 m.d.sync += prevpay.eq(pin.data)
             m.d.sync += [pay_done.eq(pay_done_n), pay_err.eq(a_err)]
