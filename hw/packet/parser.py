@@ -825,14 +825,23 @@ class Parser(wiring.Component):
                   [acc, acc0, *[s["hv"] for s in stages[:3]]],
                   [acc & beat.last, last0, *[s["ev"] for s in stages]]]
         # (each chain: the stages in order; the last one's content leaves into its FIFO)
+        # `acc` (the upstream's valid through i.ready) enters every sum only at a final 2:1
+        # select between the sums with and without it: the upstream's valid logic (the link-local
+        # filter's decision, in the engine) then adds one LUT, not an adder, to these paths.
         infl = [Signal(range(2 * len(ch) + 1), name=f"infl{j}") for j, ch in enumerate(chains)]
-        m.d.sync += [r.eq(sum(ch[:-1])) for r, ch in zip(infl, chains, strict=True)]
+        on_acc = [1, 2, 1, beat.last]   # each chain's first term, acc * on_acc
+        for r, ch, inc in zip(infl, chains, on_acc, strict=True):
+            rest = sum(ch[1:-1])
+            m.d.sync += r.eq(Mux(acc, rest + inc, rest))
+
+        def fits(a):   # room for one more beat in the next cycle if `a` beats enter now
+            return ((frame_fifo.level + infl[0] + a + 1 <= frame_depth)
+                    & (pay0.level + pay1.level + infl[1] + 2 * a + 2 <= 2 * pay_depth - 1)
+                    & (hdr_fifo.level + infl[2] + a + 1 <= hdr_depth)
+                    & (ver_fifo.level + infl[3] + a + 1 <= ver_depth))
+
         room = Signal()
-        m.d.sync += room.eq(
-            (frame_fifo.level + infl[0] + acc + 1 <= frame_depth)
-            & (pay0.level + pay1.level + infl[1] + 2 * acc + 2 <= 2 * pay_depth - 1)
-            & (hdr_fifo.level + infl[2] + acc + 1 <= hdr_depth)
-            & (ver_fifo.level + infl[3] + acc + 1 <= ver_depth))
+        m.d.sync += room.eq(Mux(acc, fits(1), fits(0)))
         m.d.comb += self.i.ready.eq(room)
 
         # ------------------------------------------------------------ verdict and pushes
