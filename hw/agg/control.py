@@ -156,9 +156,7 @@ from netreduce.regmap import (
     GLOBAL_COUNTERS,
     JOB_COUNTERS,
     Access,
-    JobError,
     RegMap,
-    Role,
     Table,
     build_regmap,
 )
@@ -171,19 +169,20 @@ from .decide import (
     OP_ACK,
     OP_CNP,
     Decide,
+    is_ctrl,
     job_flags_layout,
     nak_xor,
-    pre_layout,
-    precheck,
     slot_flags_layout,
 )
 from .flowtable import FlowTable
+from .jobstate import JobState
 from .release import FreeMinTree, ReleaseQueue, ReleaseScheduler
 from .retxstage import RetxStages
-from .roles import MARK_PARTIAL, JobRoles
+from .roles import MARK_PARTIAL
 from .sequencer import EnableSequencer
+from .stages import CheckStage, LookupStage, job_checks
 from .types import PSN_BITS, SEQ_BITS, Action, Disp, FrameError, HdrClass
-from .wide import all_of, any_of, kept
+from .wide import kept
 
 __all__ = ["AggControl", "ParserAdapter", "HdrClass", "FrameError", "Action", "Disp", "role_layout",
            "OP_ACK", "OP_CNP"]
@@ -257,15 +256,30 @@ class ParserAdapter(wiring.Component):
         return m
 
 
-class _Port:
-    """A registered value presented like a RAM read port's data (for ``_rmw_read``)."""
-
-    def __init__(self, data):
-        self.data = data
-
-
 def _bits(n: int) -> int:
     return max(1, ceil_log2(n))
+
+
+def _feed(m, dst, src, names):
+    """Drive the inputs ``names`` of ``dst`` from the outputs of the same names of ``src``."""
+    m.d.comb += [getattr(dst, n).eq(getattr(src, n)) for n in names]
+
+
+class _Roles:
+    """The flow-role registers of :class:`~.jobstate.JobState` as :class:`~.roles.JobRoles`
+    names them (per-job lists of its output fields)."""
+
+    def __init__(self, st, jobs: int):
+        def pj(port):
+            return [port[j] for j in range(jobs)]
+
+        self.leaf, self.up, self.down = pj(st.leaf), pj(st.up_rank), pj(st.down_rank)
+        self.rack, self.upptr = pj(st.rack), pj(st.upptr)
+        self.npend_up, self.chain_up = pj(st.npend_up), pj(st.chain_up)
+
+    def any_roles(self, j):
+        """Job ``j`` is a leaf or a spine (its data frames go through the stage mark check)."""
+        return self.leaf[j] | self.rack[j].any()
 
 
 class AggControl(wiring.Component):
@@ -385,41 +399,6 @@ class AggControl(wiring.Component):
     # some off to show that the back-to-back tests notice.
     _no_forwarding: frozenset[str] = frozenset()
 
-    # ------------------------------------------------------------------ helpers
-    def _rmw_read(self, m, mem_rd, same, advance, last_wr, name):
-        """Resolve a synchronous RAM read for the decision stage: data of the read issued in the
-        cycle the header entered the stage, forwarded from the write committed in that same
-        cycle (by the decision in front: ``last_wr`` = its registered enable and data; ``same``:
-        registered when the header entered, its address is that decision's), and held while the
-        stage is stalled. The select is three flip-flops: one LUT per data bit."""
-        loaded = Signal(name=f"{name}_loaded")
-        m.d.sync += loaded.eq(advance)
-        wr_en, wr_data = last_wr
-        raw = Mux(wr_en & same, wr_data, mem_rd.data)
-        if name in self._no_forwarding:
-            raw = mem_rd.data
-        hold = Signal.like(mem_rd.data, name=f"{name}_hold")
-        eff = Signal.like(mem_rd.data, name=f"{name}_eff")
-        m.d.comb += eff.eq(Mux(loaded, raw, hold))
-        m.d.sync += hold.eq(eff)
-        return eff
-
-    def _job_checks(self, m, sfx, k, cand, acked, upsel, free, rel, upptr, w):
-        """The job and flow checks (:func:`~.decide.job_flags_layout`, ``supp`` left to the
-        caller) of a frame with index ``k`` (``cand``: its new acked_f if an ACK, ``upsel``: its
-        ACKs are checked against ``upptr``, D17) on the state given."""
-        f = Signal(job_flags_layout(), name=f"jf{sfx}")
-        d_win, rel_d, up_d = (Signal(PSN_BITS, name=f"{n}{sfx}") for n in ("d_win", "rel_d",
-                                                                           "up_d"))
-        adv, lim = Signal(PSN_BITS, name=f"adv{sfx}"), Signal(PSN_BITS, name=f"lim{sfx}")
-        m.d.comb += [d_win.eq(k - free), rel_d.eq(rel - free), up_d.eq(upptr - free),
-                     adv.eq(cand - acked), lim.eq(Mux(upsel, upptr, rel) - acked)]
-        m.d.comb += [f.behind.eq(d_win[PSN_BITS - 1]), f.ahead.eq(d_win >= w),
-                     f.released.eq(d_win < rel_d), f.keq_rel.eq(k == rel),
-                     f.up_lt.eq(d_win < up_d), f.keq_up.eq(k == upptr),
-                     f.ack_nz.eq(adv != 0), f.ack_le.eq(adv <= lim)]
-        return f
-
     # ------------------------------------------------------------------ elaborate
     def elaborate(self, platform):  # noqa: C901 (the pipeline registers and the job state)
         m = Module()
@@ -429,42 +408,21 @@ class AggControl(wiring.Component):
         m.submodules.ft = ft = FlowTable(F, jobs=J, max_world=WD)
 
         # ============================================================ job state (flops)
-        def per_job(width, name, init=0):
-            return Array(Signal(width, name=f"{name}{j}", init=init) for j in range(J))
+        m.submodules.jobs = st = JobState(self)
 
-        enabled = per_job(1, "enabled")
-        error = per_job(8, "error")
-        j_n = per_job(self.n_bits, "n")
-        j_w = per_job(self.w_bits, "w")
-        j_base = per_job(self.slot_bits, "base")
-        j_pmtu = per_job(13, "pmtu")
-        j_op = per_job(2, "op")
-        j_cnp = per_job(32, "cnp_interval")
-        free = per_job(PSN_BITS, "free")
-        rel = per_job(PSN_BITS, "rel")
-        npend = per_job(self.w_bits, "npend")  # COMPLETE slots beyond rel (out of order)
-        busy_slots = per_job(self.w_bits, "slots_busy")
-        chain_busy = per_job(1, "chain_busy")
-        free_busy = per_job(4, "free_busy")  # free_j computations in flight
-        acked = Array(Array(Signal(PSN_BITS, name=f"acked{j}_{r}") for r in range(WD))
-                      for j in range(J))
-        cnp_seen = Array(Signal(WD, name=f"cnp_seen{j}") for j in range(J))
-        rtx_seen = Array(Signal(WD, name=f"rtx_seen{j}") for j in range(J))  # rtx word valid
-        jr = JobRoles(J, self.rank_bits, WD, self.w_bits, PSN_BITS)  # D17: flow roles
-        # the job's world mask and its (contributors, MEMBER ranks, UP) masks: registered copies,
-        # a cycle behind the job's n and roles (loaded by the sequencer long before any frame or
-        # chain of the job uses them)
-        j_full = [Signal(WD, name=f"full{j}") for j in range(J)]
-        j_masks = [(Signal(WD, name=f"cmask{j}"), Signal(WD, name=f"mmask{j}"),
-                    Signal(WD, name=f"upmask{j}")) for j in range(J)]
-        j_wm = [Signal(self.w_bits, name=f"wm{j}") for j in range(J)]  # W - 1, registered
-        for j in range(J):
-            m.d.sync += j_wm[j].eq(j_w[j] - 1)
-            full_j = Cat(*(j_n[j] > i for i in range(WD)))
-            m.d.sync += j_full[j].eq(full_j)
-            m.d.sync += [a.eq(b) for a, b in zip(j_masks[j], jr.masks(full_j, jr.leaf[j],
-                                                                      jr.up[j], jr.down[j]),
-                                                  strict=True)]
+        def per_job(port):
+            return Array(port[j] for j in range(J))
+
+        enabled, j_n, j_w, j_base = (per_job(st.enabled), per_job(st.n), per_job(st.w),
+                                     per_job(st.base))
+        j_op = per_job(st.op)
+        free, rel = per_job(st.free), per_job(st.rel)
+        chain_busy = per_job(st.chain_busy)
+        acked = Array(Array(st.acked[j][r] for r in range(WD)) for j in range(J))
+        rtx_seen = per_job(st.rtx_seen)
+        jr = _Roles(st, J)  # D17: flow roles
+        j_full = [st.full[j] for j in range(J)]
+        j_masks = [(st.cmask[j], st.mmask[j], st.upmask[j]) for j in range(J)]
 
         # ============================================================ memories
         m.submodules.slotmem = slotmem = Memory(shape=self.slot_layout, depth=self.slots,
@@ -493,7 +451,6 @@ class AggControl(wiring.Component):
             else:
                 m.d.comb += b.eq(a)
         wiring.connect(m, wiring.flipped(self.flow_rd), seq.flow_rd)
-        sq = seq.job
         quiesce = seq.quiesce
         m.d.comb += self.busy.eq(seq.busy)
 
@@ -526,72 +483,25 @@ class AggControl(wiring.Component):
             m.d.sync += [hs[i].eq(hs[i - 1]) for i in range(1, S + 2)]
         pipe_empty = ~(Cat(*vs).any() | rx.busy)
 
-        def is_ctrl(h):
-            return (h.opcode == OP_ACK) | (h.opcode == OP_CNP)
-
-        def onehot(r):
-            return (Const(1, WD) << r)[:WD]
-
-        def role_of(r, j):
-            return JobRoles.role(r, Array(jr.leaf)[j], Array(jr.up)[j], Array(jr.down)[j],
-                                 Array(jr.rack)[j])
-
         # the flow table compares the key of the header being accepted (a flip-flop output of the
         # input skid buffer; a header not taken is compared too, and its result ignored)
         m.d.comb += [ft.lk_en.eq(advance), ft.lk_ip.eq(hdr.payload.src_ip),
                      ft.lk_qpn.eq(hdr.payload.dqpn), ft.lk_rev.eq(is_ctrl(hdr.payload))]
 
-        # per-stage registers of the frame: entry, job, rank, index, slot, reverse QPN, start
-        def stage_regs(i):
-            return dict(hit=Signal(name=f"hit{i}"), e=Signal(self.entry_bits, name=f"e{i}"),
-                        j=Signal(self.job_bits, name=f"j{i}"),
-                        r=Signal(self.rank_bits, name=f"r{i}"), k=Signal(PSN_BITS, name=f"k{i}"),
-                        slot=Signal(self.slot_bits, name=f"slot{i}"),
-                        rq=Signal(24, name=f"rq{i}"), st=Signal(PSN_BITS, name=f"st{i}"),
-                        pre=Signal(pre_layout(self), name=f"pre{i}"))
-        p4, p5 = stage_regs(4), stage_regs(5)
-        hit4, e4, j4, r4, k4, slot4 = p4["hit"], p4["e"], p4["j"], p4["r"], p4["k"], p4["slot"]
-        pre4 = p4["pre"]
-        e5, j5, r5, k5, slot5 = p5["e"], p5["j"], p5["r"], p5["k"], p5["slot"]
-        rq5, st5, pre5 = p5["rq"], p5["st"], p5["pre"]
-
-        # ------------------------------------------------------------ stage 3
-        fd = ft.lk_data
-        k3 = Signal(PSN_BITS)
-        slot3 = Signal(self.slot_bits)
-        m.d.comb += [
-            k3.eq(h3.psn - fd.start),
-            slot3.eq(j_base[fd.job] + (k3 & (j_w[fd.job] - 1))),
-            s_rd.en.eq(advance), s_rd.addr.eq(slot3),
-            c_rd.en.eq(advance), c_rd.addr.eq(Cat(fd.rank, fd.job)),
-        ]
-        # the decision's header checks, registered with the frame (off the slot word's path)
-        pre3 = Signal(pre_layout(self))
-        precheck(m, self, pre3, h3, ft.lk_hit, Array(enabled)[fd.job], j_pmtu[fd.job],
-                 Cat(*(jr.any_roles(j) for j in range(J))).bit_select(fd.job, 1),
-                 role_of(fd.rank, fd.job),
-                 Array(j_full[j] & j_masks[j][0] for j in range(J))[fd.job])
-        # the frame's relation to the ones ahead of it: ``sa_*`` to the frame directly ahead (it
-        # will be decided in the cycle this one is checked: the check stage makes both variants),
-        # ``sz_*`` to the one two ahead (its RAM writes are committed in the cycle this one's
-        # reads are issued: forwarded into the check stage)
-        sa_slot, sa_flow, sa_job = Signal(), Signal(), Signal()
-        sz_slot, sz_flow = Signal(), Signal()
-        flow3 = Cat(fd.rank, fd.job)
-        # acked_f, read one stage early (forwarded like a RAM read): the rank selected here, the
-        # job in the check stage (a jobs x max_world select in one stage is too deep)
-        acked_rk = [Signal(PSN_BITS, name=f"acked_rk{j}") for j in range(J)]
-        # the frame's rank one-hot, registered with it (the slot and seen-bit checks AND with it)
-        o4, o5 = Signal(WD, name="onehot4"), Signal(WD, name="onehot5")
-        with m.If(advance):
-            m.d.sync += [hit4.eq(ft.lk_hit), e4.eq(ft.lk_entry), j4.eq(fd.job), r4.eq(fd.rank),
-                         k4.eq(k3), slot4.eq(slot3), p4["rq"].eq(fd.rev_qpn),
-                         p4["st"].eq(fd.start), pre4.eq(pre3),
-                         sa_slot.eq(slot3 == slot4), sa_flow.eq(flow3 == Cat(r4, j4)),
-                         sa_job.eq(fd.job == j4),
-                         sz_slot.eq(slot3 == slot5), sz_flow.eq(flow3 == Cat(r5, j5)),
-                         o4.eq(onehot(fd.rank))]
-            m.d.sync += [acked_rk[j].eq(acked[j][fd.rank]) for j in range(J)]
+        # ------------------------------------------------------------ stage 3: lookup
+        m.submodules.lookup = lk = LookupStage(self, ft.data_layout)
+        m.submodules.check = ck = CheckStage(self)
+        p5 = ck.o
+        e5, j5, r5, k5, slot5, rq5, st5, pre5 = (p5[n] for n in ("e", "j", "r", "k", "slot",
+                                                                 "rq", "st", "pre"))
+        o5 = ck.onehot
+        m.d.comb += [lk.advance.eq(advance), lk.h.eq(h3), lk.hit.eq(ft.lk_hit),
+                     lk.entry.eq(ft.lk_entry), lk.fd.eq(ft.lk_data), lk.slot5.eq(slot5),
+                     lk.r5.eq(r5), lk.j5.eq(j5),
+                     s_rd.en.eq(advance), s_rd.addr.eq(lk.slot_addr),
+                     c_rd.en.eq(advance), c_rd.addr.eq(lk.cnp_addr)]
+        _feed(m, lk, st, ("enabled", "pmtu", "base", "w", "leaf", "up_rank", "down_rank", "rack",
+                          "full", "cmask", "acked"))
 
         # ------------------------------------------------------------ stage 4: check
         # the writes committed by the decision stage in the cycle before (the frame two ahead,
@@ -601,112 +511,24 @@ class AggControl(wiring.Component):
         cw_en, cw_data = Signal(), Signal(TB)
         aw_en, aw_data = Signal(), Signal(PSN_BITS)
         pa_rel, pa_up = Signal(), Signal()  # that decision moved its job's rel_j / upptr
-        slot_w = data.View(self.slot_layout,
-                           self._rmw_read(m, s_rd, sz_slot, advance, (sw_en, sw_data), "slot"))
-        # the slot word's checks are made on each of its three sources (the RAM data, the write
-        # forwarded, the word held) and selected after the compares
-        slot_loaded, slot_hold = Signal(), Signal(self.slot_layout)
-        m.d.sync += [slot_loaded.eq(advance), slot_hold.eq(slot_w)]
-        slot_fwd = sw_en & sz_slot
-        if "slot" in self._no_forwarding:
-            slot_fwd = Const(0)
-        slot_srcs = (data.View(self.slot_layout, s_rd.data), sw_data, slot_hold)
-
-        def on_slot(fn):
-            # (kept nets: the synthesis maps each compare on its own, the select after it)
-            ram_v, sw_v, hold_v = (Signal(name=f"slot_chk_{x}", attrs={"keep": 1})
-                                   for x in ("ram", "fwd", "hold"))
-            m.d.comb += [v.eq(fn(w, x)) for v, w, x in zip((ram_v, sw_v, hold_v), slot_srcs,
-                                                           ("ram", "fwd", "hold"), strict=True)]
-            return Mux(slot_loaded, Mux(slot_fwd, sw_v, ram_v), hold_v)
-        cnp_w = self._rmw_read(m, c_rd, sz_flow, advance, (cw_en, cw_data), "cnp")
-        acked_rd = Signal(PSN_BITS)
-        m.d.comb += acked_rd.eq(Array(acked_rk)[j4])
-        acked_w = self._rmw_read(m, _Port(acked_rd), sz_flow, advance, (aw_en, aw_data), "acked")
-        mask4 = pre4.mask
-        sig4, sig5 = Cat(h4.opcode[:4], h4.plen), Cat(h5.opcode[:4], h5.plen)
-        # slot checks on the word as read (``_b``), and as the decision in front leaves it when it
-        # writes the same slot: its first contribution (``_f``), another contribution (``_c``)
-        sf_b, sf_f, sf_c = (Signal(slot_flags_layout(), name=f"sf{x}4") for x in "bfc")
-        m.d.comb += [
-            # (EMPTY = not valid or another index: the index compare in halves, combined in
-            # the decision stage)
-            sf_b.empty.eq(on_slot(lambda w, x: ~w.valid)),
-            sf_b.idx_lo.eq(on_slot(lambda w, x: w.index[:12] == k4[:12])),
-            sf_b.idx_hi.eq(on_slot(lambda w, x: w.index[12:] == k4[12:])),
-            sf_b.sigmis.eq(on_slot(lambda w, x: Cat(w.opcode, w.plen) != sig4)),
-            sf_b.tot.eq(slot_w.total),
-            # (the bitmap checks as trees of kept 6-input LUTs: see .wide)
-            sf_b.pres.eq(on_slot(lambda w, x: any_of(m, w.bitmap & o4, f"pres_{x}", 3))),
-            sf_b.cc.eq(on_slot(lambda w, x: all_of(m, ~((w.bitmap | o4) ^ mask4), f"cc_{x}",
-                                                   2))),
-            sf_b.cf.eq(all_of(m, ~(o4 ^ mask4), "cf", 3)),
-            sf_f.empty.eq(k5 != k4), sf_f.sigmis.eq(sig5 != sig4), sf_f.pres.eq(r5 == r4),
-            sf_f.cc.eq(all_of(m, ~((o5 | o4) ^ mask4), "ccf", 2)),
-            sf_c.pres.eq(sf_b.pres | (r5 == r4)),
-            sf_c.cc.eq(on_slot(lambda w, x: all_of(m, ~((w.bitmap | o5 | o4) ^ mask4),
-                                                   f"ccc_{x}"))),
-        ]
-        # job and flow checks on the state now (``_b``), and variants for what the decision in
-        # front changes: rel_j / upptr + 1 (same job), acked_f = its cand, a CNP sent (same flow)
-        leaf4 = Array(jr.leaf)[j4]
-        upsel4 = leaf4 & (role_of(r4, j4) == Role.UP)  # D17: a leaf's UP flow is acked for upptr
-        cand4, cand5 = Signal(PSN_BITS), Signal(PSN_BITS)
-        m.d.comb += cand4.eq(k4 + (h4.syndrome[5:7] == 0))
-        rel4, up4 = rel[j4], Array(jr.upptr)[j4]
-        jf_b = self._job_checks(m, "4", k4, cand4, acked_w, upsel4, free[j4], rel4, up4, j_w[j4])
-        rel4p1, up4p1, ptr4 = Signal(PSN_BITS), Signal(PSN_BITS), Signal(PSN_BITS)
-        m.d.comb += [rel4p1.eq(rel4 + 1), up4p1.eq(up4 + 1), ptr4.eq(Mux(upsel4, up4, rel4))]
-        ptr4p1 = Signal(PSN_BITS)
-        m.d.comb += ptr4p1.eq(ptr4 + 1)
-        jv = Signal(data.StructLayout({"released": 1, "keq_rel": 1, "up_lt": 1, "keq_up": 1,
-                                       "nz_a": 1, "le_0p": 1, "le_a0": 1, "le_ap": 1,
-                                       "supp_a": 1}))
-
-        def ack_le(cand, a, p):
-            adv, lim = Signal(PSN_BITS), Signal(PSN_BITS)
-            m.d.comb += [adv.eq(cand - a), lim.eq(p - a)]
-            return adv <= lim
-
-        tdb, tda = Signal(TB), Signal(TB)
-        cnp_iv = j_cnp[j4]
-        m.d.comb += [tdb.eq(h4.time - cnp_w), tda.eq(h4.time - h5.time)]
-        seen4 = (cnp_seen[j4] & o4).any()
-        m.d.comb += [
-            jf_b.supp.eq(seen4 & (tdb[TB - 1] | (tdb < cnp_iv))),
-            jv.released.eq(jf_b.released | jf_b.keq_rel), jv.keq_rel.eq(k4 == rel4p1),
-            jv.up_lt.eq(jf_b.up_lt | jf_b.keq_up), jv.keq_up.eq(k4 == up4p1),
-            jv.nz_a.eq(cand4 != cand5),
-            jv.le_0p.eq(ack_le(cand4, acked_w, ptr4p1)),
-            jv.le_a0.eq(ack_le(cand4, cand5, ptr4)),
-            jv.le_ap.eq(ack_le(cand4, cand5, ptr4p1)),
-            jv.supp_a.eq(tda[TB - 1] | (tda < cnp_iv)),
-        ]
+        m.d.comb += [ck.advance.eq(advance), ck.h4.eq(h4), ck.h5.eq(h5), ck.i.eq(lk.o),
+                     ck.sa_slot.eq(lk.sa_slot), ck.sa_flow.eq(lk.sa_flow),
+                     ck.sa_job.eq(lk.sa_job), ck.sz_slot.eq(lk.sz_slot),
+                     ck.sz_flow.eq(lk.sz_flow), ck.onehot4.eq(lk.onehot),
+                     ck.acked_rk.eq(lk.acked_rk), ck.slot_rd.eq(s_rd.data),
+                     ck.cnp_rd.eq(c_rd.data), ck.sw_en.eq(sw_en), ck.sw_data.eq(sw_data),
+                     ck.cw_en.eq(cw_en), ck.cw_data.eq(cw_data), ck.aw_en.eq(aw_en),
+                     ck.aw_data.eq(aw_data)]
+        _feed(m, ck, st, ("enabled", "w", "cnp", "free", "rel", "upptr", "cnp_seen", "leaf",
+                          "up_rank", "down_rank", "rack"))
 
         # ------------------------------------------------------------ stage 5: decide
-        sf5_b, sf5_f, sf5_c = (Signal(slot_flags_layout(), name=f"sf{x}5") for x in "bfc")
-        jf5, jv5 = Signal(job_flags_layout()), Signal.like(jv, name="jv5")
-        slot5_w = Signal(self.slot_layout)
-        acked5 = Signal(PSN_BITS)
-        sa_slot5, sa_flow5, sa_job5, upsel5 = Signal(), Signal(), Signal(), Signal()
-        rh5 = Signal()  # a ROCE header with a flow hit
-        # the job's enabled bit and roles, and the flow's role, registered with the frame: they
-        # change only while the pipeline is empty (the sequencer's enable and disable wait for
-        # it, taking no header meanwhile)
-        en5, leaf5, roles5, role5 = Signal(), Signal(), Signal(), Signal(2)
-        # a data header whose checks a free_j still in flight can change (see the stall below)
-        fwait5 = Signal()
-        with m.If(advance):
-            m.d.sync += [en5.eq(enabled[j4]), leaf5.eq(leaf4), role5.eq(role_of(r4, j4)),
-                         roles5.eq(Cat(*(jr.any_roles(j) for j in range(J))).bit_select(j4, 1))]
-            m.d.sync += [rh5.eq((h4.cls == HdrClass.ROCE) & hit4),
-                         fwait5.eq(~is_ctrl(h4) & (jf_b.behind | jf_b.ahead | jf_b.released))]
-            m.d.sync += [v.eq(p4[n]) for n, v in p5.items()]
-            m.d.sync += o5.eq(o4)
-            m.d.sync += [sf5_b.eq(sf_b), sf5_f.eq(sf_f), sf5_c.eq(sf_c), jf5.eq(jf_b),
-                         jv5.eq(jv), slot5_w.eq(slot_w), acked5.eq(acked_w), cand5.eq(cand4),
-                         sa_slot5.eq(sa_slot), sa_flow5.eq(sa_flow), sa_job5.eq(sa_job),
-                         upsel5.eq(upsel4)]
+        sf5_b, sf5_f, sf5_c, jf5, jv5 = ck.sf_b, ck.sf_f, ck.sf_c, ck.jf, ck.jv
+        slot5_w, acked5, cand5 = ck.slot_w, ck.acked, ck.cand
+        sa_slot5, sa_flow5, sa_job5, upsel5 = ck.sa_slot5, ck.sa_flow5, ck.sa_job5, ck.upsel
+        rh5 = ck.rh  # a ROCE header with a flow hit
+        en5, leaf5, roles5, role5 = ck.en, ck.leaf5, ck.roles, ck.role
+        fwait5 = ck.fwait
         # corrections for the decision in front (committed in the cycle before, when this
         # frame's checks were made): one LUT level of selects on registers
         slot_a = sa_slot5 & sw_en
@@ -767,7 +589,7 @@ class AggControl(wiring.Component):
             slot_cur.eq(Mux(held5, slot_h, Mux(slot_a, sw_data, slot5_w))),
             acked_cur.eq(Mux(held5, acked_h, Mux(ack_a, aw_data, acked5))),
         ]
-        jf_h = self._job_checks(m, "5", k5, cand5, acked_cur, upsel5, free[j5], rel[j5],
+        jf_h = job_checks(m, "5", k5, cand5, acked_cur, upsel5, free[j5], rel[j5],
                                 Array(jr.upptr)[j5], j_w[j5])
         m.d.comb += jf_h.supp.eq(jf.supp)
         with m.If(~advance):
@@ -789,8 +611,8 @@ class AggControl(wiring.Component):
         scrub_turn = Signal()
         scrub_want = seq.scrub_want
         m.d.sync += scrub_turn.eq(~scrub_turn)
-        ev_all, ev_free = Signal(J), Signal(J)  # job state moved last cycle, not by a decision
-        fb_nz = Signal(J)  # free_busy != 0, as a register
+        # job state moved last cycle, not by a decision; free_busy != 0 (a register)
+        ev_all, ev_free, fb_nz = st.moved, st.moved_free, st.fb_nz
         # ACK/NAK acceptance reads rel_j and acked_f (never free_j): only data waits for free_j
         # (``fwait5``); everything waits for a chained release (it moves rel_j)
         jb_all = Cat(*(chain_busy[j] | jr.chain_up[j] | ev_all[j] for j in range(J)))
@@ -874,8 +696,8 @@ class AggControl(wiring.Component):
                      sch.dec_push.eq(0), s_rd2.addr.eq(sch.rd_addr),
                      s_rd2.en.eq(sch.rd_en), sch.rd_data.eq(s_rd2.data)]
         for j in range(J):
-            m.d.comb += [sch.rel[j].eq(rel[j]), sch.base[j].eq(j_base[j]), sch.wm[j].eq(j_wm[j]),
-                         sch.n[j].eq(j_n[j]), sch.npend[j].eq(npend[j]),
+            m.d.comb += [sch.rel[j].eq(rel[j]), sch.base[j].eq(j_base[j]), sch.wm[j].eq(st.wm[j]),
+                         sch.n[j].eq(j_n[j]), sch.npend[j].eq(st.npend[j]),
                          sch.chain_up[j].eq(jr.chain_up[j]), sch.upptr[j].eq(jr.upptr[j]),
                          sch.npend_up[j].eq(jr.npend_up[j]), sch.leaf[j].eq(jr.leaf[j]),
                          sch.full[j].eq(j_full[j]), sch.cmask[j].eq(j_masks[j][0]),
@@ -903,87 +725,30 @@ class AggControl(wiring.Component):
         m.d.comb += [fmin.i_valid.eq(f_valid), fmin.i_job.eq(f_job), fmin.free.eq(free[f_job]),
                      fmin.n.eq(j_n[f_job])]
         m.d.comb += [fmin.acked[r].eq(acked[f_job][r]) for r in range(WD)]
-        a_free, a_valid, a_job = fmin.o_free, fmin.o_valid, fmin.o_job
-        step = Signal(self.w_bits)  # indices freed by the result being applied
-        m.d.comb += step.eq(a_free - free[a_job])
-        # job state moved by a chain or a free_j result: a frame of the job in the decision stage
-        # waits a cycle for its checks to be made again
-        m.d.sync += [ev_all.eq(sch_rel_job | sch.up_job),
-                     ev_free.eq(Mux(a_valid, 1 << a_job, 0))]
+        m.d.comb += [st.f_valid.eq(fmin.o_valid), st.f_job.eq(fmin.o_job),
+                     st.f_free.eq(fmin.o_free)]
 
         # ============================================================ enable sequencer
         m.d.comb += [seq.job_cfg.eq(self.job_cfg),
                      seq.enabled.eq(Cat(*[enabled[j] for j in range(J)])),
                      seq.pipe_empty.eq(pipe_empty),
-                     seq.job_idle.eq(Cat(*[~chain_busy[j] & ~jr.chain_up[j]
-                                          & (free_busy[j] == 0) for j in range(J)]))]
+                     seq.job_idle.eq(st.idle)]
         m.d.comb += [seq.base[j].eq(j_base[j]) for j in range(J)]
         m.d.comb += [seq.w[j].eq(j_w[j]) for j in range(J)]
-        with m.If(seq.load):
-            # a new attempt: an error of an earlier refused one no longer applies
-            m.d.sync += error[sq].eq(JobError.NONE)
-            m.d.sync += [j_n[sq].eq(seq.cfg_n), j_w[sq].eq(seq.cfg_w),
-                         j_base[sq].eq(seq.cfg_base), j_pmtu[sq].eq(seq.cfg_pmtu),
-                         j_op[sq].eq(seq.cfg_op), j_cnp[sq].eq(seq.cfg_cnp)]
-        seq_enable, seq_disable, seq_reset = seq.enable, seq.disable, seq.reset
-        seq_set_err, seq_err = seq.set_err, seq.err
-
-        # ============================================================ per-job state updates
-        for j in range(J):
-            dj = cj[j]  # the decision stage commits a registered frame of job j
-            with m.If(dj & release_now):
-                m.d.sync += rel[j].eq(rel[j] + 1)
-                with m.If(npend[j] != 0):
-                    m.d.sync += chain_busy[j].eq(1)
-            with m.If(dj & pend_inc):
-                m.d.sync += npend[j].eq(npend[j] + 1)
-            with m.If(sch_rel_job[j]):
-                m.d.sync += [rel[j].eq(rel[j] + 1), npend[j].eq(npend[j] - 1)]
-            with m.If(chain_done & (js == j)):
-                m.d.sync += chain_busy[j].eq(0)
-            with m.If(dj & ack_take):
-                m.d.sync += acked[j][r5].eq(cand5)
-            applying = a_valid & (a_job == j)
-            with m.If(applying):
-                m.d.sync += free[j].eq(a_free)
-            fb_inc = dj & ack_take
-            fb_next = (free_busy[j] + fb_inc - applying)[:4]
-            # (fb_next != 0 without the adder: a result applied implies free_busy >= 1)
-            m.d.sync += [free_busy[j].eq(fb_next),
-                         fb_nz[j].eq(fb_inc | (fb_nz[j] & ~((free_busy[j] == 1) & applying)))]
-            m.d.sync += busy_slots[j].eq(busy_slots[j] + (dj & first)
-                                         - Mux(applying, step, 0))
-            with m.If(dj & cnp_send):
-                m.d.sync += cnp_seen[j].eq(cnp_seen[j] | o5)
-            with m.If(rx.wr_en & (rx.wr_job == j)):
-                m.d.sync += rtx_seen[j].eq(rtx_seen[j] | onehot(rx.wr_rank))
-            with m.If((sq == j) & seq_enable):
-                m.d.sync += [enabled[j].eq(1), error[j].eq(JobError.NONE),
-                             jr.leaf[j].eq(seq.roles_leaf), jr.up[j].eq(seq.roles_up),
-                             jr.down[j].eq(seq.roles_down), jr.rack[j].eq(seq.roles_rack)]
-            # D17: the partial pointer and its chain, like rel / npend / chain_busy
-            with m.If(dj & up_now):
-                m.d.sync += jr.upptr[j].eq(jr.upptr[j] + 1)
-                with m.If(jr.npend_up[j] != 0):
-                    m.d.sync += jr.chain_up[j].eq(1)
-            with m.If(dj & dk.up_pend):
-                m.d.sync += jr.npend_up[j].eq(jr.npend_up[j] + 1)
-            with m.If(sch.up_job[j]):
-                m.d.sync += [jr.upptr[j].eq(jr.upptr[j] + 1),
-                             jr.npend_up[j].eq(jr.npend_up[j] - 1)]
-            with m.If(sch.done_up & (js == j)):
-                m.d.sync += jr.chain_up[j].eq(0)
-            with m.If((sq == j) & seq_disable):
-                m.d.sync += [enabled[j].eq(0), error[j].eq(JobError.NONE)]
-            with m.If((sq == j) & seq_set_err):
-                m.d.sync += error[j].eq(seq_err)
-            with m.If((sq == j) & seq_reset):
-                m.d.sync += [free[j].eq(0), rel[j].eq(0), npend[j].eq(0), busy_slots[j].eq(0),
-                             fb_nz[j].eq(0), chain_busy[j].eq(0), free_busy[j].eq(0),
-                             cnp_seen[j].eq(0),
-                             rtx_seen[j].eq(0), jr.upptr[j].eq(0), jr.npend_up[j].eq(0),
-                             jr.chain_up[j].eq(0)]
-                m.d.sync += [acked[j][r].eq(0) for r in range(WD)]
+        # the job state's updates: the decision stage's commit, the release scheduler, the
+        # fast-retransmit stage's word write, the sequencer
+        m.d.comb += [st.cj.eq(cj), st.release_now.eq(release_now), st.pend_inc.eq(pend_inc),
+                     st.ack_take.eq(ack_take), st.first.eq(first), st.cnp_send.eq(cnp_send),
+                     st.up_now.eq(up_now), st.up_pend.eq(dk.up_pend), st.rank.eq(r5),
+                     st.cand.eq(cand5), st.onehot.eq(o5),
+                     st.sch_rel_job.eq(sch_rel_job), st.sch_up_job.eq(sch.up_job),
+                     st.sch_done.eq(chain_done), st.sch_done_up.eq(sch.done_up),
+                     st.sch_job.eq(js), st.rtx_wr.eq(rx.wr_en), st.rtx_job.eq(rx.wr_job),
+                     st.rtx_rank.eq(rx.wr_rank), st.seq_job.eq(seq.job)]
+        for name in ("load", "enable", "disable", "set_err", "err", "reset", "cfg_n", "cfg_w",
+                     "cfg_base", "cfg_pmtu", "cfg_op", "cfg_cnp", "roles_leaf", "roles_up",
+                     "roles_down", "roles_rack"):
+            m.d.comb += getattr(st, name).eq(getattr(seq, name))
         # ============================================================ status and counters
         m.submodules.counters = cnt = CtlCounters(self)
         m.d.comb += [
@@ -995,14 +760,12 @@ class AggControl(wiring.Component):
             cnt.cj7.eq(rx.cj7), cnt.nak_fire.eq(rx.nak_fire), cnt.solicit.eq(rx.solicit),
             cnt.sch_rel_job.eq(sch_rel_job), cnt.sch_up_job.eq(sch.up_job),
             cnt.bind_en.eq(ft.bind_en), cnt.bind_entry.eq(ft.bind_entry), cnt.live.eq(ft.live),
-            cnt.enabled.eq(Cat(*enabled)), cnt.leaf.eq(Cat(*jr.leaf)),
+            cnt.enabled.eq(st.enabled), cnt.leaf.eq(st.leaf),
             self.job_status.eq(cnt.job_status), self.flow_status.eq(cnt.flow_status),
             self.job_set.eq(cnt.job_set), self.job_cnt_inc.eq(cnt.job_cnt_inc),
             self.cnt_inc.eq(cnt.cnt_inc),
         ]
-        for j in range(J):
-            m.d.comb += [cnt.freed[j].eq(Mux(a_valid & (a_job == j), step, 0)),
-                         cnt.error[j].eq(error[j]), cnt.free[j].eq(free[j]),
-                         cnt.rel[j].eq(rel[j]), cnt.busy[j].eq(busy_slots[j]),
-                         cnt.n[j].eq(j_n[j]), cnt.upptr[j].eq(jr.upptr[j])]
+        m.d.comb += [cnt.freed.eq(st.freed), cnt.error.eq(st.error), cnt.free.eq(st.free),
+                     cnt.rel.eq(st.rel), cnt.busy.eq(st.busy), cnt.n.eq(st.n),
+                     cnt.upptr.eq(st.upptr)]
         return m
