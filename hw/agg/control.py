@@ -146,7 +146,7 @@ disabled while in flight is classified unregistered. Only the consumers' backpre
 
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.hdl import Array, Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -168,11 +168,8 @@ from .counters import CtlCounters
 from .decide import (
     OP_ACK,
     OP_CNP,
-    Decide,
     is_ctrl,
-    job_flags_layout,
     nak_xor,
-    slot_flags_layout,
 )
 from .flowtable import FlowTable
 from .jobstate import JobState
@@ -180,9 +177,8 @@ from .release import FreeMinTree, ReleaseQueue, ReleaseScheduler
 from .retxstage import RetxStages
 from .roles import MARK_PARTIAL
 from .sequencer import EnableSequencer
-from .stages import CheckStage, LookupStage, job_checks
+from .stages import CheckStage, DecideStage, LookupStage
 from .types import PSN_BITS, SEQ_BITS, Action, Disp, FrameError, HdrClass
-from .wide import kept
 
 __all__ = ["AggControl", "ParserAdapter", "HdrClass", "FrameError", "Action", "Disp", "role_layout",
            "OP_ACK", "OP_CNP"]
@@ -439,7 +435,6 @@ class AggControl(wiring.Component):
         wiring.connect(m, relq.o, wiring.flipped(self.rel))
 
         # ============================================================ sub-blocks
-        m.submodules.decide = dk = Decide(self)
         m.submodules.retx = rx = RetxStages(self, forward="rtx" not in self._no_forwarding)
         m.submodules.release = sch = ReleaseScheduler(self)
         m.submodules.freemin = fmin = FreeMinTree(self)
@@ -491,6 +486,7 @@ class AggControl(wiring.Component):
         # ------------------------------------------------------------ stage 3: lookup
         m.submodules.lookup = lk = LookupStage(self, ft.data_layout)
         m.submodules.check = ck = CheckStage(self)
+        m.submodules.decide = dst = DecideStage(self)
         p5 = ck.o
         e5, j5, r5, k5, slot5, rq5, st5, pre5 = (p5[n] for n in ("e", "j", "r", "k", "slot",
                                                                  "rq", "st", "pre"))
@@ -504,163 +500,59 @@ class AggControl(wiring.Component):
                           "full", "cmask", "acked"))
 
         # ------------------------------------------------------------ stage 4: check
-        # the writes committed by the decision stage in the cycle before (the frame two ahead,
-        # when this one's RAM reads were issued), forwarded into the words read
-        sw_en, sw_data = Signal(), Signal(self.slot_layout)
-        sw_first, sw_tot = Signal(), Signal()  # the kind of that slot write
-        cw_en, cw_data = Signal(), Signal(TB)
-        aw_en, aw_data = Signal(), Signal(PSN_BITS)
-        pa_rel, pa_up = Signal(), Signal()  # that decision moved its job's rel_j / upptr
         m.d.comb += [ck.advance.eq(advance), ck.h4.eq(h4), ck.h5.eq(h5), ck.i.eq(lk.o),
                      ck.sa_slot.eq(lk.sa_slot), ck.sa_flow.eq(lk.sa_flow),
                      ck.sa_job.eq(lk.sa_job), ck.sz_slot.eq(lk.sz_slot),
                      ck.sz_flow.eq(lk.sz_flow), ck.onehot4.eq(lk.onehot),
                      ck.acked_rk.eq(lk.acked_rk), ck.slot_rd.eq(s_rd.data),
-                     ck.cnp_rd.eq(c_rd.data), ck.sw_en.eq(sw_en), ck.sw_data.eq(sw_data),
-                     ck.cw_en.eq(cw_en), ck.cw_data.eq(cw_data), ck.aw_en.eq(aw_en),
-                     ck.aw_data.eq(aw_data)]
+                     ck.cnp_rd.eq(c_rd.data)]
+        # the writes committed by the decision stage in the cycle before (the frame two ahead,
+        # when this one's RAM reads were issued), forwarded into the words read
+        _feed(m, ck, dst, ("sw_en", "sw_data", "cw_en", "cw_data", "aw_en", "aw_data"))
         _feed(m, ck, st, ("enabled", "w", "cnp", "free", "rel", "upptr", "cnp_seen", "leaf",
                           "up_rank", "down_rank", "rack"))
 
         # ------------------------------------------------------------ stage 5: decide
-        sf5_b, sf5_f, sf5_c, jf5, jv5 = ck.sf_b, ck.sf_f, ck.sf_c, ck.jf, ck.jv
-        slot5_w, acked5, cand5 = ck.slot_w, ck.acked, ck.cand
-        sa_slot5, sa_flow5, sa_job5, upsel5 = ck.sa_slot5, ck.sa_flow5, ck.sa_job5, ck.upsel
-        rh5 = ck.rh  # a ROCE header with a flow hit
-        en5, leaf5, roles5, role5 = ck.en, ck.leaf5, ck.roles, ck.role
-        fwait5 = ck.fwait
-        # corrections for the decision in front (committed in the cycle before, when this
-        # frame's checks were made): one LUT level of selects on registers
-        slot_a = sa_slot5 & sw_en
-        first_a, tot_a = slot_a & sw_first, slot_a & sw_tot
-        contrib_a = slot_a & ~sw_first & ~sw_tot
-        rel_a, up_a = sa_job5 & pa_rel, sa_job5 & pa_up
-        ack_a, cnp_a = sa_flow5 & aw_en, sa_flow5 & cw_en
-        if "slot" in self._no_forwarding:
-            slot_a = first_a = tot_a = contrib_a = Const(0)
-        if "acked" in self._no_forwarding:
-            ack_a = Const(0)
-        if "cnp" in self._no_forwarding:
-            cnp_a = Const(0)
-        ptr_a = Mux(upsel5, up_a, rel_a)
-        # (kept nets: one LUT each, so that the synthesis does not merge the selects into
-        # LUT + MUXF7/F8/F9 shapes of more levels)
-        slot_a, first_a, tot_a, contrib_a, rel_a, up_a, ack_a, cnp_a, ptr_a = (
-            kept(m, v, f"{n}_a") for v, n in ((slot_a, "slot"), (first_a, "first"),
-                                              (tot_a, "tot"), (contrib_a, "contrib"),
-                                              (rel_a, "rel"), (up_a, "up"), (ack_a, "ack"),
-                                              (cnp_a, "cnp"), (ptr_a, "ptr")))
-        sf_a = Signal(slot_flags_layout(), attrs={"keep": 1})  # as loaded, corrected
-        jf_a = Signal(job_flags_layout(), attrs={"keep": 1})
-        m.d.comb += [
-            sf_a.empty.eq(Mux(first_a, sf5_f.empty,
-                              sf5_b.empty | ~(sf5_b.idx_lo & sf5_b.idx_hi))),
-            sf_a.idx_lo.eq(1), sf_a.idx_hi.eq(1),
-            sf_a.sigmis.eq(Mux(first_a, sf5_f.sigmis, sf5_b.sigmis)),
-            sf_a.tot.eq(Mux(first_a, 0, tot_a | sf5_b.tot)),
-            sf_a.pres.eq(Mux(first_a, sf5_f.pres, Mux(contrib_a, sf5_c.pres, sf5_b.pres))),
-            sf_a.cc.eq(Mux(first_a, sf5_f.cc, Mux(contrib_a, sf5_c.cc, sf5_b.cc))),
-            sf_a.cf.eq(sf5_b.cf),
-            jf_a.behind.eq(jf5.behind), jf_a.ahead.eq(jf5.ahead),
-            jf_a.released.eq(Mux(rel_a, jv5.released, jf5.released)),
-            jf_a.keq_rel.eq(Mux(rel_a, jv5.keq_rel, jf5.keq_rel)),
-            jf_a.up_lt.eq(Mux(up_a, jv5.up_lt, jf5.up_lt)),
-            jf_a.keq_up.eq(Mux(up_a, jv5.keq_up, jf5.keq_up)),
-            jf_a.ack_nz.eq(Mux(ack_a, jv5.nz_a, jf5.ack_nz)),
-            jf_a.ack_le.eq(Mux(ack_a, Mux(ptr_a, jv5.le_ap, jv5.le_a0),
-                               Mux(ptr_a, jv5.le_0p, jf5.ack_le))),
-            jf_a.supp.eq(Mux(cnp_a, jv5.supp_a, jf5.supp)),
-        ]
-        # a frame held in the stage (``held5``: the pipeline did not move in the cycle before)
-        # uses copies made while it waits (registers loaded only then, so that no register's
-        # input depends on ``advance``): its corrected slot checks and words, and its job checks
-        # made again on the state of that cycle (a chain or a free_j result may move it while it
-        # waits: the ``ev_*`` stall keeps it from deciding on checks older than one cycle)
-        held5 = Signal()
-        m.d.sync += held5.eq(~advance)
-        sf_h, jf_hq = Signal(slot_flags_layout()), Signal(job_flags_layout())
-        slot_h, acked_h = Signal(self.slot_layout), Signal(PSN_BITS)
-        sf = Signal(slot_flags_layout(), attrs={"keep": 1})
-        jf = Signal(job_flags_layout(), attrs={"keep": 1})
-        slot_cur = Signal(self.slot_layout)
-        acked_cur = Signal(PSN_BITS)
-        m.d.comb += [
-            sf.eq(Mux(held5, sf_h, sf_a)), jf.eq(Mux(held5, jf_hq, jf_a)),
-            slot_cur.eq(Mux(held5, slot_h, Mux(slot_a, sw_data, slot5_w))),
-            acked_cur.eq(Mux(held5, acked_h, Mux(ack_a, aw_data, acked5))),
-        ]
-        jf_h = job_checks(m, "5", k5, cand5, acked_cur, upsel5, free[j5], rel[j5],
-                                Array(jr.upptr)[j5], j_w[j5])
-        m.d.comb += jf_h.supp.eq(jf.supp)
-        with m.If(~advance):
-            m.d.sync += [sf_h.eq(sf), slot_h.eq(slot_cur), acked_h.eq(acked_cur), jf_hq.eq(jf_h)]
-
-        registered = v5 & rh5 & en5
-        n_cur = j_n[j5]
-        m.d.comb += [dk.roles.eq(roles5), dk.leaf.eq(leaf5), dk.role.eq(role5),
-                     dk.h.eq(h5), dk.k.eq(k5), dk.rank.eq(r5), dk.onehot_r.eq(o5),
-                     dk.cand.eq(cand5), dk.slot.eq(slot_cur), dk.sf.eq(sf), dk.jf.eq(jf),
-                     dk.pre.eq(pre5)]
-        disp, action, rx_data = dk.disp, dk.action, dk.rx_data
-        ack_stale, ack_take = dk.ack_stale, dk.ack_take
-        slot_write, slot_new, first = dk.slot_write, dk.slot_new, dk.first
-        release_now, pend_inc, mismatch = dk.release_now, dk.pend_inc, dk.mismatch
-        cnp_send, cnp_supp = dk.cnp_send, dk.cnp_supp
-
-        # stall conditions of the decision stage (all from registers)
+        _feed(m, dst, ck, DecideStage._CHECKS)
+        _feed(m, dst, st, ("free", "rel", "upptr", "w", "chain_busy", "chain_up", "moved",
+                           "fb_nz", "moved_free"))
+        leaf5, o5, cand5, sa_flow5 = ck.leaf5, ck.onehot, ck.cand, ck.sa_flow5
         scrub_turn = Signal()
         scrub_want = seq.scrub_want
         m.d.sync += scrub_turn.eq(~scrub_turn)
-        # job state moved last cycle, not by a decision; free_busy != 0 (a register)
-        ev_all, ev_free, fb_nz = st.moved, st.moved_free, st.fb_nz
-        # ACK/NAK acceptance reads rel_j and acked_f (never free_j): only data waits for free_j
-        # (``fwait5``); everything waits for a chained release (it moves rel_j)
-        jb_all = Cat(*(chain_busy[j] | jr.chain_up[j] | ev_all[j] for j in range(J)))
-        jb_data = Cat(*(fb_nz[j] | ev_free[j] for j in range(J)))
-        # ... and only data whose checks a newer free_j can change. A free_j in flight comes from
-        # ACKs/NAKs decided before the frame, each taken only up to rel_j (upptr on a leaf's UP
-        # flow, so free_j <= upptr too): it is at most rel_j as the frame's checks read it. A
-        # frame checked neither behind, nor ahead, nor released (free <= rel <= k < free + W)
-        # gets the same behind / ahead / released / up_lt for any such free_j and need not wait
-        # (data right after an ACK burst: the all-reduce's steady state)
-        # the release FIFO takes one more command (with its input register's), from the level
-        # a cycle ago: the level grows by at most one a cycle
         rel_room = relq.room
-        m.d.comb += block5.eq(
-            (registered & (jb_all.bit_select(j5, 1)
-                           | (jb_data.bit_select(j5, 1) & fwait5)))
-            | ~rel_room
-            # the release scheduler may push this cycle: it has the FIFO
-            | sch.checking
-            # D16: the frame directly ahead writes the flow's word (read it after the write)
-            | (rh5 & rx.haz)
-            # (any header, not only one writing a slot: keeps the decision off the stall path)
-            | (scrub_want & scrub_turn))
-        commit = Signal()
-        m.d.comb += commit.eq(v5 & advance)
-        cj = Signal(J)  # commit for job j, registered frame
-        m.d.comb += cj.eq(Mux(commit & registered, 1 << j5, 0))
-        m.d.sync += [aw_en.eq(commit & registered & ack_take), aw_data.eq(cand5),
-                     pa_rel.eq(commit & registered & release_now),
-                     pa_up.eq(commit & registered & dk.up_now),
-                     sw_first.eq(first), sw_tot.eq(dk.tot_done)]
+        m.d.comb += [dst.advance.eq(advance), dst.v.eq(v5), dst.h.eq(h5), dst.i.eq(p5),
+                     block5.eq(dst.block), dst.haz.eq(rx.haz),
+                     # the release FIFO takes one more command (with its input register's),
+                     # from the level a cycle ago: the level grows by at most one a cycle; the
+                     # release scheduler may push this cycle: it has the FIFO; the scrub's turn
+                     # (any header, not only one writing a slot: keeps the decision off the
+                     # stall path)
+                     dst.hold.eq(~rel_room | sch.checking | (scrub_want & scrub_turn))]
+        registered, commit, cj = dst.registered, dst.commit, dst.cj
+        acked_cur = dst.acked_cur
+        n_cur = j_n[j5]
+        disp, action, rx_data = dst.disp, dst.action, dst.rx_data
+        ack_stale, ack_take = dst.ack_stale, dst.ack_take
+        slot_new, first = dst.slot_new, dst.first
+        release_now, pend_inc, mismatch = dst.release_now, dst.pend_inc, dst.mismatch
+        cnp_send, cnp_supp = dst.cnp_send, dst.cnp_supp
 
         # ---- RAM writes of the decision stage (slot memory shared with the scrub)
         scrub_go = Signal()
-        dec_slot_wr = commit & slot_write
+        dec_slot_wr = dst.slot_wr
         # the scrub writes on its turn (the decision stage waits) or while no frame is in the
         # decision stage (from registers: off the decision's paths)
-        m.d.comb += [scrub_go.eq(scrub_want & (scrub_turn | ~v5)), seq.scrub_go.eq(scrub_go)]
+        m.d.comb += [scrub_go.eq(scrub_want & (scrub_turn | ~v5)), seq.scrub_go.eq(scrub_go),
+                     dst.scrub_go.eq(scrub_go)]
         m.d.comb += [
             s_wr.en.eq(dec_slot_wr | scrub_go),
             s_wr.addr.eq(Mux(dec_slot_wr, slot5, seq.scrub_addr)),
             s_wr.data.eq(Mux(dec_slot_wr, slot_new.as_value(), 0)),
-            c_wr.en.eq(commit & cnp_send),
+            c_wr.en.eq(dst.cnp_wr),
             c_wr.addr.eq(Cat(r5, j5)),
             c_wr.data.eq(h5.time),
         ]
-        m.d.sync += [sw_en.eq(s_wr.en & ~seq.scrub_go), sw_data.eq(s_wr.data),
-                     cw_en.eq(c_wr.en), cw_data.eq(c_wr.data)]
 
         # ---- the decision, to the fast-retransmit stages and the output register
         rxi = rx.i
@@ -677,19 +569,19 @@ class AggControl(wiring.Component):
                      d6.rank.eq(r5), d6.entry.eq(e5), d6.slot.eq(slot5), d6.index.eq(k5),
                      d6.overwrite.eq(first), d6.op.eq(j_op[j5]), d6.plen.eq(h5.plen),
                      d6.beats.eq(beats), d6.cnp.eq(cnp_send), d6.rev_qpn.eq(rq5),
-                     d6.port.eq(h5.port), d6.release.eq(release_now | dk.up_now),
-                     d6.remark.eq(dk.remark), d6.mark.eq(dk.mark), d6.total.eq(dk.total),
+                     d6.port.eq(h5.port), d6.release.eq(release_now | dst.up_now),
+                     d6.remark.eq(dst.remark), d6.mark.eq(dst.mark), d6.total.eq(dst.total),
                      d6.nak_x.eq(nak_xor(h5)),
                      # the ACK request's PSN: one acknowledged by f's receiver (a duplicate)
                      d6.sol_psn.eq(st5 + acked_cur - 1),
-                     rxi.reg.eq(registered), rxi.pres.eq(dk.present),
-                     rxi.contrib.eq(action == Action.CONTRIBUTE), rxi.ackc.eq(dk.ack_cur),
+                     rxi.reg.eq(registered), rxi.pres.eq(dst.present),
+                     rxi.contrib.eq(action == Action.CONTRIBUTE), rxi.ackc.eq(dst.ack_cur),
                      rxi.fast.eq(fast_en), rxi.rel.eq(rel[j5]),
                      rxi.seen.eq((rtx_seen[j5] & o5).any()),
-                     rxi.w.eq(registered & (dk.present | dk.ack_cur))]
+                     rxi.w.eq(registered & (dst.present | dst.ack_cur))]
 
         # ============================================================ release scheduler
-        up_now = dk.up_now
+        up_now = dst.up_now
         dec_push = commit & (release_now | up_now)
         m.d.comb += [sch.chain.eq(Cat(*[chain_busy[j] for j in range(J)])),
                      sch.fifo_ready.eq(rel_room),
@@ -739,7 +631,7 @@ class AggControl(wiring.Component):
         # fast-retransmit stage's word write, the sequencer
         m.d.comb += [st.cj.eq(cj), st.release_now.eq(release_now), st.pend_inc.eq(pend_inc),
                      st.ack_take.eq(ack_take), st.first.eq(first), st.cnp_send.eq(cnp_send),
-                     st.up_now.eq(up_now), st.up_pend.eq(dk.up_pend), st.rank.eq(r5),
+                     st.up_now.eq(up_now), st.up_pend.eq(dst.up_pend), st.rank.eq(r5),
                      st.cand.eq(cand5), st.onehot.eq(o5),
                      st.sch_rel_job.eq(sch_rel_job), st.sch_up_job.eq(sch.up_job),
                      st.sch_done.eq(chain_done), st.sch_done_up.eq(sch.done_up),

@@ -1,10 +1,11 @@
-"""The lookup and check stages of the aggregation control path's decision pipeline.
+"""The lookup, check and decide stages of the aggregation control path's decision pipeline.
 
 :class:`LookupStage` (stage 3 of :class:`~.control.AggControl`) turns the flow table's answer into
 the frame's index, slot and RAM read addresses and makes the header checks; :class:`CheckStage`
 (stage 4) makes every check of the slot word and of the job and flow state that the decision
-(stage 5, :class:`~.decide.Decide`) needs, on the words read and in variants for what the
-decision in front of the frame changes. Both register their results with the frame.
+needs, on the words read and in variants for what the decision in front of the frame changes;
+both register their results with the frame. :class:`DecideStage` (stage 5) selects the checks'
+variants, decides (:class:`~.decide.Decide`), stalls and commits.
 """
 
 from __future__ import annotations
@@ -15,14 +16,14 @@ from amaranth.lib.wiring import In, Out
 
 from netreduce.regmap import Role
 
-from .decide import is_ctrl, job_flags_layout, pre_layout, precheck, slot_flags_layout
+from .decide import Decide, is_ctrl, job_flags_layout, pre_layout, precheck, slot_flags_layout
 from .jobstate import job_inputs
 from .roles import JobRoles
 from .types import PSN_BITS, HdrClass
-from .wide import all_of, any_of
+from .wide import all_of, any_of, kept
 
-__all__ = ["LookupStage", "CheckStage", "stage_layout", "variants_layout", "rmw_read",
-           "job_checks"]
+__all__ = ["LookupStage", "CheckStage", "DecideStage", "stage_layout", "variants_layout",
+           "rmw_read", "job_checks"]
 
 
 def stage_layout(ctl) -> data.StructLayout:
@@ -168,6 +169,16 @@ class LookupStage(wiring.Component):
         return m
 
 
+def _check_outputs(ctl) -> dict:
+    """The shapes of :class:`CheckStage`'s outputs."""
+    c = ctl
+    return {"o": stage_layout(c), "onehot": c.max_world, "sf_b": slot_flags_layout(),
+            "sf_f": slot_flags_layout(), "sf_c": slot_flags_layout(), "jf": job_flags_layout(),
+            "jv": variants_layout(), "slot_w": c.slot_layout, "acked": PSN_BITS,
+            "cand": PSN_BITS, "sa_slot5": 1, "sa_flow5": 1, "sa_job5": 1, "upsel": 1, "rh": 1,
+            "en": 1, "leaf5": 1, "roles": 1, "role": 2, "fwait": 1}
+
+
 class CheckStage(wiring.Component):
     """Stage 4 of :class:`~.control.AggControl`: the checks of a frame (``h4``, ``i``: the
     lookup stage's registers) on the slot word, the CNP time and acked_f read for it (``slot_rd``,
@@ -206,13 +217,7 @@ class CheckStage(wiring.Component):
             "aw_en": In(1), "aw_data": In(PSN_BITS),
             **job_inputs(c, ("enabled", "w", "cnp", "free", "rel", "upptr", "cnp_seen", "leaf",
                              "up_rank", "down_rank", "rack")),
-            "o": Out(stage_layout(c)), "onehot": Out(WD),
-            "sf_b": Out(slot_flags_layout()), "sf_f": Out(slot_flags_layout()),
-            "sf_c": Out(slot_flags_layout()), "jf": Out(job_flags_layout()),
-            "jv": Out(variants_layout()), "slot_w": Out(c.slot_layout), "acked": Out(PSN_BITS),
-            "cand": Out(PSN_BITS), "sa_slot5": Out(1), "sa_flow5": Out(1), "sa_job5": Out(1),
-            "upsel": Out(1), "rh": Out(1), "en": Out(1), "leaf5": Out(1), "roles": Out(1),
-            "role": Out(2), "fwait": Out(1),
+            **{n: Out(sh) for n, sh in _check_outputs(c).items()},
         })
 
     def elaborate(self, platform):  # noqa: C901 (the checks of the decision, and variants)
@@ -340,3 +345,180 @@ class CheckStage(wiring.Component):
                      self.en.eq(en5), self.leaf5.eq(leaf5), self.roles.eq(roles5),
                      self.role.eq(role5), self.fwait.eq(fwait5)]
         return m
+
+
+class DecideStage(wiring.Component):
+    """Stage 5 of :class:`~.control.AggControl`: the decision (:class:`~.decide.Decide`) of the
+    frame in the stage (``v``, ``h``, ``i`` and the check stage's registers, connected by name),
+    its stall and its commit.
+
+    The check stage's flags are corrected for the decision directly in front (committed in the
+    cycle before, when this frame's checks were made: ``sa_*`` with the registered ``sw_*`` /
+    ``pa_*`` / ``aw_*`` / ``cw_*`` of that decision), one LUT level of selects on registers. A
+    frame held in the stage (the pipeline did not move in the cycle before) uses copies made
+    while it waits (registers loaded only then, so that no register's input depends on
+    ``advance``): its corrected slot checks and words, and its job checks made again on the
+    state of that cycle (a chain or a free_j result may move it while it waits: the stall keeps
+    it from deciding on checks older than one cycle).
+
+    ``block`` (from registers): the frame must wait: ``hold`` (the caller's reasons: release
+    FIFO room, the scheduler's push, the scrub's turn), D16's ``haz`` (the frame ahead writes
+    the flow's fast-retransmit word), or its job's state is moving (``chain_busy`` /
+    ``chain_up`` / ``moved``: a chain or its last step; ``fb_nz`` / ``moved_free``: a free_j in
+    flight or just applied, only for a data frame whose checks it can change, ``fwait``).
+
+    Outputs with ``advance`` (the caller's pipeline enable: no ``block`` and the stages behind
+    move): ``commit`` (a frame leaves the stage), ``registered`` (it is a ROCE frame of an
+    enabled job with a flow hit), ``cj`` (one-hot job of a committed registered frame), the
+    decision's outputs (``disp``, ``action``, strobes, ``slot_new``...: see
+    :class:`~.decide.Decide`), ``acked_cur`` (acked_f as decided on), ``slot_wr`` (write
+    ``slot_new`` to the frame's slot), ``cnp_wr`` (write the frame's time to its flow's CNP
+    time); registered for the next frame: ``sw_*`` (the slot write, unless the scrub took the
+    port: ``scrub_go``), ``cw_*``, ``aw_*`` (acked_f moved).
+
+    Contract: latency 0 to the decision (combinational from registers), 1 to the forwarded
+    writes; throughput one decision per cycle; backpressure: ``block``, and ``advance`` low
+    holds the frame; errors: none of its own (the decision's dispositions).
+    """
+
+    _CHECKS = ("onehot", "sf_b", "sf_f", "sf_c", "jf", "jv", "slot_w", "acked", "cand",
+               "sa_slot5", "sa_flow5", "sa_job5", "upsel", "rh", "en", "leaf5", "roles", "role",
+               "fwait")
+    _DECIDE = ("disp", "action", "rx_data", "ack_stale", "ack_take", "ack_cur", "present",
+               "slot_write", "slot_new", "first", "release_now", "pend_inc", "mismatch",
+               "cnp_send", "cnp_supp", "up_now", "up_pend", "remark", "mark", "total")
+
+    def __init__(self, ctl):
+        c = self._ctl = ctl
+        J = c.jobs
+        self._fn = Decide(c)
+        checks = {n: In(_check_outputs(c)[n]) for n in self._CHECKS}
+        fn = {n: Out(self._fn.signature.members[n].shape) for n in self._DECIDE}
+        super().__init__({
+            "advance": In(1), "v": In(1), "h": In(c.hdr_pipe_layout), "i": In(stage_layout(c)),
+            **checks,
+            **job_inputs(c, ("free", "rel", "upptr", "w", "chain_busy", "chain_up", "moved",
+                             "fb_nz", "moved_free")),
+            "hold": In(1), "haz": In(1), "scrub_go": In(1),
+            "block": Out(1), "commit": Out(1), "registered": Out(1), "cj": Out(J), **fn,
+            "acked_cur": Out(PSN_BITS), "slot_wr": Out(1), "cnp_wr": Out(1),
+            "sw_en": Out(1), "sw_data": Out(c.slot_layout), "cw_en": Out(1),
+            "cw_data": Out(c.time_bits), "aw_en": Out(1), "aw_data": Out(PSN_BITS),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        c = self._ctl
+        J = c.jobs
+        nofwd = c._no_forwarding
+        m.submodules.fn = dk = self._fn
+        advance, v5, h5, p5 = self.advance, self.v, self.h, self.i
+        k5, j5, r5 = p5.k, p5.j, p5.r
+        sf5_b, sf5_f, sf5_c, jf5, jv5 = self.sf_b, self.sf_f, self.sf_c, self.jf, self.jv
+        upsel5, cand5 = self.upsel, self.cand
+        # the decision in front's writes, registered (forwarded into this and the check stage)
+        sw_en, sw_data, sw_first, sw_tot = Signal(), Signal(c.slot_layout), Signal(), Signal()
+        aw_en, aw_data = Signal(), Signal(PSN_BITS)
+        pa_rel, pa_up = Signal(), Signal()  # that decision moved its job's rel_j / upptr
+        # corrections for the decision in front: one LUT level of selects on registers
+        slot_a = self.sa_slot5 & sw_en
+        first_a, tot_a = slot_a & sw_first, slot_a & sw_tot
+        contrib_a = slot_a & ~sw_first & ~sw_tot
+        rel_a, up_a = self.sa_job5 & pa_rel, self.sa_job5 & pa_up
+        ack_a, cnp_a = self.sa_flow5 & aw_en, self.sa_flow5 & self.cw_en
+        if "slot" in nofwd:
+            slot_a = first_a = tot_a = contrib_a = Const(0)
+        if "acked" in nofwd:
+            ack_a = Const(0)
+        if "cnp" in nofwd:
+            cnp_a = Const(0)
+        ptr_a = Mux(upsel5, up_a, rel_a)
+        # (kept nets: one LUT each, so that the synthesis does not merge the selects into
+        # LUT + MUXF7/F8/F9 shapes of more levels)
+        slot_a, first_a, tot_a, contrib_a, rel_a, up_a, ack_a, cnp_a, ptr_a = (
+            kept(m, v, f"{n}_a") for v, n in ((slot_a, "slot"), (first_a, "first"),
+                                              (tot_a, "tot"), (contrib_a, "contrib"),
+                                              (rel_a, "rel"), (up_a, "up"), (ack_a, "ack"),
+                                              (cnp_a, "cnp"), (ptr_a, "ptr")))
+        sf_a = Signal(slot_flags_layout(), attrs={"keep": 1})  # as loaded, corrected
+        jf_a = Signal(job_flags_layout(), attrs={"keep": 1})
+        m.d.comb += [
+            sf_a.empty.eq(Mux(first_a, sf5_f.empty,
+                              sf5_b.empty | ~(sf5_b.idx_lo & sf5_b.idx_hi))),
+            sf_a.idx_lo.eq(1), sf_a.idx_hi.eq(1),
+            sf_a.sigmis.eq(Mux(first_a, sf5_f.sigmis, sf5_b.sigmis)),
+            sf_a.tot.eq(Mux(first_a, 0, tot_a | sf5_b.tot)),
+            sf_a.pres.eq(Mux(first_a, sf5_f.pres, Mux(contrib_a, sf5_c.pres, sf5_b.pres))),
+            sf_a.cc.eq(Mux(first_a, sf5_f.cc, Mux(contrib_a, sf5_c.cc, sf5_b.cc))),
+            sf_a.cf.eq(sf5_b.cf),
+            jf_a.behind.eq(jf5.behind), jf_a.ahead.eq(jf5.ahead),
+            jf_a.released.eq(Mux(rel_a, jv5.released, jf5.released)),
+            jf_a.keq_rel.eq(Mux(rel_a, jv5.keq_rel, jf5.keq_rel)),
+            jf_a.up_lt.eq(Mux(up_a, jv5.up_lt, jf5.up_lt)),
+            jf_a.keq_up.eq(Mux(up_a, jv5.keq_up, jf5.keq_up)),
+            jf_a.ack_nz.eq(Mux(ack_a, jv5.nz_a, jf5.ack_nz)),
+            jf_a.ack_le.eq(Mux(ack_a, Mux(ptr_a, jv5.le_ap, jv5.le_a0),
+                               Mux(ptr_a, jv5.le_0p, jf5.ack_le))),
+            jf_a.supp.eq(Mux(cnp_a, jv5.supp_a, jf5.supp)),
+        ]
+        # a frame held in the stage: the copies made while it waits
+        held5 = Signal()
+        m.d.sync += held5.eq(~advance)
+        sf_h, jf_hq = Signal(slot_flags_layout()), Signal(job_flags_layout())
+        slot_h, acked_h = Signal(c.slot_layout), Signal(PSN_BITS)
+        sf = Signal(slot_flags_layout(), attrs={"keep": 1})
+        jf = Signal(job_flags_layout(), attrs={"keep": 1})
+        slot_cur = Signal(c.slot_layout)
+        acked_cur = self.acked_cur
+        m.d.comb += [
+            sf.eq(Mux(held5, sf_h, sf_a)), jf.eq(Mux(held5, jf_hq, jf_a)),
+            slot_cur.eq(Mux(held5, slot_h, Mux(slot_a, sw_data, self.slot_w))),
+            acked_cur.eq(Mux(held5, acked_h, Mux(ack_a, aw_data, self.acked))),
+        ]
+        jf_h = job_checks(m, "5", k5, cand5, acked_cur, upsel5, _per_job(self.free, J)[j5],
+                          _per_job(self.rel, J)[j5], _per_job(self.upptr, J)[j5],
+                          _per_job(self.w, J)[j5])
+        m.d.comb += jf_h.supp.eq(jf.supp)
+        with m.If(~advance):
+            m.d.sync += [sf_h.eq(sf), slot_h.eq(slot_cur), acked_h.eq(acked_cur), jf_hq.eq(jf_h)]
+
+        registered = self.registered
+        m.d.comb += registered.eq(v5 & self.rh & self.en)
+        m.d.comb += [dk.roles.eq(self.roles), dk.leaf.eq(self.leaf5), dk.role.eq(self.role),
+                     dk.h.eq(h5), dk.k.eq(k5), dk.rank.eq(r5), dk.onehot_r.eq(self.onehot),
+                     dk.cand.eq(cand5), dk.slot.eq(slot_cur), dk.sf.eq(sf), dk.jf.eq(jf),
+                     dk.pre.eq(p5.pre)]
+        m.d.comb += [getattr(self, n).eq(getattr(dk, n)) for n in self._DECIDE]
+
+        # the stall (all from registers). ACK/NAK acceptance reads rel_j and acked_f (never
+        # free_j): only data waits for free_j (``fwait``); everything waits for a chained
+        # release (it moves rel_j)
+        jb_all = Cat(*(self.chain_busy[j] | self.chain_up[j] | self.moved[j] for j in range(J)))
+        jb_data = Cat(*(self.fb_nz[j] | self.moved_free[j] for j in range(J)))
+        # ... and only data whose checks a newer free_j can change. A free_j in flight comes from
+        # ACKs/NAKs decided before the frame, each taken only up to rel_j (upptr on a leaf's UP
+        # flow, so free_j <= upptr too): it is at most rel_j as the frame's checks read it. A
+        # frame checked neither behind, nor ahead, nor released (free <= rel <= k < free + W)
+        # gets the same behind / ahead / released / up_lt for any such free_j and need not wait
+        # (data right after an ACK burst: the all-reduce's steady state)
+        m.d.comb += self.block.eq(
+            (registered & (jb_all.bit_select(j5, 1)
+                           | (jb_data.bit_select(j5, 1) & self.fwait)))
+            | self.hold
+            # D16: the frame directly ahead writes the flow's word (read it after the write)
+            | (self.rh & self.haz))
+        commit = self.commit
+        m.d.comb += commit.eq(v5 & advance)
+        m.d.comb += self.cj.eq(Mux(commit & registered, 1 << j5, 0))
+        m.d.comb += [self.slot_wr.eq(commit & dk.slot_write), self.cnp_wr.eq(commit & dk.cnp_send)]
+        m.d.sync += [aw_en.eq(commit & registered & dk.ack_take), aw_data.eq(cand5),
+                     pa_rel.eq(commit & registered & dk.release_now),
+                     pa_up.eq(commit & registered & dk.up_now),
+                     sw_first.eq(dk.first), sw_tot.eq(dk.tot_done),
+                     sw_en.eq(self.slot_wr & ~self.scrub_go),
+                     sw_data.eq(Mux(self.slot_wr, dk.slot_new.as_value(), 0)),
+                     self.cw_en.eq(self.cnp_wr), self.cw_data.eq(h5.time)]
+        m.d.comb += [self.sw_en.eq(sw_en), self.sw_data.eq(sw_data), self.aw_en.eq(aw_en),
+                     self.aw_data.eq(aw_data)]
+        return m
+
