@@ -500,10 +500,12 @@ class AggControl(wiring.Component):
                           "full", "cmask", "acked"))
 
         # ------------------------------------------------------------ stage 4: check
-        m.d.comb += [ck.advance.eq(advance), ck.h4.eq(h4), ck.h5.eq(h5), ck.i.eq(lk.o),
+        m.d.comb += [ck.advance.eq(advance), ck.v4.eq(vs[S]), ck.h4.eq(h4), ck.h5.eq(h5),
+                     ck.i.eq(lk.o),
                      ck.sa_slot.eq(lk.sa_slot), ck.sa_flow.eq(lk.sa_flow),
                      ck.sa_job.eq(lk.sa_job), ck.sz_slot.eq(lk.sz_slot),
                      ck.sz_flow.eq(lk.sz_flow), ck.onehot4.eq(lk.onehot),
+                     ck.onehot45.eq(lk.onehot45),
                      ck.acked_rk.eq(lk.acked_rk), ck.slot_rd.eq(s_rd.data),
                      ck.cnp_rd.eq(c_rd.data)]
         # the writes committed by the decision stage in the cycle before (the frame two ahead,
@@ -613,7 +615,7 @@ class AggControl(wiring.Component):
         # ============================================================ free_j (min tree)
         f_valid = Signal()
         f_job = Signal(self.job_bits)
-        m.d.sync += [f_valid.eq(commit & registered & ack_take), f_job.eq(j5)]
+        m.d.sync += [f_valid.eq(advance & registered & ack_take), f_job.eq(j5)]
         m.d.comb += [fmin.i_valid.eq(f_valid), fmin.i_job.eq(f_job), fmin.free.eq(free[f_job]),
                      fmin.n.eq(j_n[f_job])]
         m.d.comb += [fmin.acked[r].eq(acked[f_job][r]) for r in range(WD)]
@@ -648,7 +650,7 @@ class AggControl(wiring.Component):
             cnt.rx_data.eq(rx_data), cnt.ack_stale.eq(ack_stale), cnt.cnp_send.eq(cnp_send),
             cnt.cnp_supp.eq(cnp_supp), cnt.release_now.eq(release_now), cnt.up_now.eq(up_now),
             cnt.n_cur.eq(n_cur), cnt.leaf_cur.eq(leaf5),
-            cnt.ack_e.eq(commit & registered & ack_take), cnt.entry.eq(e5), cnt.cand.eq(cand5),
+            cnt.ack_e.eq(advance & registered & ack_take), cnt.entry.eq(e5), cnt.cand.eq(cand5),
             cnt.cj7.eq(rx.cj7), cnt.nak_fire.eq(rx.nak_fire), cnt.solicit.eq(rx.solicit),
             cnt.sch_rel_job.eq(sch_rel_job), cnt.sch_up_job.eq(sch.up_job),
             cnt.bind_en.eq(ft.bind_en), cnt.bind_entry.eq(ft.bind_entry), cnt.live.eq(ft.live),

@@ -8,7 +8,7 @@ the job; on 1 -> 0 it waits for the job's work in flight and discards it.
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -99,7 +99,7 @@ class EnableSequencer(wiring.Component):
         # the job's registers, registered (a jobs:1 mux off the checks' paths); the checks'
         # verdict is registered too: CHECK acts in its third cycle
         qcfg = Signal(c.job_cfg_layout)
-        m.d.sync += qcfg.eq(cfg[sq])
+        m.d.sync += qcfg.eq(Array(cfg[j] for j in range(J))[sq])
         enabled = self.enabled
         # job-level checks, in the model's order
         c_n, c_w, c_base = qcfg.world.n, qcfg.window.w, qcfg.slot_base.base

@@ -102,7 +102,9 @@ class LookupStage(wiring.Component):
     decided in the cycle this one is checked), ``sz_*`` to the one two ahead (``slot5`` /
     ``r5`` / ``j5``: its RAM writes are committed in the cycle this one's reads are issued);
     ``acked_rk``: acked_f of the frame's rank in every job (the job is selected by the check
-    stage: a jobs x max_world select in one stage is too deep); ``onehot``: the rank one-hot.
+    stage: a jobs x max_world select in one stage is too deep); ``onehot``: the rank one-hot,
+    ``onehot45``: OR the one-hot of the frame directly ahead (the check stage's bitmap checks for
+    the case where that frame contributes to the same slot).
 
     Inputs from the job state (:class:`~.jobstate.JobState`): ``enabled``, ``pmtu``, ``base``,
     ``w``, the roles, ``full`` / ``cmask``, ``acked``.
@@ -124,7 +126,7 @@ class LookupStage(wiring.Component):
             "slot_addr": Out(c.slot_bits), "cnp_addr": Out(c.rank_bits + c.job_bits),
             "o": Out(stage_layout(c)), "sa_slot": Out(1), "sa_flow": Out(1), "sa_job": Out(1),
             "sz_slot": Out(1), "sz_flow": Out(1), "onehot": Out(c.max_world),
-            "acked_rk": Out(data.ArrayLayout(PSN_BITS, c.jobs)),
+            "onehot45": Out(c.max_world), "acked_rk": Out(data.ArrayLayout(PSN_BITS, c.jobs)),
         })
 
     def elaborate(self, platform):
@@ -151,6 +153,8 @@ class LookupStage(wiring.Component):
         flow3 = Cat(fd.rank, fd.job)
         acked_rk = [Signal(PSN_BITS, name=f"acked_rk{j}") for j in range(J)]
         o4 = Signal(WD, name="onehot4")
+        o45 = Signal(WD, name="onehot45")
+        o3 = (Const(1, WD) << fd.rank)[:WD]
         with m.If(advance):
             m.d.sync += [p4["hit"].eq(self.hit), p4["e"].eq(self.entry), p4["j"].eq(fd.job),
                          p4["r"].eq(fd.rank), p4["k"].eq(k3), p4["slot"].eq(slot3),
@@ -159,12 +163,13 @@ class LookupStage(wiring.Component):
                          sa_flow.eq(flow3 == Cat(p4["r"], p4["j"])), sa_job.eq(fd.job == p4["j"]),
                          sz_slot.eq(slot3 == self.slot5),
                          sz_flow.eq(flow3 == Cat(self.r5, self.j5)),
-                         o4.eq((Const(1, WD) << fd.rank)[:WD])]
+                         o4.eq(o3), o45.eq(o3 | o4)]
             m.d.sync += [acked_rk[j].eq(Array(self.acked[j][r] for r in range(WD))[fd.rank])
                          for j in range(J)]
         m.d.comb += [self.o[n].eq(v) for n, v in p4.items()]
         m.d.comb += [self.sa_slot.eq(sa_slot), self.sa_flow.eq(sa_flow), self.sa_job.eq(sa_job),
-                     self.sz_slot.eq(sz_slot), self.sz_flow.eq(sz_flow), self.onehot.eq(o4)]
+                     self.sz_slot.eq(sz_slot), self.sz_flow.eq(sz_flow), self.onehot.eq(o4),
+                     self.onehot45.eq(o45)]
         m.d.comb += [self.acked_rk[j].eq(acked_rk[j]) for j in range(J)]
         return m
 
@@ -176,7 +181,8 @@ def _check_outputs(ctl) -> dict:
             "sf_f": slot_flags_layout(), "sf_c": slot_flags_layout(), "jf": job_flags_layout(),
             "jv": variants_layout(), "slot_w": c.slot_layout, "acked": PSN_BITS,
             "cand": PSN_BITS, "sa_slot5": 1, "sa_flow5": 1, "sa_job5": 1, "upsel": 1, "rh": 1,
-            "en": 1, "leaf5": 1, "roles": 1, "role": 2, "fwait": 1}
+            "en": 1, "leaf5": 1, "roles": 1, "role": 2, "fwait": 1, "reg": 1, "reg_oh": c.jobs,
+            "reg_ohd": c.jobs}
 
 
 class CheckStage(wiring.Component):
@@ -208,9 +214,10 @@ class CheckStage(wiring.Component):
         c = self._ctl = ctl
         J, WD, TB = c.jobs, c.max_world, c.time_bits
         super().__init__({
-            "advance": In(1), "h4": In(c.hdr_pipe_layout), "h5": In(c.hdr_pipe_layout),
+            "advance": In(1), "v4": In(1), "h4": In(c.hdr_pipe_layout),
+            "h5": In(c.hdr_pipe_layout),
             "i": In(stage_layout(c)), "sa_slot": In(1), "sa_flow": In(1), "sa_job": In(1),
-            "sz_slot": In(1), "sz_flow": In(1), "onehot4": In(WD),
+            "sz_slot": In(1), "sz_flow": In(1), "onehot4": In(WD), "onehot45": In(WD),
             "acked_rk": In(data.ArrayLayout(PSN_BITS, J)),
             "slot_rd": In(c.slot_layout), "cnp_rd": In(TB),
             "sw_en": In(1), "sw_data": In(c.slot_layout), "cw_en": In(1), "cw_data": In(TB),
@@ -277,10 +284,11 @@ class CheckStage(wiring.Component):
                                                    2))),
             sf_b.cf.eq(all_of(m, ~(o4 ^ mask4), "cf", 3)),
             sf_f.empty.eq(k5 != k4), sf_f.sigmis.eq(sig5 != sig4), sf_f.pres.eq(r5 == r4),
-            sf_f.cc.eq(all_of(m, ~((o5 | o4) ^ mask4), "ccf", 2)),
+            # (``onehot45`` = o5 | o4, registered by the lookup stage: one input less per bit)
+            sf_f.cc.eq(all_of(m, ~(self.onehot45 ^ mask4), "ccf", 3)),
             sf_c.pres.eq(sf_b.pres | (r5 == r4)),
-            sf_c.cc.eq(on_slot(lambda w, x: all_of(m, ~((w.bitmap | o5 | o4) ^ mask4),
-                                                   f"ccc_{x}"))),
+            sf_c.cc.eq(on_slot(lambda w, x: all_of(m, ~((w.bitmap | self.onehot45) ^ mask4),
+                                                   f"ccc_{x}", 2))),
         ]
         # job and flow checks on the state now (``_b``), and variants for what the decision in
         # front changes: rel_j / upptr + 1 (same job), acked_f = its cand, a CNP sent (same flow)
@@ -325,11 +333,20 @@ class CheckStage(wiring.Component):
         sa_slot5, sa_flow5, sa_job5, upsel5 = Signal(), Signal(), Signal(), Signal()
         rh5, fwait5 = Signal(), Signal()
         en5, leaf5, roles5, role5 = Signal(), Signal(), Signal(), Signal(2)
+        # the frame is registered (valid, ROCE, flow hit, job enabled), as a register and as a
+        # one-hot of its job (alone, and with ``fwait``): the decision stage's stall and commit
+        # take no decoder or job select
+        reg5, reg_oh5, reg_ohd5 = Signal(), Signal(J), Signal(J)
+        en4 = _per_job(self.enabled, J)[j4]
+        rh4 = (h4.cls == HdrClass.ROCE) & p4.hit
+        reg4 = self.v4 & rh4 & en4
+        fwait4 = ~is_ctrl(h4) & (jf_b.behind | jf_b.ahead | jf_b.released)
         with m.If(advance):
-            m.d.sync += [en5.eq(_per_job(self.enabled, J)[j4]), leaf5.eq(leaf4), role5.eq(role4),
+            m.d.sync += [en5.eq(en4), leaf5.eq(leaf4), role5.eq(role4),
                          roles5.eq(_any_roles(self, J).bit_select(j4, 1))]
-            m.d.sync += [rh5.eq((h4.cls == HdrClass.ROCE) & p4.hit),
-                         fwait5.eq(~is_ctrl(h4) & (jf_b.behind | jf_b.ahead | jf_b.released))]
+            m.d.sync += [rh5.eq(rh4), fwait5.eq(fwait4), reg5.eq(reg4),
+                         reg_oh5.eq(Cat(*(reg4 & (j4 == j) for j in range(J)))),
+                         reg_ohd5.eq(Cat(*(reg4 & fwait4 & (j4 == j) for j in range(J))))]
             m.d.sync += [v.eq(p4[n]) for n, v in p5.items()]
             m.d.sync += o5.eq(o4)
             m.d.sync += [sf5_b.eq(sf_b), sf5_f.eq(sf_f), sf5_c.eq(sf_c), jf5.eq(jf_b),
@@ -343,7 +360,8 @@ class CheckStage(wiring.Component):
                      self.sa_slot5.eq(sa_slot5), self.sa_flow5.eq(sa_flow5),
                      self.sa_job5.eq(sa_job5), self.upsel.eq(upsel5), self.rh.eq(rh5),
                      self.en.eq(en5), self.leaf5.eq(leaf5), self.roles.eq(roles5),
-                     self.role.eq(role5), self.fwait.eq(fwait5)]
+                     self.role.eq(role5), self.fwait.eq(fwait5), self.reg.eq(reg5),
+                     self.reg_oh.eq(reg_oh5), self.reg_ohd.eq(reg_ohd5)]
         return m
 
 
@@ -383,7 +401,7 @@ class DecideStage(wiring.Component):
 
     _CHECKS = ("onehot", "sf_b", "sf_f", "sf_c", "jf", "jv", "slot_w", "acked", "cand",
                "sa_slot5", "sa_flow5", "sa_job5", "upsel", "rh", "en", "leaf5", "roles", "role",
-               "fwait")
+               "fwait", "reg", "reg_oh", "reg_ohd")
     _DECIDE = ("disp", "action", "rx_data", "ack_stale", "ack_take", "ack_cur", "present",
                "slot_write", "slot_new", "first", "release_now", "pend_inc", "mismatch",
                "cnp_send", "cnp_supp", "up_now", "up_pend", "remark", "mark", "total")
@@ -483,7 +501,7 @@ class DecideStage(wiring.Component):
             m.d.sync += [sf_h.eq(sf), slot_h.eq(slot_cur), acked_h.eq(acked_cur), jf_hq.eq(jf_h)]
 
         registered = self.registered
-        m.d.comb += registered.eq(v5 & self.rh & self.en)
+        m.d.comb += registered.eq(self.reg)  # = v & rh & en, a register
         m.d.comb += [dk.roles.eq(self.roles), dk.leaf.eq(self.leaf5), dk.role.eq(self.role),
                      dk.h.eq(h5), dk.k.eq(k5), dk.rank.eq(r5), dk.onehot_r.eq(self.onehot),
                      dk.cand.eq(cand5), dk.slot.eq(slot_cur), dk.sf.eq(sf), dk.jf.eq(jf),
@@ -495,6 +513,7 @@ class DecideStage(wiring.Component):
         # release (it moves rel_j)
         jb_all = Cat(*(self.chain_busy[j] | self.chain_up[j] | self.moved[j] for j in range(J)))
         jb_data = Cat(*(self.fb_nz[j] | self.moved_free[j] for j in range(J)))
+        # (a registered frame's job as a one-hot register: an AND-OR, no job select)
         # ... and only data whose checks a newer free_j can change. A free_j in flight comes from
         # ACKs/NAKs decided before the frame, each taken only up to rel_j (upptr on a leaf's UP
         # flow, so free_j <= upptr too): it is at most rel_j as the frame's checks read it. A
@@ -502,18 +521,18 @@ class DecideStage(wiring.Component):
         # gets the same behind / ahead / released / up_lt for any such free_j and need not wait
         # (data right after an ACK burst: the all-reduce's steady state)
         m.d.comb += self.block.eq(
-            (registered & (jb_all.bit_select(j5, 1)
-                           | (jb_data.bit_select(j5, 1) & self.fwait)))
+            (self.reg_oh & jb_all).any() | (self.reg_ohd & jb_data).any()
             | self.hold
             # D16: the frame directly ahead writes the flow's word (read it after the write)
             | (self.rh & self.haz))
         commit = self.commit
         m.d.comb += commit.eq(v5 & advance)
-        m.d.comb += self.cj.eq(Mux(commit & registered, 1 << j5, 0))
+        # (= commit & registered: one-hot)
+        m.d.comb += self.cj.eq(Mux(advance, self.reg_oh, 0))
         m.d.comb += [self.slot_wr.eq(commit & dk.slot_write), self.cnp_wr.eq(commit & dk.cnp_send)]
-        m.d.sync += [aw_en.eq(commit & registered & dk.ack_take), aw_data.eq(cand5),
-                     pa_rel.eq(commit & registered & dk.release_now),
-                     pa_up.eq(commit & registered & dk.up_now),
+        m.d.sync += [aw_en.eq(advance & registered & dk.ack_take), aw_data.eq(cand5),
+                     pa_rel.eq(advance & registered & dk.release_now),
+                     pa_up.eq(advance & registered & dk.up_now),
                      sw_first.eq(dk.first), sw_tot.eq(dk.tot_done),
                      sw_en.eq(self.slot_wr & ~self.scrub_go),
                      sw_data.eq(Mux(self.slot_wr, dk.slot_new.as_value(), 0)),
