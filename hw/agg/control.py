@@ -406,20 +406,6 @@ class AggControl(wiring.Component):
         # ============================================================ job state (flops)
         m.submodules.jobs = st = JobState(self)
 
-        def per_job(port):
-            return Array(port[j] for j in range(J))
-
-        enabled, j_n, j_w, j_base = (per_job(st.enabled), per_job(st.n), per_job(st.w),
-                                     per_job(st.base))
-        j_op = per_job(st.op)
-        free, rel = per_job(st.free), per_job(st.rel)
-        chain_busy = per_job(st.chain_busy)
-        acked = Array(Array(st.acked[j][r] for r in range(WD)) for j in range(J))
-        rtx_seen = per_job(st.rtx_seen)
-        jr = _Roles(st, J)  # D17: flow roles
-        j_full = [st.full[j] for j in range(J)]
-        j_masks = [(st.cmask[j], st.mmask[j], st.upmask[j]) for j in range(J)]
-
         # ============================================================ memories
         m.submodules.slotmem = slotmem = Memory(shape=self.slot_layout, depth=self.slots,
                                                 init=[])
@@ -490,7 +476,6 @@ class AggControl(wiring.Component):
         p5 = ck.o
         e5, j5, r5, k5, slot5, rq5, st5, pre5 = (p5[n] for n in ("e", "j", "r", "k", "slot",
                                                                  "rq", "st", "pre"))
-        o5 = ck.onehot
         m.d.comb += [lk.advance.eq(advance), lk.h.eq(h3), lk.hit.eq(ft.lk_hit),
                      lk.entry.eq(ft.lk_entry), lk.fd.eq(ft.lk_data), lk.slot5.eq(slot5),
                      lk.r5.eq(r5), lk.j5.eq(j5),
@@ -518,7 +503,6 @@ class AggControl(wiring.Component):
         _feed(m, dst, ck, DecideStage._CHECKS)
         _feed(m, dst, st, ("free", "rel", "upptr", "w", "chain_busy", "chain_up", "moved",
                            "fb_nz", "moved_free"))
-        leaf5, o5, cand5, sa_flow5 = ck.leaf5, ck.onehot, ck.cand, ck.sa_flow5
         scrub_turn = Signal()
         scrub_want = seq.scrub_want
         m.d.sync += scrub_turn.eq(~scrub_turn)
@@ -531,14 +515,6 @@ class AggControl(wiring.Component):
                      # (any header, not only one writing a slot: keeps the decision off the
                      # stall path)
                      dst.hold.eq(~rel_room | sch.checking | (scrub_want & scrub_turn))]
-        registered, commit, cj = dst.registered, dst.commit, dst.cj
-        acked_cur = dst.acked_cur
-        n_cur = j_n[j5]
-        disp, action, rx_data = dst.disp, dst.action, dst.rx_data
-        ack_stale, ack_take = dst.ack_stale, dst.ack_take
-        slot_new, first = dst.slot_new, dst.first
-        release_now, pend_inc, mismatch = dst.release_now, dst.pend_inc, dst.mismatch
-        cnp_send, cnp_supp = dst.cnp_send, dst.cnp_supp
 
         # ---- RAM writes of the decision stage (slot memory shared with the scrub)
         scrub_go = Signal()
@@ -550,13 +526,111 @@ class AggControl(wiring.Component):
         m.d.comb += [
             s_wr.en.eq(dec_slot_wr | scrub_go),
             s_wr.addr.eq(Mux(dec_slot_wr, slot5, seq.scrub_addr)),
-            s_wr.data.eq(Mux(dec_slot_wr, slot_new.as_value(), 0)),
+            s_wr.data.eq(Mux(dec_slot_wr, dst.slot_new.as_value(), 0)),
             c_wr.en.eq(dst.cnp_wr),
             c_wr.addr.eq(Cat(r5, j5)),
             c_wr.data.eq(h5.time),
         ]
 
-        # ---- the decision, to the fast-retransmit stages and the output register
+        self._to_retx(m, st, dst, ck, rx, h5, v5)
+        self._release(m, st, sch, relq, dst, ck, s_rd2, h5)
+        self._free_tree(m, st, fmin, dst, j5)
+        # ============================================================ enable sequencer
+        m.d.comb += [seq.job_cfg.eq(self.job_cfg), seq.enabled.eq(st.enabled),
+                     seq.pipe_empty.eq(pipe_empty), seq.job_idle.eq(st.idle), seq.base.eq(st.base),
+                     seq.w.eq(st.w)]
+        self._state_updates(m, st, dst, ck, sch, rx, seq)
+        self._counters(m, st, dst, ck, sch, rx, ft)
+        return m
+
+    # ------------------------------------------------------------------ wiring
+    def _release(self, m, st, sch, relq, dst, ck, s_rd2, h5):
+        """The release scheduler's inputs and the release commands into the release queue."""
+        p5, up_now = ck.o, dst.up_now
+        J = self.jobs
+        m.d.comb += [sch.chain.eq(st.chain_busy), sch.fifo_ready.eq(relq.room),
+                     sch.dec_push.eq(0), s_rd2.addr.eq(sch.rd_addr),
+                     s_rd2.en.eq(sch.rd_en), sch.rd_data.eq(s_rd2.data)]
+        _feed(m, sch, st, ("rel", "base", "wm", "n", "npend", "chain_up", "upptr", "npend_up",
+                           "leaf", "full", "cmask", "mmask", "upmask"))
+        j5, leaf5 = p5.j, ck.leaf5
+        dec_cmd = Signal(self.rel_layout)
+        m.d.comb += [dec_cmd.job.eq(j5), dec_cmd.slot.eq(p5.slot), dec_cmd.index.eq(p5.k),
+                     dec_cmd.n.eq(Array(st.n[j] for j in range(J))[j5]),
+                     dec_cmd.plen.eq(h5.plen),
+                     # D17: a leaf's partial goes to UP, its total to the MEMBER ranks
+                     dec_cmd.mask.eq(Mux(up_now, Array(st.upmask[j] for j in range(J))[j5],
+                                         Mux(leaf5, Array(st.mmask[j] for j in range(J))[j5],
+                                             Array(st.full[j] for j in range(J))[j5]))),
+                     dec_cmd.total.eq(leaf5 & ~up_now),
+                     dec_cmd.mark.eq(Mux(up_now, MARK_PARTIAL, 0))]
+        if self.ports > 1:
+            m.d.comb += dec_cmd.ports.eq(dst.slot_new.ports)
+        m.d.comb += [relq.commit.eq(dst.commit),
+                     relq.dec_push.eq(dst.commit & (dst.release_now | up_now)),
+                     relq.dec_cmd.eq(dec_cmd), relq.sch_push.eq(sch.push),
+                     relq.sch_cmd.eq(sch.cmd), relq.sch_sel.eq(sch.checking)]
+
+    def _free_tree(self, m, st, fmin, dst, j5):
+        """free_j: a snapshot of the job's acked_f after each ACK/NAK that moved one (registered)
+        into the min tree; its result into the job state."""
+        J = self.jobs
+        f_valid = Signal()
+        f_job = Signal(self.job_bits)
+        m.d.sync += [f_valid.eq(dst.advance & dst.registered & dst.ack_take), f_job.eq(j5)]
+        m.d.comb += [fmin.i_valid.eq(f_valid), fmin.i_job.eq(f_job),
+                     fmin.free.eq(Array(st.free[j] for j in range(J))[f_job]),
+                     fmin.n.eq(Array(st.n[j] for j in range(J))[f_job])]
+        m.d.comb += [fmin.acked[r].eq(Array(st.acked[j][r] for j in range(J))[f_job])
+                     for r in range(self.max_world)]
+        m.d.comb += [st.f_valid.eq(fmin.o_valid), st.f_job.eq(fmin.o_job),
+                     st.f_free.eq(fmin.o_free)]
+
+    def _state_updates(self, m, st, dst, ck, sch, rx, seq):
+        """The job state's updates: the decision stage's commit, the release scheduler, the
+        fast-retransmit stage's word write, the sequencer."""
+        _feed(m, st, dst, ("cj", "release_now", "pend_inc", "ack_take", "first", "cnp_send",
+                           "up_now", "up_pend"))
+        m.d.comb += [st.rank.eq(ck.o.r), st.cand.eq(ck.cand), st.onehot.eq(ck.onehot),
+                     st.sch_rel_job.eq(sch.rel_job), st.sch_up_job.eq(sch.up_job),
+                     st.sch_done.eq(sch.done), st.sch_done_up.eq(sch.done_up),
+                     st.sch_job.eq(sch.job), st.rtx_wr.eq(rx.wr_en), st.rtx_job.eq(rx.wr_job),
+                     st.rtx_rank.eq(rx.wr_rank), st.seq_job.eq(seq.job)]
+        _feed(m, st, seq, ("load", "enable", "disable", "set_err", "err", "reset", "cfg_n",
+                           "cfg_w", "cfg_base", "cfg_pmtu", "cfg_op", "cfg_cnp", "roles_leaf",
+                           "roles_up", "roles_down", "roles_rack"))
+
+    def _counters(self, m, st, dst, ck, sch, rx, ft):
+        """Status and counters (:class:`~.counters.CtlCounters`)."""
+        J = self.jobs
+        m.submodules.counters = cnt = CtlCounters(self)
+        _feed(m, cnt, dst, ("cj", "commit", "disp", "mismatch", "rx_data", "ack_stale",
+                            "cnp_send", "cnp_supp", "release_now", "up_now"))
+        _feed(m, cnt, st, ("freed", "error", "free", "rel", "busy", "n", "upptr", "enabled",
+                           "leaf"))
+        m.d.comb += [
+            cnt.n_cur.eq(Array(st.n[j] for j in range(J))[ck.o.j]), cnt.leaf_cur.eq(ck.leaf5),
+            cnt.ack_e.eq(dst.advance & dst.registered & dst.ack_take), cnt.entry.eq(ck.o.e),
+            cnt.cand.eq(ck.cand),
+            cnt.cj7.eq(rx.cj7), cnt.nak_fire.eq(rx.nak_fire), cnt.solicit.eq(rx.solicit),
+            cnt.sch_rel_job.eq(sch.rel_job), cnt.sch_up_job.eq(sch.up_job),
+            cnt.bind_en.eq(ft.bind_en), cnt.bind_entry.eq(ft.bind_entry), cnt.live.eq(ft.live),
+            self.job_status.eq(cnt.job_status), self.flow_status.eq(cnt.flow_status),
+            self.job_set.eq(cnt.job_set), self.job_cnt_inc.eq(cnt.job_cnt_inc),
+            self.cnt_inc.eq(cnt.cnt_inc),
+        ]
+
+    def _to_retx(self, m, st, dst, ck, rx, h5, v5):
+        """The decision record and D16's inputs, to the fast-retransmit stages and the output
+        register (:class:`~.retxstage.RetxStages`)."""
+        J = self.jobs
+        p5, advance, registered = ck.o, dst.advance, dst.registered
+        j5, r5 = p5.j, p5.r
+        jr = _Roles(st, J)
+
+        def per_job(port):
+            return Array(port[j] for j in range(J))
+
         rxi = rx.i
         d6 = rxi.dec
         # D16 is not used on leaf and spine jobs (D17)
@@ -566,100 +640,19 @@ class AggControl(wiring.Component):
         # the flow's fast-retransmit word counts only once written since the enable (rtx_seen);
         # the decision stage holds a frame while the frame in stage 6 will write its flow's word
         # (one bubble), so the word is read after that write or forwarded from it (stage 7)
-        m.d.comb += [rx.rd_en.eq(advance), rx.i_valid.eq(v5 & advance), rx.sa_flow.eq(sa_flow5)]
-        m.d.comb += [d6.action.eq(action), d6.disp.eq(disp), d6.job.eq(j5),
-                     d6.rank.eq(r5), d6.entry.eq(e5), d6.slot.eq(slot5), d6.index.eq(k5),
-                     d6.overwrite.eq(first), d6.op.eq(j_op[j5]), d6.plen.eq(h5.plen),
-                     d6.beats.eq(beats), d6.cnp.eq(cnp_send), d6.rev_qpn.eq(rq5),
-                     d6.port.eq(h5.port), d6.release.eq(release_now | dst.up_now),
+        m.d.comb += [rx.rd_en.eq(advance), rx.i_valid.eq(v5 & advance), rx.sa_flow.eq(ck.sa_flow5)]
+        m.d.comb += [d6.action.eq(dst.action), d6.disp.eq(dst.disp), d6.job.eq(j5),
+                     d6.rank.eq(r5), d6.entry.eq(p5.e), d6.slot.eq(p5.slot), d6.index.eq(p5.k),
+                     d6.overwrite.eq(dst.first), d6.op.eq(per_job(st.op)[j5]), d6.plen.eq(h5.plen),
+                     d6.beats.eq(beats), d6.cnp.eq(dst.cnp_send), d6.rev_qpn.eq(p5.rq),
+                     d6.port.eq(h5.port), d6.release.eq(dst.release_now | dst.up_now),
                      d6.remark.eq(dst.remark), d6.mark.eq(dst.mark), d6.total.eq(dst.total),
                      d6.nak_x.eq(nak_xor(h5)),
                      # the ACK request's PSN: one acknowledged by f's receiver (a duplicate)
-                     d6.sol_psn.eq(st5 + acked_cur - 1),
+                     d6.sol_psn.eq(p5.st + dst.acked_cur - 1),
                      rxi.reg.eq(registered), rxi.pres.eq(dst.present),
-                     rxi.contrib.eq(action == Action.CONTRIBUTE), rxi.ackc.eq(dst.ack_cur),
-                     rxi.fast.eq(fast_en), rxi.rel.eq(rel[j5]),
-                     rxi.seen.eq((rtx_seen[j5] & o5).any()),
+                     rxi.contrib.eq(dst.action == Action.CONTRIBUTE), rxi.ackc.eq(dst.ack_cur),
+                     rxi.fast.eq(fast_en), rxi.rel.eq(per_job(st.rel)[j5]),
+                     rxi.seen.eq((per_job(st.rtx_seen)[j5] & ck.onehot).any()),
                      rxi.w.eq(registered & (dst.present | dst.ack_cur))]
 
-        # ============================================================ release scheduler
-        up_now = dst.up_now
-        dec_push = commit & (release_now | up_now)
-        m.d.comb += [sch.chain.eq(Cat(*[chain_busy[j] for j in range(J)])),
-                     sch.fifo_ready.eq(rel_room),
-                     sch.dec_push.eq(0), s_rd2.addr.eq(sch.rd_addr),
-                     s_rd2.en.eq(sch.rd_en), sch.rd_data.eq(s_rd2.data)]
-        for j in range(J):
-            m.d.comb += [sch.rel[j].eq(rel[j]), sch.base[j].eq(j_base[j]), sch.wm[j].eq(st.wm[j]),
-                         sch.n[j].eq(j_n[j]), sch.npend[j].eq(st.npend[j]),
-                         sch.chain_up[j].eq(jr.chain_up[j]), sch.upptr[j].eq(jr.upptr[j]),
-                         sch.npend_up[j].eq(jr.npend_up[j]), sch.leaf[j].eq(jr.leaf[j]),
-                         sch.full[j].eq(j_full[j]), sch.cmask[j].eq(j_masks[j][0]),
-                         sch.mmask[j].eq(j_masks[j][1]), sch.upmask[j].eq(j_masks[j][2])]
-        js, sch_rel_job, chain_done = sch.job, sch.rel_job, sch.done
-        dec_cmd = Signal(self.rel_layout)
-        m.d.comb += [dec_cmd.job.eq(j5), dec_cmd.slot.eq(slot5), dec_cmd.index.eq(k5),
-                     dec_cmd.n.eq(n_cur), dec_cmd.plen.eq(h5.plen),
-                     # D17: a leaf's partial goes to UP, its total to the MEMBER ranks
-                     dec_cmd.mask.eq(Mux(up_now, Array(mk[2] for mk in j_masks)[j5],
-                                         Mux(leaf5, Array(mk[1] for mk in j_masks)[j5],
-                                             Array(j_full)[j5]))),
-                     dec_cmd.total.eq(leaf5 & ~up_now),
-                     dec_cmd.mark.eq(Mux(up_now, MARK_PARTIAL, 0))]
-        if self.ports > 1:
-            m.d.comb += dec_cmd.ports.eq(slot_new.ports)
-        m.d.comb += [relq.commit.eq(commit), relq.dec_push.eq(dec_push), relq.dec_cmd.eq(dec_cmd),
-                     relq.sch_push.eq(sch.push), relq.sch_cmd.eq(sch.cmd),
-                     relq.sch_sel.eq(sch.checking)]
-
-        # ============================================================ free_j (min tree)
-        f_valid = Signal()
-        f_job = Signal(self.job_bits)
-        m.d.sync += [f_valid.eq(advance & registered & ack_take), f_job.eq(j5)]
-        m.d.comb += [fmin.i_valid.eq(f_valid), fmin.i_job.eq(f_job), fmin.free.eq(free[f_job]),
-                     fmin.n.eq(j_n[f_job])]
-        m.d.comb += [fmin.acked[r].eq(acked[f_job][r]) for r in range(WD)]
-        m.d.comb += [st.f_valid.eq(fmin.o_valid), st.f_job.eq(fmin.o_job),
-                     st.f_free.eq(fmin.o_free)]
-
-        # ============================================================ enable sequencer
-        m.d.comb += [seq.job_cfg.eq(self.job_cfg),
-                     seq.enabled.eq(Cat(*[enabled[j] for j in range(J)])),
-                     seq.pipe_empty.eq(pipe_empty),
-                     seq.job_idle.eq(st.idle)]
-        m.d.comb += [seq.base[j].eq(j_base[j]) for j in range(J)]
-        m.d.comb += [seq.w[j].eq(j_w[j]) for j in range(J)]
-        # the job state's updates: the decision stage's commit, the release scheduler, the
-        # fast-retransmit stage's word write, the sequencer
-        m.d.comb += [st.cj.eq(cj), st.release_now.eq(release_now), st.pend_inc.eq(pend_inc),
-                     st.ack_take.eq(ack_take), st.first.eq(first), st.cnp_send.eq(cnp_send),
-                     st.up_now.eq(up_now), st.up_pend.eq(dst.up_pend), st.rank.eq(r5),
-                     st.cand.eq(cand5), st.onehot.eq(o5),
-                     st.sch_rel_job.eq(sch_rel_job), st.sch_up_job.eq(sch.up_job),
-                     st.sch_done.eq(chain_done), st.sch_done_up.eq(sch.done_up),
-                     st.sch_job.eq(js), st.rtx_wr.eq(rx.wr_en), st.rtx_job.eq(rx.wr_job),
-                     st.rtx_rank.eq(rx.wr_rank), st.seq_job.eq(seq.job)]
-        for name in ("load", "enable", "disable", "set_err", "err", "reset", "cfg_n", "cfg_w",
-                     "cfg_base", "cfg_pmtu", "cfg_op", "cfg_cnp", "roles_leaf", "roles_up",
-                     "roles_down", "roles_rack"):
-            m.d.comb += getattr(st, name).eq(getattr(seq, name))
-        # ============================================================ status and counters
-        m.submodules.counters = cnt = CtlCounters(self)
-        m.d.comb += [
-            cnt.cj.eq(cj), cnt.commit.eq(commit), cnt.disp.eq(disp), cnt.mismatch.eq(mismatch),
-            cnt.rx_data.eq(rx_data), cnt.ack_stale.eq(ack_stale), cnt.cnp_send.eq(cnp_send),
-            cnt.cnp_supp.eq(cnp_supp), cnt.release_now.eq(release_now), cnt.up_now.eq(up_now),
-            cnt.n_cur.eq(n_cur), cnt.leaf_cur.eq(leaf5),
-            cnt.ack_e.eq(advance & registered & ack_take), cnt.entry.eq(e5), cnt.cand.eq(cand5),
-            cnt.cj7.eq(rx.cj7), cnt.nak_fire.eq(rx.nak_fire), cnt.solicit.eq(rx.solicit),
-            cnt.sch_rel_job.eq(sch_rel_job), cnt.sch_up_job.eq(sch.up_job),
-            cnt.bind_en.eq(ft.bind_en), cnt.bind_entry.eq(ft.bind_entry), cnt.live.eq(ft.live),
-            cnt.enabled.eq(st.enabled), cnt.leaf.eq(st.leaf),
-            self.job_status.eq(cnt.job_status), self.flow_status.eq(cnt.flow_status),
-            self.job_set.eq(cnt.job_set), self.job_cnt_inc.eq(cnt.job_cnt_inc),
-            self.cnt_inc.eq(cnt.cnt_inc),
-        ]
-        m.d.comb += [cnt.freed.eq(st.freed), cnt.error.eq(st.error), cnt.free.eq(st.free),
-                     cnt.rel.eq(st.rel), cnt.busy.eq(st.busy), cnt.n.eq(st.n),
-                     cnt.upptr.eq(st.upptr)]
-        return m
