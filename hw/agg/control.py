@@ -507,6 +507,8 @@ class AggControl(wiring.Component):
         scrub_want = seq.scrub_want
         m.d.sync += scrub_turn.eq(~scrub_turn)
         rel_room = relq.room
+        m.d.comb += [dst.sa_slot4.eq(lk.sa_slot), dst.sa_flow4.eq(lk.sa_flow),
+                     dst.sa_job4.eq(lk.sa_job)]
         m.d.comb += [dst.advance.eq(advance), dst.v.eq(v5), dst.h.eq(h5), dst.i.eq(p5),
                      block5.eq(dst.block), dst.haz.eq(rx.haz),
                      # the release FIFO takes one more command (with its input register's),

@@ -89,13 +89,11 @@ def precheck(m, ctl, pre, h, hit, enabled, pmtu, roles, role, full_mask):
 def slot_flags_layout() -> data.StructLayout:
     """The slot word's checks, made one stage before the decision (the check stage of
     :class:`~.control.AggControl`) and corrected for the decision in front: ``empty`` (not valid
-    or another index: EMPTY; in the check stage's word checks ``valid`` only, with the index
-    compare in two halves ``idx_lo`` / ``idx_hi``, combined by the decision stage), ``sigmis``
+    or another index: EMPTY), ``sigmis``
     (opcode / length signature differs from the frame's), ``tot`` (a leaf's total is in, D17),
     ``pres`` (the frame's rank is in the bitmap), ``cc`` (the bitmap with the frame's rank is
     complete), ``cf`` (the frame's rank alone is)."""
-    return data.StructLayout({"empty": 1, "sigmis": 1, "tot": 1, "pres": 1, "cc": 1, "cf": 1,
-                              "idx_lo": 1, "idx_hi": 1})
+    return data.StructLayout({"empty": 1, "sigmis": 1, "tot": 1, "pres": 1, "cc": 1, "cf": 1})
 
 
 def job_flags_layout() -> data.StructLayout:

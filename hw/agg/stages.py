@@ -20,7 +20,7 @@ from .decide import Decide, is_ctrl, job_flags_layout, pre_layout, precheck, slo
 from .jobstate import job_inputs
 from .roles import JobRoles
 from .types import PSN_BITS, HdrClass
-from .wide import all_of, any_of, kept
+from .wide import all_of, any_of
 
 __all__ = ["LookupStage", "CheckStage", "DecideStage", "stage_layout", "variants_layout",
            "rmw_read", "job_checks"]
@@ -180,7 +180,7 @@ def _check_outputs(ctl) -> dict:
     return {"o": stage_layout(c), "onehot": c.max_world, "sf_b": slot_flags_layout(),
             "sf_f": slot_flags_layout(), "sf_c": slot_flags_layout(), "jf": job_flags_layout(),
             "jv": variants_layout(), "slot_w": c.slot_layout, "acked": PSN_BITS,
-            "cand": PSN_BITS, "sa_slot5": 1, "sa_flow5": 1, "sa_job5": 1, "upsel": 1, "rh": 1,
+            "cand": PSN_BITS, "sa_flow5": 1, "upsel": 1, "upsel4": 1, "rh": 1,
             "en": 1, "leaf5": 1, "roles": 1, "role": 2, "fwait": 1, "reg": 1, "reg_oh": c.jobs,
             "reg_ohd": c.jobs}
 
@@ -197,11 +197,14 @@ class CheckStage(wiring.Component):
     ``sf_c`` as the decision in front leaves it if it writes the same slot (its first / another
     contribution); job and flow checks ``jf`` on the state now and their variants ``jv``
     (:func:`variants_layout`) for what the decision in front changes; the word read
-    ``slot_w``, ``acked`` (acked_f) and ``cand`` (an ACK/NAK's new acked_f); ``sa_*`` (the
-    lookup stage's relations, one stage on), ``upsel`` (a leaf's UP flow: ACKs checked against
-    upptr, D17), ``rh`` (a ROCE header with a flow hit), ``en`` / ``leaf`` / ``roles`` / ``role``
-    (the job's enabled bit and roles, the flow's role: they change only while the pipeline is
-    empty), ``fwait`` (a data header whose checks a free_j still in flight can change).
+    ``slot_w``, ``acked`` (acked_f) and ``cand`` (an ACK/NAK's new acked_f); ``sa_flow5`` (the
+    lookup stage's relation, one stage on), ``upsel`` (a leaf's UP flow: ACKs checked against
+    upptr, D17; ``upsel4``: the same of the frame in this stage, combinational), ``rh`` (a ROCE
+    header with a flow hit), ``en`` / ``leaf`` / ``roles`` / ``role`` (the job's enabled bit and
+    roles, the flow's role: they change only while the pipeline is empty), ``fwait`` (a data
+    header whose checks a free_j still in flight can change); ``reg`` (the frame is registered:
+    valid, ROCE, flow hit, job enabled; ``v4`` is the stage's valid) and ``reg_oh`` /
+    ``reg_ohd`` (that as a one-hot of its job, alone and with ``fwait``).
     ``h5`` is the header of the frame in the decision stage (the frame directly ahead).
 
     Contract: latency 1; throughput one frame per cycle (the variants make a frame right
@@ -271,11 +274,11 @@ class CheckStage(wiring.Component):
         # writes the same slot: its first contribution (``_f``), another contribution (``_c``)
         sf_b, sf_f, sf_c = (Signal(slot_flags_layout(), name=f"sf{x}4") for x in "bfc")
         m.d.comb += [
-            # (EMPTY = not valid or another index: the index compare in halves, combined in
-            # the decision stage)
-            sf_b.empty.eq(on_slot(lambda w, x: ~w.valid)),
-            sf_b.idx_lo.eq(on_slot(lambda w, x: w.index[:12] == k4[:12])),
-            sf_b.idx_hi.eq(on_slot(lambda w, x: w.index[12:] == k4[12:])),
+            # (EMPTY = not valid or another index: the index compare in halves, each on the
+            # three sources, then combined)
+            sf_b.empty.eq(on_slot(lambda w, x: ~w.valid)
+                          | ~(on_slot(lambda w, x: w.index[:12] == k4[:12])
+                              & on_slot(lambda w, x: w.index[12:] == k4[12:]))),
             sf_b.sigmis.eq(on_slot(lambda w, x: Cat(w.opcode, w.plen) != sig4)),
             sf_b.tot.eq(slot_w.total),
             # (the bitmap checks as trees of kept 6-input LUTs: see .wide)
@@ -330,7 +333,7 @@ class CheckStage(wiring.Component):
         jf5, jv5 = Signal(job_flags_layout()), Signal(variants_layout(), name="jv5")
         slot5_w = Signal(c.slot_layout)
         acked5 = Signal(PSN_BITS)
-        sa_slot5, sa_flow5, sa_job5, upsel5 = Signal(), Signal(), Signal(), Signal()
+        sa_flow5, upsel5 = Signal(), Signal()
         rh5, fwait5 = Signal(), Signal()
         en5, leaf5, roles5, role5 = Signal(), Signal(), Signal(), Signal(2)
         # the frame is registered (valid, ROCE, flow hit, job enabled), as a register and as a
@@ -351,14 +354,13 @@ class CheckStage(wiring.Component):
             m.d.sync += o5.eq(o4)
             m.d.sync += [sf5_b.eq(sf_b), sf5_f.eq(sf_f), sf5_c.eq(sf_c), jf5.eq(jf_b),
                          jv5.eq(jv), slot5_w.eq(slot_w), acked5.eq(acked_w), cand5.eq(cand4),
-                         sa_slot5.eq(self.sa_slot), sa_flow5.eq(self.sa_flow),
-                         sa_job5.eq(self.sa_job), upsel5.eq(upsel4)]
+                         sa_flow5.eq(self.sa_flow), upsel5.eq(upsel4)]
         m.d.comb += [self.o[n].eq(v) for n, v in p5.items()]
         m.d.comb += [self.onehot.eq(o5), self.sf_b.eq(sf5_b), self.sf_f.eq(sf5_f),
                      self.sf_c.eq(sf5_c), self.jf.eq(jf5), self.jv.eq(jv5),
                      self.slot_w.eq(slot5_w), self.acked.eq(acked5), self.cand.eq(cand5),
-                     self.sa_slot5.eq(sa_slot5), self.sa_flow5.eq(sa_flow5),
-                     self.sa_job5.eq(sa_job5), self.upsel.eq(upsel5), self.rh.eq(rh5),
+                     self.sa_flow5.eq(sa_flow5), self.upsel.eq(upsel5),
+                     self.upsel4.eq(upsel4), self.rh.eq(rh5),
                      self.en.eq(en5), self.leaf5.eq(leaf5), self.roles.eq(roles5),
                      self.role.eq(role5), self.fwait.eq(fwait5), self.reg.eq(reg5),
                      self.reg_oh.eq(reg_oh5), self.reg_ohd.eq(reg_ohd5)]
@@ -371,8 +373,9 @@ class DecideStage(wiring.Component):
     its stall and its commit.
 
     The check stage's flags are corrected for the decision directly in front (committed in the
-    cycle before, when this frame's checks were made: ``sa_*`` with the registered ``sw_*`` /
-    ``pa_*`` / ``aw_*`` / ``cw_*`` of that decision), one LUT level of selects on registers. A
+    cycle this frame entered the stage): which correction applies is registered at that commit
+    (from the frame's relation to it, ``sa_*4``, and its strobes), so the corrected flags are
+    selects of registers with at most 7 inputs (one or two LUT levels). A
     frame held in the stage (the pipeline did not move in the cycle before) uses copies made
     while it waits (registers loaded only then, so that no register's input depends on
     ``advance``): its corrected slot checks and words, and its job checks made again on the
@@ -400,7 +403,7 @@ class DecideStage(wiring.Component):
     """
 
     _CHECKS = ("onehot", "sf_b", "sf_f", "sf_c", "jf", "jv", "slot_w", "acked", "cand",
-               "sa_slot5", "sa_flow5", "sa_job5", "upsel", "rh", "en", "leaf5", "roles", "role",
+               "upsel", "upsel4", "rh", "en", "leaf5", "roles", "role",
                "fwait", "reg", "reg_oh", "reg_ohd")
     _DECIDE = ("disp", "action", "rx_data", "ack_stale", "ack_take", "ack_cur", "present",
                "slot_write", "slot_new", "first", "release_now", "pend_inc", "mismatch",
@@ -418,6 +421,8 @@ class DecideStage(wiring.Component):
             **job_inputs(c, ("free", "rel", "upptr", "w", "chain_busy", "chain_up", "moved",
                              "fb_nz", "moved_free")),
             "hold": In(1), "haz": In(1), "scrub_go": In(1),
+            # the frame in the check stage: its relation to this stage's frame, its UP flag
+            "sa_slot4": In(1), "sa_flow4": In(1), "sa_job4": In(1), "upsel4": In(1),
             "block": Out(1), "commit": Out(1), "registered": Out(1), "cj": Out(J), **fn,
             "acked_cur": Out(PSN_BITS), "slot_wr": Out(1), "cnp_wr": Out(1),
             "sw_en": Out(1), "sw_data": Out(c.slot_layout), "cw_en": Out(1),
@@ -435,50 +440,35 @@ class DecideStage(wiring.Component):
         sf5_b, sf5_f, sf5_c, jf5, jv5 = self.sf_b, self.sf_f, self.sf_c, self.jf, self.jv
         upsel5, cand5 = self.upsel, self.cand
         # the decision in front's writes, registered (forwarded into this and the check stage)
-        sw_en, sw_data, sw_first, sw_tot = Signal(), Signal(c.slot_layout), Signal(), Signal()
+        sw_en, sw_data = Signal(), Signal(c.slot_layout)
         aw_en, aw_data = Signal(), Signal(PSN_BITS)
-        pa_rel, pa_up = Signal(), Signal()  # that decision moved its job's rel_j / upptr
-        # corrections for the decision in front: one LUT level of selects on registers
-        slot_a = self.sa_slot5 & sw_en
-        first_a, tot_a = slot_a & sw_first, slot_a & sw_tot
-        contrib_a = slot_a & ~sw_first & ~sw_tot
-        rel_a, up_a = self.sa_job5 & pa_rel, self.sa_job5 & pa_up
-        ack_a, cnp_a = self.sa_flow5 & aw_en, self.sa_flow5 & self.cw_en
+        # which of the check stage's variants applies (registered when the frame entered the
+        # stage, from the decision committed then): it wrote the frame's slot (``slot_a``: its
+        # word is the one to use), as the slot's first (``first_a``) or another contribution
+        # (``contrib_a``) or a leaf's total (``tot_a``); it moved the job's rel_j / upptr
+        # (``rel_a`` / ``up_a``; ``ptr_a``: the one this frame's ACKs are checked against);
+        # it moved the flow's acked_f (``ack_a``) or sent it a CNP (``cnp_a``)
+        slot_a, first_a, tot_a, contrib_a = (Signal(name=f"{n}_a") for n in ("slot", "first",
+                                                                           "tot", "contrib"))
+        rel_a, up_a, ptr_a, ack_a, cnp_a = (Signal(name=f"{n}_a") for n in ("rel", "up", "ptr",
+                                                                           "ack", "cnp"))
+        slot_w_en = self.slot_wr & ~self.scrub_go
+        reg_c = advance & self.reg  # a registered frame commits
+        m.d.sync += [slot_a.eq(self.sa_slot4 & slot_w_en),
+                     first_a.eq(self.sa_slot4 & slot_w_en & dk.first),
+                     tot_a.eq(self.sa_slot4 & slot_w_en & dk.tot_done),
+                     contrib_a.eq(self.sa_slot4 & slot_w_en & ~dk.first & ~dk.tot_done),
+                     rel_a.eq(self.sa_job4 & reg_c & dk.release_now),
+                     up_a.eq(self.sa_job4 & reg_c & dk.up_now),
+                     ptr_a.eq(self.sa_job4 & reg_c & Mux(self.upsel4, dk.up_now, dk.release_now)),
+                     ack_a.eq(self.sa_flow4 & reg_c & dk.ack_take),
+                     cnp_a.eq(self.sa_flow4 & self.cnp_wr)]
         if "slot" in nofwd:
             slot_a = first_a = tot_a = contrib_a = Const(0)
         if "acked" in nofwd:
             ack_a = Const(0)
         if "cnp" in nofwd:
             cnp_a = Const(0)
-        ptr_a = Mux(upsel5, up_a, rel_a)
-        # (kept nets: one LUT each, so that the synthesis does not merge the selects into
-        # LUT + MUXF7/F8/F9 shapes of more levels)
-        slot_a, first_a, tot_a, contrib_a, rel_a, up_a, ack_a, cnp_a, ptr_a = (
-            kept(m, v, f"{n}_a") for v, n in ((slot_a, "slot"), (first_a, "first"),
-                                              (tot_a, "tot"), (contrib_a, "contrib"),
-                                              (rel_a, "rel"), (up_a, "up"), (ack_a, "ack"),
-                                              (cnp_a, "cnp"), (ptr_a, "ptr")))
-        sf_a = Signal(slot_flags_layout(), attrs={"keep": 1})  # as loaded, corrected
-        jf_a = Signal(job_flags_layout(), attrs={"keep": 1})
-        m.d.comb += [
-            sf_a.empty.eq(Mux(first_a, sf5_f.empty,
-                              sf5_b.empty | ~(sf5_b.idx_lo & sf5_b.idx_hi))),
-            sf_a.idx_lo.eq(1), sf_a.idx_hi.eq(1),
-            sf_a.sigmis.eq(Mux(first_a, sf5_f.sigmis, sf5_b.sigmis)),
-            sf_a.tot.eq(Mux(first_a, 0, tot_a | sf5_b.tot)),
-            sf_a.pres.eq(Mux(first_a, sf5_f.pres, Mux(contrib_a, sf5_c.pres, sf5_b.pres))),
-            sf_a.cc.eq(Mux(first_a, sf5_f.cc, Mux(contrib_a, sf5_c.cc, sf5_b.cc))),
-            sf_a.cf.eq(sf5_b.cf),
-            jf_a.behind.eq(jf5.behind), jf_a.ahead.eq(jf5.ahead),
-            jf_a.released.eq(Mux(rel_a, jv5.released, jf5.released)),
-            jf_a.keq_rel.eq(Mux(rel_a, jv5.keq_rel, jf5.keq_rel)),
-            jf_a.up_lt.eq(Mux(up_a, jv5.up_lt, jf5.up_lt)),
-            jf_a.keq_up.eq(Mux(up_a, jv5.keq_up, jf5.keq_up)),
-            jf_a.ack_nz.eq(Mux(ack_a, jv5.nz_a, jf5.ack_nz)),
-            jf_a.ack_le.eq(Mux(ack_a, Mux(ptr_a, jv5.le_ap, jv5.le_a0),
-                               Mux(ptr_a, jv5.le_0p, jf5.ack_le))),
-            jf_a.supp.eq(Mux(cnp_a, jv5.supp_a, jf5.supp)),
-        ]
         # a frame held in the stage: the copies made while it waits
         held5 = Signal()
         m.d.sync += held5.eq(~advance)
@@ -488,11 +478,33 @@ class DecideStage(wiring.Component):
         jf = Signal(job_flags_layout(), attrs={"keep": 1})
         slot_cur = Signal(c.slot_layout)
         acked_cur = self.acked_cur
+
+        def pick(h, v):
+            return Mux(held5, h, v)
         m.d.comb += [
-            sf.eq(Mux(held5, sf_h, sf_a)), jf.eq(Mux(held5, jf_hq, jf_a)),
-            slot_cur.eq(Mux(held5, slot_h, Mux(slot_a, sw_data, self.slot_w))),
-            acked_cur.eq(Mux(held5, acked_h, Mux(ack_a, aw_data, self.acked))),
+            sf.empty.eq(pick(sf_h.empty, Mux(first_a, sf5_f.empty, sf5_b.empty))),
+            sf.sigmis.eq(pick(sf_h.sigmis, Mux(first_a, sf5_f.sigmis, sf5_b.sigmis))),
+            sf.tot.eq(pick(sf_h.tot, Mux(first_a, 0, tot_a | sf5_b.tot))),
+            # (with another contribution in front: present if in the bitmap or its rank)
+            sf.pres.eq(pick(sf_h.pres, Mux(first_a, sf5_f.pres,
+                                           sf5_b.pres | (contrib_a & sf5_f.pres)))),
+            sf.cc.eq(pick(sf_h.cc, Mux(first_a, sf5_f.cc, Mux(contrib_a, sf5_c.cc, sf5_b.cc)))),
+            sf.cf.eq(pick(sf_h.cf, sf5_b.cf)),
+            jf.behind.eq(pick(jf_hq.behind, jf5.behind)),
+            jf.ahead.eq(pick(jf_hq.ahead, jf5.ahead)),
+            jf.released.eq(pick(jf_hq.released, Mux(rel_a, jv5.released, jf5.released))),
+            jf.keq_rel.eq(pick(jf_hq.keq_rel, Mux(rel_a, jv5.keq_rel, jf5.keq_rel))),
+            jf.up_lt.eq(pick(jf_hq.up_lt, Mux(up_a, jv5.up_lt, jf5.up_lt))),
+            jf.keq_up.eq(pick(jf_hq.keq_up, Mux(up_a, jv5.keq_up, jf5.keq_up))),
+            jf.ack_nz.eq(pick(jf_hq.ack_nz, Mux(ack_a, jv5.nz_a, jf5.ack_nz))),
+            jf.ack_le.eq(pick(jf_hq.ack_le, Mux(ack_a, Mux(ptr_a, jv5.le_ap, jv5.le_a0),
+                                                Mux(ptr_a, jv5.le_0p, jf5.ack_le)))),
+            jf.supp.eq(pick(jf_hq.supp, Mux(cnp_a, jv5.supp_a, jf5.supp))),
+            slot_cur.eq(pick(slot_h, Mux(slot_a, sw_data, self.slot_w))),
+            acked_cur.eq(pick(acked_h, Mux(ack_a, aw_data, self.acked))),
         ]
+        # the held copies: the slot checks as corrected, the job checks made again on the state
+        # of the cycle (``supp`` as corrected: the CNP time does not move while it waits)
         jf_h = job_checks(m, "5", k5, cand5, acked_cur, upsel5, _per_job(self.free, J)[j5],
                           _per_job(self.rel, J)[j5], _per_job(self.upptr, J)[j5],
                           _per_job(self.w, J)[j5])
@@ -531,10 +543,7 @@ class DecideStage(wiring.Component):
         m.d.comb += self.cj.eq(Mux(advance, self.reg_oh, 0))
         m.d.comb += [self.slot_wr.eq(commit & dk.slot_write), self.cnp_wr.eq(commit & dk.cnp_send)]
         m.d.sync += [aw_en.eq(advance & registered & dk.ack_take), aw_data.eq(cand5),
-                     pa_rel.eq(advance & registered & dk.release_now),
-                     pa_up.eq(advance & registered & dk.up_now),
-                     sw_first.eq(dk.first), sw_tot.eq(dk.tot_done),
-                     sw_en.eq(self.slot_wr & ~self.scrub_go),
+                     sw_en.eq(slot_w_en),
                      sw_data.eq(Mux(self.slot_wr, dk.slot_new.as_value(), 0)),
                      self.cw_en.eq(self.cnp_wr), self.cw_data.eq(h5.time)]
         m.d.comb += [self.sw_en.eq(sw_en), self.sw_data.eq(sw_data), self.aw_en.eq(aw_en),
