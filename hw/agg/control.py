@@ -7,31 +7,37 @@ per-frame decision, in-order release, ACK/NAK snooping with freeing, and the CNP
 is bit-exact with the model: every frame gets the model's disposition, the model's release
 commands, CNP decisions and counter increments (the tests compare them frame by frame).
 
-Sub-blocks (one concern each; the per-job state they share stays in this component, in
-flip-flops that the decision stage reads up to date every cycle):
+Sub-blocks (one concern each; :class:`AggControl` wires them):
 
 * flow table (:class:`~.flowtable.FlowTable`): latched keys, parallel lookup;
-* job state: latched configuration (n, W, slot base, PMTU, op, CNP interval), free / release
-  pointers, slots in use, status;
-* enable sequencer (:class:`~.sequencer.EnableSequencer`): validates and latches a job on
-  ``JOB.CTRL.enable`` 0 -> 1 and discards it on 1 -> 0;
+* job state (:class:`~.jobstate.JobState`): latched configuration (n, W, slot base, PMTU, op,
+  CNP interval), free / release pointers, slots in use, status, acked_f, in flip-flops that the
+  decision stages read up to date every cycle, and their updates;
+* enable sequencer (:class:`~.sequencer.EnableSequencer`, its flow scan
+  :class:`~.sequencer.FlowScan`): validates and latches a job on ``JOB.CTRL.enable`` 0 -> 1 and
+  discards it on 1 -> 0;
 * slot state (``lib.memory.Memory``, one word per slot): valid, index, contribution bitmap,
   opcode / length signature, per-rank arrival port. EMPTY = not valid or holding another index;
   FILLING / COMPLETE = bitmap partial / full; RELEASED = index in [free_j, rel_j) (so releasing
   and freeing never rewrite a slot);
-* decision stages: lookup (stages 1-3, here) and the decision function (:class:`~.decide.
-  Decide`): checks in the model's priority, window, slot read-modify-write;
+* decision stages (:mod:`.stages`): lookup (:class:`~.stages.LookupStage`: index, slot, RAM
+  reads, header checks), check (:class:`~.stages.CheckStage`: every check, in variants for the
+  decision in front), decide (:class:`~.stages.DecideStage`: the variant that applies, the
+  decision function :class:`~.decide.Decide`, stall and commit);
 * release scheduler (:class:`~.release.ReleaseScheduler`): releases complete slots in index
   order (an in-order completion is released by the decision stage itself; out-of-order
-  completions are counted per job and released by the scheduler when the gap closes);
+  completions are counted per job and released by the scheduler when the gap closes), into the
+  release queue (:class:`~.release.ReleaseQueue`);
 * ACK monitor: acked_f per flow, free_j = min over the job's flows (the free-pointer tree,
   :class:`~.release.FreeMinTree`);
 * CNP limiter: per-flow time of the last CNP (a RAM), interval from the job;
-* fast retransmit (model D16): per-flow in-order prefix nxt_f, top_f and the hole last handled
-  (a RAM read and written like the CNP times), updated by data and ACK decisions; a decision
-  with ``nak`` set tells the forward path to rewrite the ACK (``nak_x``: the XOR of its BTH PSN
-  and AETH syndrome bytes, wire order; the ICRC is patched by the engine top), one with
-  ``solicit`` to also send the contribution's duplicate probe at PSN ``sol_psn``.
+* fast retransmit (model D16, :class:`~.retxstage.RetxStages`): per-flow in-order prefix nxt_f,
+  top_f and the hole last handled (a RAM read and written like the CNP times), updated by data
+  and ACK decisions; a decision with ``nak`` set tells the forward path to rewrite the ACK
+  (``nak_x``: the XOR of its BTH PSN and AETH syndrome bytes, wire order; the ICRC is patched by
+  the engine top), one with ``solicit`` to also send the contribution's duplicate probe at PSN
+  ``sol_psn``;
+* status and counters (:class:`~.counters.CtlCounters`).
 
 :class:`ParserAdapter` builds the header record from the packet parser's header record and
 verdict (:mod:`netreduce.hw.packet.layout`).

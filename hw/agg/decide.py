@@ -1,4 +1,4 @@
-"""The decision function of the aggregation control path (stage 4 of :class:`~.control.AggControl`).
+"""The decision function of the aggregation control path (in :class:`~.stages.DecideStage`).
 
 :class:`Decide` is the combinational heart of model steps 2-6 (:mod:`netreduce.sim.model.engine`,
 decisions D5-D8, D14-D16) for one frame: given the frame's header record, the looked-up flow
@@ -7,11 +7,11 @@ for it (already forwarded from the write in front), it returns the disposition, 
 new slot word, the new fast-retransmit word, the CNP verdict and the per-job state strobes.
 
 Contract: combinational (latency 0), one frame per cycle, no state, no backpressure; the caller
-(:class:`~.control.AggControl`) registers the inputs (its stage 3 -> 4 registers) and the outputs
-(its decision register, the RAM writes, the per-job state updates), and commits them only in a
-cycle its pipeline advances. Errors: a frame-level error or a check failing gives the model's
-drop / forward disposition and changes nothing (``slot_write``, ``ack_take``, ``rtx_write``,
-``cnp_send`` low).
+(:class:`~.stages.DecideStage`) gives it registers (the check stage's, corrected by one select)
+and registers its outputs (the decision register, the RAM writes, the per-job state updates),
+committing them only in a cycle its pipeline advances. Errors: a frame-level error or a check
+failing gives the model's drop / forward disposition and changes nothing (``slot_write``,
+``ack_take``, ``rtx_write``, ``cnp_send`` low).
 """
 
 from __future__ import annotations
