@@ -10,7 +10,7 @@ variants, decides (:class:`~.decide.Decide`), stalls and commits.
 
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -101,10 +101,8 @@ class LookupStage(wiring.Component):
     frames ahead: ``sa_*`` to the frame directly ahead (in the check stage now; it will be
     decided in the cycle this one is checked), ``sz_*`` to the one two ahead (``slot5`` /
     ``r5`` / ``j5``: its RAM writes are committed in the cycle this one's reads are issued);
-    ``acked_rk`` / ``seen_rk``: acked_f and the CNP-seen bit of the frame's rank in every job (the
-    job is selected by the check stage: a jobs x max_world select in one stage is too deep);
-    ``job_oh``: the job one-hot (the check stage's job selects are AND-ORs); ``onehot``: the rank
-    one-hot,
+    ``acked_rk``: acked_f of the frame's rank in every job (the job is selected by the check
+    stage: a jobs x max_world select in one stage is too deep); ``onehot``: the rank one-hot,
     ``onehot45``: OR the one-hot of the frame directly ahead (the check stage's bitmap checks for
     the case where that frame contributes to the same slot).
 
@@ -124,12 +122,11 @@ class LookupStage(wiring.Component):
             "entry": In(c.entry_bits), "fd": In(fd_layout),
             "slot5": In(c.slot_bits), "r5": In(c.rank_bits), "j5": In(c.job_bits),
             **job_inputs(c, ("enabled", "pmtu", "base", "w", "leaf", "up_rank", "down_rank",
-                             "rack", "full", "cmask", "acked", "cnp_seen")),
+                             "rack", "full", "cmask", "acked")),
             "slot_addr": Out(c.slot_bits), "cnp_addr": Out(c.rank_bits + c.job_bits),
             "o": Out(stage_layout(c)), "sa_slot": Out(1), "sa_flow": Out(1), "sa_job": Out(1),
             "sz_slot": Out(1), "sz_flow": Out(1), "onehot": Out(c.max_world),
             "onehot45": Out(c.max_world), "acked_rk": Out(data.ArrayLayout(PSN_BITS, c.jobs)),
-            "seen_rk": Out(c.jobs), "job_oh": Out(c.jobs),
         })
 
     def elaborate(self, platform):
@@ -155,7 +152,6 @@ class LookupStage(wiring.Component):
         sz_slot, sz_flow = Signal(), Signal()
         flow3 = Cat(fd.rank, fd.job)
         acked_rk = [Signal(PSN_BITS, name=f"acked_rk{j}") for j in range(J)]
-        seen_rk, j4oh = Signal(J, name="seen_rk"), Signal(J, name="job_oh4")
         o4 = Signal(WD, name="onehot4")
         o45 = Signal(WD, name="onehot45")
         o3 = (Const(1, WD) << fd.rank)[:WD]
@@ -170,15 +166,11 @@ class LookupStage(wiring.Component):
                          o4.eq(o3), o45.eq(o3 | o4)]
             m.d.sync += [acked_rk[j].eq(Array(self.acked[j][r] for r in range(WD))[fd.rank])
                          for j in range(J)]
-            m.d.sync += [seen_rk.eq(Cat(*(self.cnp_seen[j].bit_select(fd.rank, 1)
-                                          for j in range(J)))),
-                         j4oh.eq(Cat(*(fd.job == j for j in range(J))))]
         m.d.comb += [self.o[n].eq(v) for n, v in p4.items()]
         m.d.comb += [self.sa_slot.eq(sa_slot), self.sa_flow.eq(sa_flow), self.sa_job.eq(sa_job),
                      self.sz_slot.eq(sz_slot), self.sz_flow.eq(sz_flow), self.onehot.eq(o4),
                      self.onehot45.eq(o45)]
         m.d.comb += [self.acked_rk[j].eq(acked_rk[j]) for j in range(J)]
-        m.d.comb += [self.seen_rk.eq(seen_rk), self.job_oh.eq(j4oh)]
         return m
 
 
@@ -229,12 +221,12 @@ class CheckStage(wiring.Component):
             "h5": In(c.hdr_pipe_layout),
             "i": In(stage_layout(c)), "sa_slot": In(1), "sa_flow": In(1), "sa_job": In(1),
             "sz_slot": In(1), "sz_flow": In(1), "onehot4": In(WD), "onehot45": In(WD),
-            "acked_rk": In(data.ArrayLayout(PSN_BITS, J)), "seen_rk": In(J), "job_oh": In(J),
+            "acked_rk": In(data.ArrayLayout(PSN_BITS, J)),
             "slot_rd": In(c.slot_layout), "cnp_rd": In(TB),
             "sw_en": In(1), "sw_data": In(c.slot_layout), "cw_en": In(1), "cw_data": In(TB),
             "aw_en": In(1), "aw_data": In(PSN_BITS),
-            **job_inputs(c, ("enabled", "w", "cnp", "free", "rel", "upptr", "leaf", "up_rank",
-                             "down_rank", "rack")),
+            **job_inputs(c, ("enabled", "w", "cnp", "free", "rel", "upptr", "cnp_seen", "leaf",
+                             "up_rank", "down_rank", "rack")),
             **{n: Out(sh) for n, sh in _check_outputs(c).items()},
         })
 
@@ -273,15 +265,8 @@ class CheckStage(wiring.Component):
             return Mux(slot_loaded, Mux(slot_fwd, sw_v, ram_v), hold_v)
         cnp_w = rmw_read(m, self.cnp_rd, sz_flow, advance, (self.cw_en, self.cw_data), "cnp",
                          "cnp" not in nofwd)
-        j4oh = self.job_oh
-
-        def sel(port):
-            # the frame's job's entry: an AND-OR with the registered job one-hot
-            w = len(Value.cast(port[0]))
-            return Cat(*(Cat(*(Value.cast(port[j])[b] & j4oh[j] for j in range(J))).any()
-                         for b in range(w)))
         acked_rd = Signal(PSN_BITS)
-        m.d.comb += acked_rd.eq(sel(self.acked_rk))
+        m.d.comb += acked_rd.eq(_per_job(self.acked_rk, J)[j4])
         acked_w = rmw_read(m, acked_rd, sz_flow, advance, (self.aw_en, self.aw_data), "acked",
                            "acked" not in nofwd)
         sig4, sig5 = Cat(h4.opcode[:4], h4.plen), Cat(h5.opcode[:4], h5.plen)
@@ -310,13 +295,13 @@ class CheckStage(wiring.Component):
         ]
         # job and flow checks on the state now (``_b``), and variants for what the decision in
         # front changes: rel_j / upptr + 1 (same job), acked_f = its cand, a CNP sent (same flow)
-        leaf4 = (self.leaf & j4oh).any()
+        leaf4 = _per_job(self.leaf, J)[j4]
         role4 = _role_of(self, r4, j4, J)
         upsel4 = leaf4 & (role4 == Role.UP)  # D17: a leaf's UP flow is acked for upptr
         m.d.comb += cand4.eq(k4 + (h4.syndrome[5:7] == 0))
-        rel4, up4 = sel(self.rel), sel(self.upptr)
-        jf_b = job_checks(m, "4", k4, cand4, acked_w, upsel4, sel(self.free), rel4, up4,
-                          sel(self.w))
+        rel4, up4 = _per_job(self.rel, J)[j4], _per_job(self.upptr, J)[j4]
+        jf_b = job_checks(m, "4", k4, cand4, acked_w, upsel4, _per_job(self.free, J)[j4], rel4,
+                          up4, _per_job(self.w, J)[j4])
         rel4p1, up4p1, ptr4 = Signal(PSN_BITS), Signal(PSN_BITS), Signal(PSN_BITS)
         m.d.comb += [rel4p1.eq(rel4 + 1), up4p1.eq(up4 + 1), ptr4.eq(Mux(upsel4, up4, rel4))]
         ptr4p1 = Signal(PSN_BITS)
@@ -329,13 +314,9 @@ class CheckStage(wiring.Component):
             return adv <= lim
 
         tdb, tda = Signal(TB), Signal(TB)
-        cnp_iv = sel(self.cnp)
+        cnp_iv = _per_job(self.cnp, J)[j4]
         m.d.comb += [tdb.eq(h4.time - cnp_w), tda.eq(h4.time - h5.time)]
-        # the flow's CNP-seen bit, read in the lookup stage and forwarded like the CNP time (a
-        # CNP sent by the frame two ahead sets it)
-        seen_rd = Signal()
-        m.d.comb += seen_rd.eq((self.seen_rk & j4oh).any())
-        seen4 = rmw_read(m, seen_rd, sz_flow, advance, (self.cw_en, 1), "seen", "cnp" not in nofwd)
+        seen4 = (_per_job(self.cnp_seen, J)[j4] & o4).any()
         m.d.comb += [
             jf_b.supp.eq(seen4 & (tdb[TB - 1] | (tdb < cnp_iv))),
             jv.released.eq(jf_b.released | jf_b.keq_rel), jv.keq_rel.eq(k4 == rel4p1),
@@ -359,7 +340,7 @@ class CheckStage(wiring.Component):
         # one-hot of its job (alone, and with ``fwait``): the decision stage's stall and commit
         # take no decoder or job select
         reg5, reg_oh5, reg_ohd5 = Signal(), Signal(J), Signal(J)
-        en4 = (self.enabled & j4oh).any()
+        en4 = _per_job(self.enabled, J)[j4]
         rh4 = (h4.cls == HdrClass.ROCE) & p4.hit
         reg4 = self.v4 & rh4 & en4
         fwait4 = ~is_ctrl(h4) & (jf_b.behind | jf_b.ahead | jf_b.released)
