@@ -7,31 +7,37 @@ per-frame decision, in-order release, ACK/NAK snooping with freeing, and the CNP
 is bit-exact with the model: every frame gets the model's disposition, the model's release
 commands, CNP decisions and counter increments (the tests compare them frame by frame).
 
-Sub-blocks (one concern each; the per-job state they share stays in this component, in
-flip-flops that the decision stage reads up to date every cycle):
+Sub-blocks (one concern each; :class:`AggControl` wires them):
 
 * flow table (:class:`~.flowtable.FlowTable`): latched keys, parallel lookup;
-* job state: latched configuration (n, W, slot base, PMTU, op, CNP interval), free / release
-  pointers, slots in use, status;
-* enable sequencer (:class:`~.sequencer.EnableSequencer`): validates and latches a job on
-  ``JOB.CTRL.enable`` 0 -> 1 and discards it on 1 -> 0;
+* job state (:class:`~.jobstate.JobState`): latched configuration (n, W, slot base, PMTU, op,
+  CNP interval), free / release pointers, slots in use, status, acked_f, in flip-flops that the
+  decision stages read up to date every cycle, and their updates;
+* enable sequencer (:class:`~.sequencer.EnableSequencer`, its flow scan
+  :class:`~.sequencer.FlowScan`): validates and latches a job on ``JOB.CTRL.enable`` 0 -> 1 and
+  discards it on 1 -> 0;
 * slot state (``lib.memory.Memory``, one word per slot): valid, index, contribution bitmap,
   opcode / length signature, per-rank arrival port. EMPTY = not valid or holding another index;
   FILLING / COMPLETE = bitmap partial / full; RELEASED = index in [free_j, rel_j) (so releasing
   and freeing never rewrite a slot);
-* decision stages: lookup (stages 1-3, here) and the decision function (:class:`~.decide.
-  Decide`): checks in the model's priority, window, slot read-modify-write;
+* decision stages (:mod:`.stages`): lookup (:class:`~.stages.LookupStage`: index, slot, RAM
+  reads, header checks), check (:class:`~.stages.CheckStage`: every check, in variants for the
+  decision in front), decide (:class:`~.stages.DecideStage`: the variant that applies, the
+  decision function :class:`~.decide.Decide`, stall and commit);
 * release scheduler (:class:`~.release.ReleaseScheduler`): releases complete slots in index
   order (an in-order completion is released by the decision stage itself; out-of-order
-  completions are counted per job and released by the scheduler when the gap closes);
+  completions are counted per job and released by the scheduler when the gap closes), into the
+  release queue (:class:`~.release.ReleaseQueue`);
 * ACK monitor: acked_f per flow, free_j = min over the job's flows (the free-pointer tree,
   :class:`~.release.FreeMinTree`);
 * CNP limiter: per-flow time of the last CNP (a RAM), interval from the job;
-* fast retransmit (model D16): per-flow in-order prefix nxt_f, top_f and the hole last handled
-  (a RAM read and written like the CNP times), updated by data and ACK decisions; a decision
-  with ``nak`` set tells the forward path to rewrite the ACK (``nak_x``: the XOR of its BTH PSN
-  and AETH syndrome bytes, wire order; the ICRC is patched by the engine top), one with
-  ``solicit`` to also send the contribution's duplicate probe at PSN ``sol_psn``.
+* fast retransmit (model D16, :class:`~.retxstage.RetxStages`): per-flow in-order prefix nxt_f,
+  top_f and the hole last handled (a RAM read and written like the CNP times), updated by data
+  and ACK decisions; a decision with ``nak`` set tells the forward path to rewrite the ACK
+  (``nak_x``: the XOR of its BTH PSN and AETH syndrome bytes, wire order; the ICRC is patched by
+  the engine top), one with ``solicit`` to also send the contribution's duplicate probe at PSN
+  ``sol_psn``;
+* status and counters (:class:`~.counters.CtlCounters`).
 
 :class:`ParserAdapter` builds the header record from the packet parser's header record and
 verdict (:mod:`netreduce.hw.packet.layout`).
@@ -146,7 +152,7 @@ disabled while in flight is classified unregistered. Only the consumers' backpre
 
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.hdl import Array, Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -156,9 +162,7 @@ from netreduce.regmap import (
     GLOBAL_COUNTERS,
     JOB_COUNTERS,
     Access,
-    JobError,
     RegMap,
-    Role,
     Table,
     build_regmap,
 )
@@ -170,20 +174,17 @@ from .counters import CtlCounters
 from .decide import (
     OP_ACK,
     OP_CNP,
-    Decide,
-    job_flags_layout,
+    is_ctrl,
     nak_xor,
-    pre_layout,
-    precheck,
-    slot_flags_layout,
 )
 from .flowtable import FlowTable
+from .jobstate import JobState
 from .release import FreeMinTree, ReleaseQueue, ReleaseScheduler
 from .retxstage import RetxStages
-from .roles import MARK_PARTIAL, JobRoles
+from .roles import MARK_PARTIAL
 from .sequencer import EnableSequencer
+from .stages import CheckStage, DecideStage, LookupStage
 from .types import PSN_BITS, SEQ_BITS, Action, Disp, FrameError, HdrClass
-from .wide import all_of, any_of, kept
 
 __all__ = ["AggControl", "ParserAdapter", "HdrClass", "FrameError", "Action", "Disp", "role_layout",
            "OP_ACK", "OP_CNP"]
@@ -257,15 +258,30 @@ class ParserAdapter(wiring.Component):
         return m
 
 
-class _Port:
-    """A registered value presented like a RAM read port's data (for ``_rmw_read``)."""
-
-    def __init__(self, data):
-        self.data = data
-
-
 def _bits(n: int) -> int:
     return max(1, ceil_log2(n))
+
+
+def _feed(m, dst, src, names):
+    """Drive the inputs ``names`` of ``dst`` from the outputs of the same names of ``src``."""
+    m.d.comb += [getattr(dst, n).eq(getattr(src, n)) for n in names]
+
+
+class _Roles:
+    """The flow-role registers of :class:`~.jobstate.JobState` as :class:`~.roles.JobRoles`
+    names them (per-job lists of its output fields)."""
+
+    def __init__(self, st, jobs: int):
+        def pj(port):
+            return [port[j] for j in range(jobs)]
+
+        self.leaf, self.up, self.down = pj(st.leaf), pj(st.up_rank), pj(st.down_rank)
+        self.rack, self.upptr = pj(st.rack), pj(st.upptr)
+        self.npend_up, self.chain_up = pj(st.npend_up), pj(st.chain_up)
+
+    def any_roles(self, j):
+        """Job ``j`` is a leaf or a spine (its data frames go through the stage mark check)."""
+        return self.leaf[j] | self.rack[j].any()
 
 
 class AggControl(wiring.Component):
@@ -385,41 +401,6 @@ class AggControl(wiring.Component):
     # some off to show that the back-to-back tests notice.
     _no_forwarding: frozenset[str] = frozenset()
 
-    # ------------------------------------------------------------------ helpers
-    def _rmw_read(self, m, mem_rd, same, advance, last_wr, name):
-        """Resolve a synchronous RAM read for the decision stage: data of the read issued in the
-        cycle the header entered the stage, forwarded from the write committed in that same
-        cycle (by the decision in front: ``last_wr`` = its registered enable and data; ``same``:
-        registered when the header entered, its address is that decision's), and held while the
-        stage is stalled. The select is three flip-flops: one LUT per data bit."""
-        loaded = Signal(name=f"{name}_loaded")
-        m.d.sync += loaded.eq(advance)
-        wr_en, wr_data = last_wr
-        raw = Mux(wr_en & same, wr_data, mem_rd.data)
-        if name in self._no_forwarding:
-            raw = mem_rd.data
-        hold = Signal.like(mem_rd.data, name=f"{name}_hold")
-        eff = Signal.like(mem_rd.data, name=f"{name}_eff")
-        m.d.comb += eff.eq(Mux(loaded, raw, hold))
-        m.d.sync += hold.eq(eff)
-        return eff
-
-    def _job_checks(self, m, sfx, k, cand, acked, upsel, free, rel, upptr, w):
-        """The job and flow checks (:func:`~.decide.job_flags_layout`, ``supp`` left to the
-        caller) of a frame with index ``k`` (``cand``: its new acked_f if an ACK, ``upsel``: its
-        ACKs are checked against ``upptr``, D17) on the state given."""
-        f = Signal(job_flags_layout(), name=f"jf{sfx}")
-        d_win, rel_d, up_d = (Signal(PSN_BITS, name=f"{n}{sfx}") for n in ("d_win", "rel_d",
-                                                                           "up_d"))
-        adv, lim = Signal(PSN_BITS, name=f"adv{sfx}"), Signal(PSN_BITS, name=f"lim{sfx}")
-        m.d.comb += [d_win.eq(k - free), rel_d.eq(rel - free), up_d.eq(upptr - free),
-                     adv.eq(cand - acked), lim.eq(Mux(upsel, upptr, rel) - acked)]
-        m.d.comb += [f.behind.eq(d_win[PSN_BITS - 1]), f.ahead.eq(d_win >= w),
-                     f.released.eq(d_win < rel_d), f.keq_rel.eq(k == rel),
-                     f.up_lt.eq(d_win < up_d), f.keq_up.eq(k == upptr),
-                     f.ack_nz.eq(adv != 0), f.ack_le.eq(adv <= lim)]
-        return f
-
     # ------------------------------------------------------------------ elaborate
     def elaborate(self, platform):  # noqa: C901 (the pipeline registers and the job state)
         m = Module()
@@ -429,42 +410,7 @@ class AggControl(wiring.Component):
         m.submodules.ft = ft = FlowTable(F, jobs=J, max_world=WD)
 
         # ============================================================ job state (flops)
-        def per_job(width, name, init=0):
-            return Array(Signal(width, name=f"{name}{j}", init=init) for j in range(J))
-
-        enabled = per_job(1, "enabled")
-        error = per_job(8, "error")
-        j_n = per_job(self.n_bits, "n")
-        j_w = per_job(self.w_bits, "w")
-        j_base = per_job(self.slot_bits, "base")
-        j_pmtu = per_job(13, "pmtu")
-        j_op = per_job(2, "op")
-        j_cnp = per_job(32, "cnp_interval")
-        free = per_job(PSN_BITS, "free")
-        rel = per_job(PSN_BITS, "rel")
-        npend = per_job(self.w_bits, "npend")  # COMPLETE slots beyond rel (out of order)
-        busy_slots = per_job(self.w_bits, "slots_busy")
-        chain_busy = per_job(1, "chain_busy")
-        free_busy = per_job(4, "free_busy")  # free_j computations in flight
-        acked = Array(Array(Signal(PSN_BITS, name=f"acked{j}_{r}") for r in range(WD))
-                      for j in range(J))
-        cnp_seen = Array(Signal(WD, name=f"cnp_seen{j}") for j in range(J))
-        rtx_seen = Array(Signal(WD, name=f"rtx_seen{j}") for j in range(J))  # rtx word valid
-        jr = JobRoles(J, self.rank_bits, WD, self.w_bits, PSN_BITS)  # D17: flow roles
-        # the job's world mask and its (contributors, MEMBER ranks, UP) masks: registered copies,
-        # a cycle behind the job's n and roles (loaded by the sequencer long before any frame or
-        # chain of the job uses them)
-        j_full = [Signal(WD, name=f"full{j}") for j in range(J)]
-        j_masks = [(Signal(WD, name=f"cmask{j}"), Signal(WD, name=f"mmask{j}"),
-                    Signal(WD, name=f"upmask{j}")) for j in range(J)]
-        j_wm = [Signal(self.w_bits, name=f"wm{j}") for j in range(J)]  # W - 1, registered
-        for j in range(J):
-            m.d.sync += j_wm[j].eq(j_w[j] - 1)
-            full_j = Cat(*(j_n[j] > i for i in range(WD)))
-            m.d.sync += j_full[j].eq(full_j)
-            m.d.sync += [a.eq(b) for a, b in zip(j_masks[j], jr.masks(full_j, jr.leaf[j],
-                                                                      jr.up[j], jr.down[j]),
-                                                  strict=True)]
+        m.submodules.jobs = st = JobState(self)
 
         # ============================================================ memories
         m.submodules.slotmem = slotmem = Memory(shape=self.slot_layout, depth=self.slots,
@@ -481,7 +427,6 @@ class AggControl(wiring.Component):
         wiring.connect(m, relq.o, wiring.flipped(self.rel))
 
         # ============================================================ sub-blocks
-        m.submodules.decide = dk = Decide(self)
         m.submodules.retx = rx = RetxStages(self, forward="rtx" not in self._no_forwarding)
         m.submodules.release = sch = ReleaseScheduler(self)
         m.submodules.freemin = fmin = FreeMinTree(self)
@@ -493,7 +438,6 @@ class AggControl(wiring.Component):
             else:
                 m.d.comb += b.eq(a)
         wiring.connect(m, wiring.flipped(self.flow_rd), seq.flow_rd)
-        sq = seq.job
         quiesce = seq.quiesce
         m.d.comb += self.busy.eq(seq.busy)
 
@@ -526,321 +470,175 @@ class AggControl(wiring.Component):
             m.d.sync += [hs[i].eq(hs[i - 1]) for i in range(1, S + 2)]
         pipe_empty = ~(Cat(*vs).any() | rx.busy)
 
-        def is_ctrl(h):
-            return (h.opcode == OP_ACK) | (h.opcode == OP_CNP)
-
-        def onehot(r):
-            return (Const(1, WD) << r)[:WD]
-
-        def role_of(r, j):
-            return JobRoles.role(r, Array(jr.leaf)[j], Array(jr.up)[j], Array(jr.down)[j],
-                                 Array(jr.rack)[j])
-
         # the flow table compares the key of the header being accepted (a flip-flop output of the
         # input skid buffer; a header not taken is compared too, and its result ignored)
         m.d.comb += [ft.lk_en.eq(advance), ft.lk_ip.eq(hdr.payload.src_ip),
                      ft.lk_qpn.eq(hdr.payload.dqpn), ft.lk_rev.eq(is_ctrl(hdr.payload))]
 
-        # per-stage registers of the frame: entry, job, rank, index, slot, reverse QPN, start
-        def stage_regs(i):
-            return dict(hit=Signal(name=f"hit{i}"), e=Signal(self.entry_bits, name=f"e{i}"),
-                        j=Signal(self.job_bits, name=f"j{i}"),
-                        r=Signal(self.rank_bits, name=f"r{i}"), k=Signal(PSN_BITS, name=f"k{i}"),
-                        slot=Signal(self.slot_bits, name=f"slot{i}"),
-                        rq=Signal(24, name=f"rq{i}"), st=Signal(PSN_BITS, name=f"st{i}"),
-                        pre=Signal(pre_layout(self), name=f"pre{i}"))
-        p4, p5 = stage_regs(4), stage_regs(5)
-        hit4, e4, j4, r4, k4, slot4 = p4["hit"], p4["e"], p4["j"], p4["r"], p4["k"], p4["slot"]
-        pre4 = p4["pre"]
-        e5, j5, r5, k5, slot5 = p5["e"], p5["j"], p5["r"], p5["k"], p5["slot"]
-        rq5, st5, pre5 = p5["rq"], p5["st"], p5["pre"]
-
-        # ------------------------------------------------------------ stage 3
-        fd = ft.lk_data
-        k3 = Signal(PSN_BITS)
-        slot3 = Signal(self.slot_bits)
-        m.d.comb += [
-            k3.eq(h3.psn - fd.start),
-            slot3.eq(j_base[fd.job] + (k3 & (j_w[fd.job] - 1))),
-            s_rd.en.eq(advance), s_rd.addr.eq(slot3),
-            c_rd.en.eq(advance), c_rd.addr.eq(Cat(fd.rank, fd.job)),
-        ]
-        # the decision's header checks, registered with the frame (off the slot word's path)
-        pre3 = Signal(pre_layout(self))
-        precheck(m, self, pre3, h3, ft.lk_hit, Array(enabled)[fd.job], j_pmtu[fd.job],
-                 Cat(*(jr.any_roles(j) for j in range(J))).bit_select(fd.job, 1),
-                 role_of(fd.rank, fd.job),
-                 Array(j_full[j] & j_masks[j][0] for j in range(J))[fd.job])
-        # the frame's relation to the ones ahead of it: ``sa_*`` to the frame directly ahead (it
-        # will be decided in the cycle this one is checked: the check stage makes both variants),
-        # ``sz_*`` to the one two ahead (its RAM writes are committed in the cycle this one's
-        # reads are issued: forwarded into the check stage)
-        sa_slot, sa_flow, sa_job = Signal(), Signal(), Signal()
-        sz_slot, sz_flow = Signal(), Signal()
-        flow3 = Cat(fd.rank, fd.job)
-        # acked_f, read one stage early (forwarded like a RAM read): the rank selected here, the
-        # job in the check stage (a jobs x max_world select in one stage is too deep)
-        acked_rk = [Signal(PSN_BITS, name=f"acked_rk{j}") for j in range(J)]
-        # the frame's rank one-hot, registered with it (the slot and seen-bit checks AND with it)
-        o4, o5 = Signal(WD, name="onehot4"), Signal(WD, name="onehot5")
-        with m.If(advance):
-            m.d.sync += [hit4.eq(ft.lk_hit), e4.eq(ft.lk_entry), j4.eq(fd.job), r4.eq(fd.rank),
-                         k4.eq(k3), slot4.eq(slot3), p4["rq"].eq(fd.rev_qpn),
-                         p4["st"].eq(fd.start), pre4.eq(pre3),
-                         sa_slot.eq(slot3 == slot4), sa_flow.eq(flow3 == Cat(r4, j4)),
-                         sa_job.eq(fd.job == j4),
-                         sz_slot.eq(slot3 == slot5), sz_flow.eq(flow3 == Cat(r5, j5)),
-                         o4.eq(onehot(fd.rank))]
-            m.d.sync += [acked_rk[j].eq(acked[j][fd.rank]) for j in range(J)]
+        # ------------------------------------------------------------ stage 3: lookup
+        m.submodules.lookup = lk = LookupStage(self, ft.data_layout)
+        m.submodules.check = ck = CheckStage(self)
+        m.submodules.decide = dst = DecideStage(self)
+        p5 = ck.o
+        e5, j5, r5, k5, slot5, rq5, st5, pre5 = (p5[n] for n in ("e", "j", "r", "k", "slot",
+                                                                 "rq", "st", "pre"))
+        m.d.comb += [lk.advance.eq(advance), lk.h.eq(h3), lk.hit.eq(ft.lk_hit),
+                     lk.entry.eq(ft.lk_entry), lk.fd.eq(ft.lk_data), lk.slot5.eq(slot5),
+                     lk.r5.eq(r5), lk.j5.eq(j5),
+                     s_rd.en.eq(advance), s_rd.addr.eq(lk.slot_addr),
+                     c_rd.en.eq(advance), c_rd.addr.eq(lk.cnp_addr)]
+        _feed(m, lk, st, ("enabled", "pmtu", "base", "w", "leaf", "up_rank", "down_rank", "rack",
+                          "full", "cmask", "acked"))
 
         # ------------------------------------------------------------ stage 4: check
+        m.d.comb += [ck.advance.eq(advance), ck.v4.eq(vs[S]), ck.h4.eq(h4), ck.h5.eq(h5),
+                     ck.i.eq(lk.o),
+                     ck.sa_slot.eq(lk.sa_slot), ck.sa_flow.eq(lk.sa_flow),
+                     ck.sa_job.eq(lk.sa_job), ck.sz_slot.eq(lk.sz_slot),
+                     ck.sz_flow.eq(lk.sz_flow), ck.onehot4.eq(lk.onehot),
+                     ck.onehot45.eq(lk.onehot45),
+                     ck.acked_rk.eq(lk.acked_rk), ck.slot_rd.eq(s_rd.data),
+                     ck.cnp_rd.eq(c_rd.data)]
         # the writes committed by the decision stage in the cycle before (the frame two ahead,
         # when this one's RAM reads were issued), forwarded into the words read
-        sw_en, sw_data = Signal(), Signal(self.slot_layout)
-        sw_first, sw_tot = Signal(), Signal()  # the kind of that slot write
-        cw_en, cw_data = Signal(), Signal(TB)
-        aw_en, aw_data = Signal(), Signal(PSN_BITS)
-        pa_rel, pa_up = Signal(), Signal()  # that decision moved its job's rel_j / upptr
-        slot_w = data.View(self.slot_layout,
-                           self._rmw_read(m, s_rd, sz_slot, advance, (sw_en, sw_data), "slot"))
-        # the slot word's checks are made on each of its three sources (the RAM data, the write
-        # forwarded, the word held) and selected after the compares
-        slot_loaded, slot_hold = Signal(), Signal(self.slot_layout)
-        m.d.sync += [slot_loaded.eq(advance), slot_hold.eq(slot_w)]
-        slot_fwd = sw_en & sz_slot
-        if "slot" in self._no_forwarding:
-            slot_fwd = Const(0)
-        slot_srcs = (data.View(self.slot_layout, s_rd.data), sw_data, slot_hold)
-
-        def on_slot(fn):
-            # (kept nets: the synthesis maps each compare on its own, the select after it)
-            ram_v, sw_v, hold_v = (Signal(name=f"slot_chk_{x}", attrs={"keep": 1})
-                                   for x in ("ram", "fwd", "hold"))
-            m.d.comb += [v.eq(fn(w, x)) for v, w, x in zip((ram_v, sw_v, hold_v), slot_srcs,
-                                                           ("ram", "fwd", "hold"), strict=True)]
-            return Mux(slot_loaded, Mux(slot_fwd, sw_v, ram_v), hold_v)
-        cnp_w = self._rmw_read(m, c_rd, sz_flow, advance, (cw_en, cw_data), "cnp")
-        acked_rd = Signal(PSN_BITS)
-        m.d.comb += acked_rd.eq(Array(acked_rk)[j4])
-        acked_w = self._rmw_read(m, _Port(acked_rd), sz_flow, advance, (aw_en, aw_data), "acked")
-        mask4 = pre4.mask
-        sig4, sig5 = Cat(h4.opcode[:4], h4.plen), Cat(h5.opcode[:4], h5.plen)
-        # slot checks on the word as read (``_b``), and as the decision in front leaves it when it
-        # writes the same slot: its first contribution (``_f``), another contribution (``_c``)
-        sf_b, sf_f, sf_c = (Signal(slot_flags_layout(), name=f"sf{x}4") for x in "bfc")
-        m.d.comb += [
-            # (EMPTY = not valid or another index: the index compare in halves, combined in
-            # the decision stage)
-            sf_b.empty.eq(on_slot(lambda w, x: ~w.valid)),
-            sf_b.idx_lo.eq(on_slot(lambda w, x: w.index[:12] == k4[:12])),
-            sf_b.idx_hi.eq(on_slot(lambda w, x: w.index[12:] == k4[12:])),
-            sf_b.sigmis.eq(on_slot(lambda w, x: Cat(w.opcode, w.plen) != sig4)),
-            sf_b.tot.eq(slot_w.total),
-            # (the bitmap checks as trees of kept 6-input LUTs: see .wide)
-            sf_b.pres.eq(on_slot(lambda w, x: any_of(m, w.bitmap & o4, f"pres_{x}", 3))),
-            sf_b.cc.eq(on_slot(lambda w, x: all_of(m, ~((w.bitmap | o4) ^ mask4), f"cc_{x}",
-                                                   2))),
-            sf_b.cf.eq(all_of(m, ~(o4 ^ mask4), "cf", 3)),
-            sf_f.empty.eq(k5 != k4), sf_f.sigmis.eq(sig5 != sig4), sf_f.pres.eq(r5 == r4),
-            sf_f.cc.eq(all_of(m, ~((o5 | o4) ^ mask4), "ccf", 2)),
-            sf_c.pres.eq(sf_b.pres | (r5 == r4)),
-            sf_c.cc.eq(on_slot(lambda w, x: all_of(m, ~((w.bitmap | o5 | o4) ^ mask4),
-                                                   f"ccc_{x}"))),
-        ]
-        # job and flow checks on the state now (``_b``), and variants for what the decision in
-        # front changes: rel_j / upptr + 1 (same job), acked_f = its cand, a CNP sent (same flow)
-        leaf4 = Array(jr.leaf)[j4]
-        upsel4 = leaf4 & (role_of(r4, j4) == Role.UP)  # D17: a leaf's UP flow is acked for upptr
-        cand4, cand5 = Signal(PSN_BITS), Signal(PSN_BITS)
-        m.d.comb += cand4.eq(k4 + (h4.syndrome[5:7] == 0))
-        rel4, up4 = rel[j4], Array(jr.upptr)[j4]
-        jf_b = self._job_checks(m, "4", k4, cand4, acked_w, upsel4, free[j4], rel4, up4, j_w[j4])
-        rel4p1, up4p1, ptr4 = Signal(PSN_BITS), Signal(PSN_BITS), Signal(PSN_BITS)
-        m.d.comb += [rel4p1.eq(rel4 + 1), up4p1.eq(up4 + 1), ptr4.eq(Mux(upsel4, up4, rel4))]
-        ptr4p1 = Signal(PSN_BITS)
-        m.d.comb += ptr4p1.eq(ptr4 + 1)
-        jv = Signal(data.StructLayout({"released": 1, "keq_rel": 1, "up_lt": 1, "keq_up": 1,
-                                       "nz_a": 1, "le_0p": 1, "le_a0": 1, "le_ap": 1,
-                                       "supp_a": 1}))
-
-        def ack_le(cand, a, p):
-            adv, lim = Signal(PSN_BITS), Signal(PSN_BITS)
-            m.d.comb += [adv.eq(cand - a), lim.eq(p - a)]
-            return adv <= lim
-
-        tdb, tda = Signal(TB), Signal(TB)
-        cnp_iv = j_cnp[j4]
-        m.d.comb += [tdb.eq(h4.time - cnp_w), tda.eq(h4.time - h5.time)]
-        seen4 = (cnp_seen[j4] & o4).any()
-        m.d.comb += [
-            jf_b.supp.eq(seen4 & (tdb[TB - 1] | (tdb < cnp_iv))),
-            jv.released.eq(jf_b.released | jf_b.keq_rel), jv.keq_rel.eq(k4 == rel4p1),
-            jv.up_lt.eq(jf_b.up_lt | jf_b.keq_up), jv.keq_up.eq(k4 == up4p1),
-            jv.nz_a.eq(cand4 != cand5),
-            jv.le_0p.eq(ack_le(cand4, acked_w, ptr4p1)),
-            jv.le_a0.eq(ack_le(cand4, cand5, ptr4)),
-            jv.le_ap.eq(ack_le(cand4, cand5, ptr4p1)),
-            jv.supp_a.eq(tda[TB - 1] | (tda < cnp_iv)),
-        ]
+        _feed(m, ck, dst, ("sw_en", "sw_data", "cw_en", "cw_data", "aw_en", "aw_data"))
+        _feed(m, ck, st, ("enabled", "w", "cnp", "free", "rel", "upptr", "cnp_seen", "leaf",
+                          "up_rank", "down_rank", "rack"))
 
         # ------------------------------------------------------------ stage 5: decide
-        sf5_b, sf5_f, sf5_c = (Signal(slot_flags_layout(), name=f"sf{x}5") for x in "bfc")
-        jf5, jv5 = Signal(job_flags_layout()), Signal.like(jv, name="jv5")
-        slot5_w = Signal(self.slot_layout)
-        acked5 = Signal(PSN_BITS)
-        sa_slot5, sa_flow5, sa_job5, upsel5 = Signal(), Signal(), Signal(), Signal()
-        rh5 = Signal()  # a ROCE header with a flow hit
-        # the job's enabled bit and roles, and the flow's role, registered with the frame: they
-        # change only while the pipeline is empty (the sequencer's enable and disable wait for
-        # it, taking no header meanwhile)
-        en5, leaf5, roles5, role5 = Signal(), Signal(), Signal(), Signal(2)
-        # a data header whose checks a free_j still in flight can change (see the stall below)
-        fwait5 = Signal()
-        with m.If(advance):
-            m.d.sync += [en5.eq(enabled[j4]), leaf5.eq(leaf4), role5.eq(role_of(r4, j4)),
-                         roles5.eq(Cat(*(jr.any_roles(j) for j in range(J))).bit_select(j4, 1))]
-            m.d.sync += [rh5.eq((h4.cls == HdrClass.ROCE) & hit4),
-                         fwait5.eq(~is_ctrl(h4) & (jf_b.behind | jf_b.ahead | jf_b.released))]
-            m.d.sync += [v.eq(p4[n]) for n, v in p5.items()]
-            m.d.sync += o5.eq(o4)
-            m.d.sync += [sf5_b.eq(sf_b), sf5_f.eq(sf_f), sf5_c.eq(sf_c), jf5.eq(jf_b),
-                         jv5.eq(jv), slot5_w.eq(slot_w), acked5.eq(acked_w), cand5.eq(cand4),
-                         sa_slot5.eq(sa_slot), sa_flow5.eq(sa_flow), sa_job5.eq(sa_job),
-                         upsel5.eq(upsel4)]
-        # corrections for the decision in front (committed in the cycle before, when this
-        # frame's checks were made): one LUT level of selects on registers
-        slot_a = sa_slot5 & sw_en
-        first_a, tot_a = slot_a & sw_first, slot_a & sw_tot
-        contrib_a = slot_a & ~sw_first & ~sw_tot
-        rel_a, up_a = sa_job5 & pa_rel, sa_job5 & pa_up
-        ack_a, cnp_a = sa_flow5 & aw_en, sa_flow5 & cw_en
-        if "slot" in self._no_forwarding:
-            slot_a = first_a = tot_a = contrib_a = Const(0)
-        if "acked" in self._no_forwarding:
-            ack_a = Const(0)
-        if "cnp" in self._no_forwarding:
-            cnp_a = Const(0)
-        ptr_a = Mux(upsel5, up_a, rel_a)
-        # (kept nets: one LUT each, so that the synthesis does not merge the selects into
-        # LUT + MUXF7/F8/F9 shapes of more levels)
-        slot_a, first_a, tot_a, contrib_a, rel_a, up_a, ack_a, cnp_a, ptr_a = (
-            kept(m, v, f"{n}_a") for v, n in ((slot_a, "slot"), (first_a, "first"),
-                                              (tot_a, "tot"), (contrib_a, "contrib"),
-                                              (rel_a, "rel"), (up_a, "up"), (ack_a, "ack"),
-                                              (cnp_a, "cnp"), (ptr_a, "ptr")))
-        sf_a = Signal(slot_flags_layout(), attrs={"keep": 1})  # as loaded, corrected
-        jf_a = Signal(job_flags_layout(), attrs={"keep": 1})
-        m.d.comb += [
-            sf_a.empty.eq(Mux(first_a, sf5_f.empty,
-                              sf5_b.empty | ~(sf5_b.idx_lo & sf5_b.idx_hi))),
-            sf_a.idx_lo.eq(1), sf_a.idx_hi.eq(1),
-            sf_a.sigmis.eq(Mux(first_a, sf5_f.sigmis, sf5_b.sigmis)),
-            sf_a.tot.eq(Mux(first_a, 0, tot_a | sf5_b.tot)),
-            sf_a.pres.eq(Mux(first_a, sf5_f.pres, Mux(contrib_a, sf5_c.pres, sf5_b.pres))),
-            sf_a.cc.eq(Mux(first_a, sf5_f.cc, Mux(contrib_a, sf5_c.cc, sf5_b.cc))),
-            sf_a.cf.eq(sf5_b.cf),
-            jf_a.behind.eq(jf5.behind), jf_a.ahead.eq(jf5.ahead),
-            jf_a.released.eq(Mux(rel_a, jv5.released, jf5.released)),
-            jf_a.keq_rel.eq(Mux(rel_a, jv5.keq_rel, jf5.keq_rel)),
-            jf_a.up_lt.eq(Mux(up_a, jv5.up_lt, jf5.up_lt)),
-            jf_a.keq_up.eq(Mux(up_a, jv5.keq_up, jf5.keq_up)),
-            jf_a.ack_nz.eq(Mux(ack_a, jv5.nz_a, jf5.ack_nz)),
-            jf_a.ack_le.eq(Mux(ack_a, Mux(ptr_a, jv5.le_ap, jv5.le_a0),
-                               Mux(ptr_a, jv5.le_0p, jf5.ack_le))),
-            jf_a.supp.eq(Mux(cnp_a, jv5.supp_a, jf5.supp)),
-        ]
-        # a frame held in the stage (``held5``: the pipeline did not move in the cycle before)
-        # uses copies made while it waits (registers loaded only then, so that no register's
-        # input depends on ``advance``): its corrected slot checks and words, and its job checks
-        # made again on the state of that cycle (a chain or a free_j result may move it while it
-        # waits: the ``ev_*`` stall keeps it from deciding on checks older than one cycle)
-        held5 = Signal()
-        m.d.sync += held5.eq(~advance)
-        sf_h, jf_hq = Signal(slot_flags_layout()), Signal(job_flags_layout())
-        slot_h, acked_h = Signal(self.slot_layout), Signal(PSN_BITS)
-        sf = Signal(slot_flags_layout(), attrs={"keep": 1})
-        jf = Signal(job_flags_layout(), attrs={"keep": 1})
-        slot_cur = Signal(self.slot_layout)
-        acked_cur = Signal(PSN_BITS)
-        m.d.comb += [
-            sf.eq(Mux(held5, sf_h, sf_a)), jf.eq(Mux(held5, jf_hq, jf_a)),
-            slot_cur.eq(Mux(held5, slot_h, Mux(slot_a, sw_data, slot5_w))),
-            acked_cur.eq(Mux(held5, acked_h, Mux(ack_a, aw_data, acked5))),
-        ]
-        jf_h = self._job_checks(m, "5", k5, cand5, acked_cur, upsel5, free[j5], rel[j5],
-                                Array(jr.upptr)[j5], j_w[j5])
-        m.d.comb += jf_h.supp.eq(jf.supp)
-        with m.If(~advance):
-            m.d.sync += [sf_h.eq(sf), slot_h.eq(slot_cur), acked_h.eq(acked_cur), jf_hq.eq(jf_h)]
-
-        registered = v5 & rh5 & en5
-        n_cur = j_n[j5]
-        m.d.comb += [dk.roles.eq(roles5), dk.leaf.eq(leaf5), dk.role.eq(role5),
-                     dk.h.eq(h5), dk.k.eq(k5), dk.rank.eq(r5), dk.onehot_r.eq(o5),
-                     dk.cand.eq(cand5), dk.slot.eq(slot_cur), dk.sf.eq(sf), dk.jf.eq(jf),
-                     dk.pre.eq(pre5)]
-        disp, action, rx_data = dk.disp, dk.action, dk.rx_data
-        ack_stale, ack_take = dk.ack_stale, dk.ack_take
-        slot_write, slot_new, first = dk.slot_write, dk.slot_new, dk.first
-        release_now, pend_inc, mismatch = dk.release_now, dk.pend_inc, dk.mismatch
-        cnp_send, cnp_supp = dk.cnp_send, dk.cnp_supp
-
-        # stall conditions of the decision stage (all from registers)
+        _feed(m, dst, ck, DecideStage._CHECKS)
+        _feed(m, dst, st, ("free", "rel", "upptr", "w", "chain_busy", "chain_up", "moved",
+                           "fb_nz", "moved_free"))
         scrub_turn = Signal()
         scrub_want = seq.scrub_want
         m.d.sync += scrub_turn.eq(~scrub_turn)
-        ev_all, ev_free = Signal(J), Signal(J)  # job state moved last cycle, not by a decision
-        fb_nz = Signal(J)  # free_busy != 0, as a register
-        # ACK/NAK acceptance reads rel_j and acked_f (never free_j): only data waits for free_j
-        # (``fwait5``); everything waits for a chained release (it moves rel_j)
-        jb_all = Cat(*(chain_busy[j] | jr.chain_up[j] | ev_all[j] for j in range(J)))
-        jb_data = Cat(*(fb_nz[j] | ev_free[j] for j in range(J)))
-        # ... and only data whose checks a newer free_j can change. A free_j in flight comes from
-        # ACKs/NAKs decided before the frame, each taken only up to rel_j (upptr on a leaf's UP
-        # flow, so free_j <= upptr too): it is at most rel_j as the frame's checks read it. A
-        # frame checked neither behind, nor ahead, nor released (free <= rel <= k < free + W)
-        # gets the same behind / ahead / released / up_lt for any such free_j and need not wait
-        # (data right after an ACK burst: the all-reduce's steady state)
-        # the release FIFO takes one more command (with its input register's), from the level
-        # a cycle ago: the level grows by at most one a cycle
         rel_room = relq.room
-        m.d.comb += block5.eq(
-            (registered & (jb_all.bit_select(j5, 1)
-                           | (jb_data.bit_select(j5, 1) & fwait5)))
-            | ~rel_room
-            # the release scheduler may push this cycle: it has the FIFO
-            | sch.checking
-            # D16: the frame directly ahead writes the flow's word (read it after the write)
-            | (rh5 & rx.haz)
-            # (any header, not only one writing a slot: keeps the decision off the stall path)
-            | (scrub_want & scrub_turn))
-        commit = Signal()
-        m.d.comb += commit.eq(v5 & advance)
-        cj = Signal(J)  # commit for job j, registered frame
-        m.d.comb += cj.eq(Mux(commit & registered, 1 << j5, 0))
-        m.d.sync += [aw_en.eq(commit & registered & ack_take), aw_data.eq(cand5),
-                     pa_rel.eq(commit & registered & release_now),
-                     pa_up.eq(commit & registered & dk.up_now),
-                     sw_first.eq(first), sw_tot.eq(dk.tot_done)]
+        m.d.comb += [dst.sa_slot4.eq(lk.sa_slot), dst.sa_flow4.eq(lk.sa_flow),
+                     dst.sa_job4.eq(lk.sa_job)]
+        m.d.comb += [dst.advance.eq(advance), dst.v.eq(v5), dst.h.eq(h5), dst.i.eq(p5),
+                     block5.eq(dst.block), dst.haz.eq(rx.haz),
+                     # the release FIFO takes one more command (with its input register's),
+                     # from the level a cycle ago: the level grows by at most one a cycle; the
+                     # release scheduler may push this cycle: it has the FIFO; the scrub's turn
+                     # (any header, not only one writing a slot: keeps the decision off the
+                     # stall path)
+                     dst.hold.eq(~rel_room | sch.checking | (scrub_want & scrub_turn))]
 
         # ---- RAM writes of the decision stage (slot memory shared with the scrub)
         scrub_go = Signal()
-        dec_slot_wr = commit & slot_write
+        dec_slot_wr = dst.slot_wr
         # the scrub writes on its turn (the decision stage waits) or while no frame is in the
         # decision stage (from registers: off the decision's paths)
-        m.d.comb += [scrub_go.eq(scrub_want & (scrub_turn | ~v5)), seq.scrub_go.eq(scrub_go)]
+        m.d.comb += [scrub_go.eq(scrub_want & (scrub_turn | ~v5)), seq.scrub_go.eq(scrub_go),
+                     dst.scrub_go.eq(scrub_go)]
         m.d.comb += [
             s_wr.en.eq(dec_slot_wr | scrub_go),
             s_wr.addr.eq(Mux(dec_slot_wr, slot5, seq.scrub_addr)),
-            s_wr.data.eq(Mux(dec_slot_wr, slot_new.as_value(), 0)),
-            c_wr.en.eq(commit & cnp_send),
+            s_wr.data.eq(Mux(dec_slot_wr, dst.slot_new.as_value(), 0)),
+            c_wr.en.eq(dst.cnp_wr),
             c_wr.addr.eq(Cat(r5, j5)),
             c_wr.data.eq(h5.time),
         ]
-        m.d.sync += [sw_en.eq(s_wr.en & ~seq.scrub_go), sw_data.eq(s_wr.data),
-                     cw_en.eq(c_wr.en), cw_data.eq(c_wr.data)]
 
-        # ---- the decision, to the fast-retransmit stages and the output register
+        self._to_retx(m, st, dst, ck, rx, h5, v5)
+        self._release(m, st, sch, relq, dst, ck, s_rd2, h5)
+        self._free_tree(m, st, fmin, dst, j5)
+        # ============================================================ enable sequencer
+        m.d.comb += [seq.job_cfg.eq(self.job_cfg), seq.enabled.eq(st.enabled),
+                     seq.pipe_empty.eq(pipe_empty), seq.job_idle.eq(st.idle), seq.base.eq(st.base),
+                     seq.w.eq(st.w)]
+        self._state_updates(m, st, dst, ck, sch, rx, seq)
+        self._counters(m, st, dst, ck, sch, rx, ft)
+        return m
+
+    # ------------------------------------------------------------------ wiring
+    def _release(self, m, st, sch, relq, dst, ck, s_rd2, h5):
+        """The release scheduler's inputs and the release commands into the release queue."""
+        p5, up_now = ck.o, dst.up_now
+        J = self.jobs
+        m.d.comb += [sch.chain.eq(st.chain_busy), sch.fifo_ready.eq(relq.room),
+                     sch.dec_push.eq(0), s_rd2.addr.eq(sch.rd_addr),
+                     s_rd2.en.eq(sch.rd_en), sch.rd_data.eq(s_rd2.data)]
+        _feed(m, sch, st, ("rel", "base", "wm", "n", "npend", "chain_up", "upptr", "npend_up",
+                           "leaf", "full", "cmask", "mmask", "upmask"))
+        j5, leaf5 = p5.j, ck.leaf5
+        dec_cmd = Signal(self.rel_layout)
+        m.d.comb += [dec_cmd.job.eq(j5), dec_cmd.slot.eq(p5.slot), dec_cmd.index.eq(p5.k),
+                     dec_cmd.n.eq(Array(st.n[j] for j in range(J))[j5]),
+                     dec_cmd.plen.eq(h5.plen),
+                     # D17: a leaf's partial goes to UP, its total to the MEMBER ranks
+                     dec_cmd.mask.eq(Mux(up_now, Array(st.upmask[j] for j in range(J))[j5],
+                                         Mux(leaf5, Array(st.mmask[j] for j in range(J))[j5],
+                                             Array(st.full[j] for j in range(J))[j5]))),
+                     dec_cmd.total.eq(leaf5 & ~up_now),
+                     dec_cmd.mark.eq(Mux(up_now, MARK_PARTIAL, 0))]
+        if self.ports > 1:
+            m.d.comb += dec_cmd.ports.eq(dst.slot_new.ports)
+        m.d.comb += [relq.commit.eq(dst.commit),
+                     relq.dec_push.eq(dst.commit & (dst.release_now | up_now)),
+                     relq.dec_cmd.eq(dec_cmd), relq.sch_push.eq(sch.push),
+                     relq.sch_cmd.eq(sch.cmd), relq.sch_sel.eq(sch.checking)]
+
+    def _free_tree(self, m, st, fmin, dst, j5):
+        """free_j: a snapshot of the job's acked_f after each ACK/NAK that moved one (registered)
+        into the min tree; its result into the job state."""
+        J = self.jobs
+        f_valid = Signal()
+        f_job = Signal(self.job_bits)
+        m.d.sync += [f_valid.eq(dst.advance & dst.registered & dst.ack_take), f_job.eq(j5)]
+        m.d.comb += [fmin.i_valid.eq(f_valid), fmin.i_job.eq(f_job),
+                     fmin.free.eq(Array(st.free[j] for j in range(J))[f_job]),
+                     fmin.n.eq(Array(st.n[j] for j in range(J))[f_job])]
+        m.d.comb += [fmin.acked[r].eq(Array(st.acked[j][r] for j in range(J))[f_job])
+                     for r in range(self.max_world)]
+        m.d.comb += [st.f_valid.eq(fmin.o_valid), st.f_job.eq(fmin.o_job),
+                     st.f_free.eq(fmin.o_free)]
+
+    def _state_updates(self, m, st, dst, ck, sch, rx, seq):
+        """The job state's updates: the decision stage's commit, the release scheduler, the
+        fast-retransmit stage's word write, the sequencer."""
+        _feed(m, st, dst, ("cj", "release_now", "pend_inc", "ack_take", "first", "cnp_send",
+                           "up_now", "up_pend"))
+        m.d.comb += [st.rank.eq(ck.o.r), st.cand.eq(ck.cand), st.onehot.eq(ck.onehot),
+                     st.sch_rel_job.eq(sch.rel_job), st.sch_up_job.eq(sch.up_job),
+                     st.sch_done.eq(sch.done), st.sch_done_up.eq(sch.done_up),
+                     st.sch_job.eq(sch.job), st.rtx_wr.eq(rx.wr_en), st.rtx_job.eq(rx.wr_job),
+                     st.rtx_rank.eq(rx.wr_rank), st.seq_job.eq(seq.job)]
+        _feed(m, st, seq, ("load", "enable", "disable", "set_err", "err", "reset", "cfg_n",
+                           "cfg_w", "cfg_base", "cfg_pmtu", "cfg_op", "cfg_cnp", "roles_leaf",
+                           "roles_up", "roles_down", "roles_rack"))
+
+    def _counters(self, m, st, dst, ck, sch, rx, ft):
+        """Status and counters (:class:`~.counters.CtlCounters`)."""
+        J = self.jobs
+        m.submodules.counters = cnt = CtlCounters(self)
+        _feed(m, cnt, dst, ("cj", "commit", "disp", "mismatch", "rx_data", "ack_stale",
+                            "cnp_send", "cnp_supp", "release_now", "up_now"))
+        _feed(m, cnt, st, ("freed", "error", "free", "rel", "busy", "n", "upptr", "enabled",
+                           "leaf"))
+        m.d.comb += [
+            cnt.n_cur.eq(Array(st.n[j] for j in range(J))[ck.o.j]), cnt.leaf_cur.eq(ck.leaf5),
+            cnt.ack_e.eq(dst.advance & dst.registered & dst.ack_take), cnt.entry.eq(ck.o.e),
+            cnt.cand.eq(ck.cand),
+            cnt.cj7.eq(rx.cj7), cnt.nak_fire.eq(rx.nak_fire), cnt.solicit.eq(rx.solicit),
+            cnt.sch_rel_job.eq(sch.rel_job), cnt.sch_up_job.eq(sch.up_job),
+            cnt.bind_en.eq(ft.bind_en), cnt.bind_entry.eq(ft.bind_entry), cnt.live.eq(ft.live),
+            self.job_status.eq(cnt.job_status), self.flow_status.eq(cnt.flow_status),
+            self.job_set.eq(cnt.job_set), self.job_cnt_inc.eq(cnt.job_cnt_inc),
+            self.cnt_inc.eq(cnt.cnt_inc),
+        ]
+
+    def _to_retx(self, m, st, dst, ck, rx, h5, v5):
+        """The decision record and D16's inputs, to the fast-retransmit stages and the output
+        register (:class:`~.retxstage.RetxStages`)."""
+        J = self.jobs
+        p5, advance, registered = ck.o, dst.advance, dst.registered
+        j5, r5 = p5.j, p5.r
+        jr = _Roles(st, J)
+
+        def per_job(port):
+            return Array(port[j] for j in range(J))
+
         rxi = rx.i
         d6 = rxi.dec
         # D16 is not used on leaf and spine jobs (D17)
@@ -850,159 +648,19 @@ class AggControl(wiring.Component):
         # the flow's fast-retransmit word counts only once written since the enable (rtx_seen);
         # the decision stage holds a frame while the frame in stage 6 will write its flow's word
         # (one bubble), so the word is read after that write or forwarded from it (stage 7)
-        m.d.comb += [rx.rd_en.eq(advance), rx.i_valid.eq(v5 & advance), rx.sa_flow.eq(sa_flow5)]
-        m.d.comb += [d6.action.eq(action), d6.disp.eq(disp), d6.job.eq(j5),
-                     d6.rank.eq(r5), d6.entry.eq(e5), d6.slot.eq(slot5), d6.index.eq(k5),
-                     d6.overwrite.eq(first), d6.op.eq(j_op[j5]), d6.plen.eq(h5.plen),
-                     d6.beats.eq(beats), d6.cnp.eq(cnp_send), d6.rev_qpn.eq(rq5),
-                     d6.port.eq(h5.port), d6.release.eq(release_now | dk.up_now),
-                     d6.remark.eq(dk.remark), d6.mark.eq(dk.mark), d6.total.eq(dk.total),
+        m.d.comb += [rx.rd_en.eq(advance), rx.i_valid.eq(v5 & advance), rx.sa_flow.eq(ck.sa_flow5)]
+        m.d.comb += [d6.action.eq(dst.action), d6.disp.eq(dst.disp), d6.job.eq(j5),
+                     d6.rank.eq(r5), d6.entry.eq(p5.e), d6.slot.eq(p5.slot), d6.index.eq(p5.k),
+                     d6.overwrite.eq(dst.first), d6.op.eq(per_job(st.op)[j5]), d6.plen.eq(h5.plen),
+                     d6.beats.eq(beats), d6.cnp.eq(dst.cnp_send), d6.rev_qpn.eq(p5.rq),
+                     d6.port.eq(h5.port), d6.release.eq(dst.release_now | dst.up_now),
+                     d6.remark.eq(dst.remark), d6.mark.eq(dst.mark), d6.total.eq(dst.total),
                      d6.nak_x.eq(nak_xor(h5)),
                      # the ACK request's PSN: one acknowledged by f's receiver (a duplicate)
-                     d6.sol_psn.eq(st5 + acked_cur - 1),
-                     rxi.reg.eq(registered), rxi.pres.eq(dk.present),
-                     rxi.contrib.eq(action == Action.CONTRIBUTE), rxi.ackc.eq(dk.ack_cur),
-                     rxi.fast.eq(fast_en), rxi.rel.eq(rel[j5]),
-                     rxi.seen.eq((rtx_seen[j5] & o5).any()),
-                     rxi.w.eq(registered & (dk.present | dk.ack_cur))]
+                     d6.sol_psn.eq(p5.st + dst.acked_cur - 1),
+                     rxi.reg.eq(registered), rxi.pres.eq(dst.present),
+                     rxi.contrib.eq(dst.action == Action.CONTRIBUTE), rxi.ackc.eq(dst.ack_cur),
+                     rxi.fast.eq(fast_en), rxi.rel.eq(per_job(st.rel)[j5]),
+                     rxi.seen.eq((per_job(st.rtx_seen)[j5] & ck.onehot).any()),
+                     rxi.w.eq(registered & (dst.present | dst.ack_cur))]
 
-        # ============================================================ release scheduler
-        up_now = dk.up_now
-        dec_push = commit & (release_now | up_now)
-        m.d.comb += [sch.chain.eq(Cat(*[chain_busy[j] for j in range(J)])),
-                     sch.fifo_ready.eq(rel_room),
-                     sch.dec_push.eq(0), s_rd2.addr.eq(sch.rd_addr),
-                     s_rd2.en.eq(sch.rd_en), sch.rd_data.eq(s_rd2.data)]
-        for j in range(J):
-            m.d.comb += [sch.rel[j].eq(rel[j]), sch.base[j].eq(j_base[j]), sch.wm[j].eq(j_wm[j]),
-                         sch.n[j].eq(j_n[j]), sch.npend[j].eq(npend[j]),
-                         sch.chain_up[j].eq(jr.chain_up[j]), sch.upptr[j].eq(jr.upptr[j]),
-                         sch.npend_up[j].eq(jr.npend_up[j]), sch.leaf[j].eq(jr.leaf[j]),
-                         sch.full[j].eq(j_full[j]), sch.cmask[j].eq(j_masks[j][0]),
-                         sch.mmask[j].eq(j_masks[j][1]), sch.upmask[j].eq(j_masks[j][2])]
-        js, sch_rel_job, chain_done = sch.job, sch.rel_job, sch.done
-        dec_cmd = Signal(self.rel_layout)
-        m.d.comb += [dec_cmd.job.eq(j5), dec_cmd.slot.eq(slot5), dec_cmd.index.eq(k5),
-                     dec_cmd.n.eq(n_cur), dec_cmd.plen.eq(h5.plen),
-                     # D17: a leaf's partial goes to UP, its total to the MEMBER ranks
-                     dec_cmd.mask.eq(Mux(up_now, Array(mk[2] for mk in j_masks)[j5],
-                                         Mux(leaf5, Array(mk[1] for mk in j_masks)[j5],
-                                             Array(j_full)[j5]))),
-                     dec_cmd.total.eq(leaf5 & ~up_now),
-                     dec_cmd.mark.eq(Mux(up_now, MARK_PARTIAL, 0))]
-        if self.ports > 1:
-            m.d.comb += dec_cmd.ports.eq(slot_new.ports)
-        m.d.comb += [relq.commit.eq(commit), relq.dec_push.eq(dec_push), relq.dec_cmd.eq(dec_cmd),
-                     relq.sch_push.eq(sch.push), relq.sch_cmd.eq(sch.cmd),
-                     relq.sch_sel.eq(sch.checking)]
-
-        # ============================================================ free_j (min tree)
-        f_valid = Signal()
-        f_job = Signal(self.job_bits)
-        m.d.sync += [f_valid.eq(commit & registered & ack_take), f_job.eq(j5)]
-        m.d.comb += [fmin.i_valid.eq(f_valid), fmin.i_job.eq(f_job), fmin.free.eq(free[f_job]),
-                     fmin.n.eq(j_n[f_job])]
-        m.d.comb += [fmin.acked[r].eq(acked[f_job][r]) for r in range(WD)]
-        a_free, a_valid, a_job = fmin.o_free, fmin.o_valid, fmin.o_job
-        step = Signal(self.w_bits)  # indices freed by the result being applied
-        m.d.comb += step.eq(a_free - free[a_job])
-        # job state moved by a chain or a free_j result: a frame of the job in the decision stage
-        # waits a cycle for its checks to be made again
-        m.d.sync += [ev_all.eq(sch_rel_job | sch.up_job),
-                     ev_free.eq(Mux(a_valid, 1 << a_job, 0))]
-
-        # ============================================================ enable sequencer
-        m.d.comb += [seq.job_cfg.eq(self.job_cfg),
-                     seq.enabled.eq(Cat(*[enabled[j] for j in range(J)])),
-                     seq.pipe_empty.eq(pipe_empty),
-                     seq.job_idle.eq(Cat(*[~chain_busy[j] & ~jr.chain_up[j]
-                                          & (free_busy[j] == 0) for j in range(J)]))]
-        m.d.comb += [seq.base[j].eq(j_base[j]) for j in range(J)]
-        m.d.comb += [seq.w[j].eq(j_w[j]) for j in range(J)]
-        with m.If(seq.load):
-            # a new attempt: an error of an earlier refused one no longer applies
-            m.d.sync += error[sq].eq(JobError.NONE)
-            m.d.sync += [j_n[sq].eq(seq.cfg_n), j_w[sq].eq(seq.cfg_w),
-                         j_base[sq].eq(seq.cfg_base), j_pmtu[sq].eq(seq.cfg_pmtu),
-                         j_op[sq].eq(seq.cfg_op), j_cnp[sq].eq(seq.cfg_cnp)]
-        seq_enable, seq_disable, seq_reset = seq.enable, seq.disable, seq.reset
-        seq_set_err, seq_err = seq.set_err, seq.err
-
-        # ============================================================ per-job state updates
-        for j in range(J):
-            dj = cj[j]  # the decision stage commits a registered frame of job j
-            with m.If(dj & release_now):
-                m.d.sync += rel[j].eq(rel[j] + 1)
-                with m.If(npend[j] != 0):
-                    m.d.sync += chain_busy[j].eq(1)
-            with m.If(dj & pend_inc):
-                m.d.sync += npend[j].eq(npend[j] + 1)
-            with m.If(sch_rel_job[j]):
-                m.d.sync += [rel[j].eq(rel[j] + 1), npend[j].eq(npend[j] - 1)]
-            with m.If(chain_done & (js == j)):
-                m.d.sync += chain_busy[j].eq(0)
-            with m.If(dj & ack_take):
-                m.d.sync += acked[j][r5].eq(cand5)
-            applying = a_valid & (a_job == j)
-            with m.If(applying):
-                m.d.sync += free[j].eq(a_free)
-            fb_inc = dj & ack_take
-            fb_next = (free_busy[j] + fb_inc - applying)[:4]
-            # (fb_next != 0 without the adder: a result applied implies free_busy >= 1)
-            m.d.sync += [free_busy[j].eq(fb_next),
-                         fb_nz[j].eq(fb_inc | (fb_nz[j] & ~((free_busy[j] == 1) & applying)))]
-            m.d.sync += busy_slots[j].eq(busy_slots[j] + (dj & first)
-                                         - Mux(applying, step, 0))
-            with m.If(dj & cnp_send):
-                m.d.sync += cnp_seen[j].eq(cnp_seen[j] | o5)
-            with m.If(rx.wr_en & (rx.wr_job == j)):
-                m.d.sync += rtx_seen[j].eq(rtx_seen[j] | onehot(rx.wr_rank))
-            with m.If((sq == j) & seq_enable):
-                m.d.sync += [enabled[j].eq(1), error[j].eq(JobError.NONE),
-                             jr.leaf[j].eq(seq.roles_leaf), jr.up[j].eq(seq.roles_up),
-                             jr.down[j].eq(seq.roles_down), jr.rack[j].eq(seq.roles_rack)]
-            # D17: the partial pointer and its chain, like rel / npend / chain_busy
-            with m.If(dj & up_now):
-                m.d.sync += jr.upptr[j].eq(jr.upptr[j] + 1)
-                with m.If(jr.npend_up[j] != 0):
-                    m.d.sync += jr.chain_up[j].eq(1)
-            with m.If(dj & dk.up_pend):
-                m.d.sync += jr.npend_up[j].eq(jr.npend_up[j] + 1)
-            with m.If(sch.up_job[j]):
-                m.d.sync += [jr.upptr[j].eq(jr.upptr[j] + 1),
-                             jr.npend_up[j].eq(jr.npend_up[j] - 1)]
-            with m.If(sch.done_up & (js == j)):
-                m.d.sync += jr.chain_up[j].eq(0)
-            with m.If((sq == j) & seq_disable):
-                m.d.sync += [enabled[j].eq(0), error[j].eq(JobError.NONE)]
-            with m.If((sq == j) & seq_set_err):
-                m.d.sync += error[j].eq(seq_err)
-            with m.If((sq == j) & seq_reset):
-                m.d.sync += [free[j].eq(0), rel[j].eq(0), npend[j].eq(0), busy_slots[j].eq(0),
-                             fb_nz[j].eq(0), chain_busy[j].eq(0), free_busy[j].eq(0),
-                             cnp_seen[j].eq(0),
-                             rtx_seen[j].eq(0), jr.upptr[j].eq(0), jr.npend_up[j].eq(0),
-                             jr.chain_up[j].eq(0)]
-                m.d.sync += [acked[j][r].eq(0) for r in range(WD)]
-        # ============================================================ status and counters
-        m.submodules.counters = cnt = CtlCounters(self)
-        m.d.comb += [
-            cnt.cj.eq(cj), cnt.commit.eq(commit), cnt.disp.eq(disp), cnt.mismatch.eq(mismatch),
-            cnt.rx_data.eq(rx_data), cnt.ack_stale.eq(ack_stale), cnt.cnp_send.eq(cnp_send),
-            cnt.cnp_supp.eq(cnp_supp), cnt.release_now.eq(release_now), cnt.up_now.eq(up_now),
-            cnt.n_cur.eq(n_cur), cnt.leaf_cur.eq(leaf5),
-            cnt.ack_e.eq(commit & registered & ack_take), cnt.entry.eq(e5), cnt.cand.eq(cand5),
-            cnt.cj7.eq(rx.cj7), cnt.nak_fire.eq(rx.nak_fire), cnt.solicit.eq(rx.solicit),
-            cnt.sch_rel_job.eq(sch_rel_job), cnt.sch_up_job.eq(sch.up_job),
-            cnt.bind_en.eq(ft.bind_en), cnt.bind_entry.eq(ft.bind_entry), cnt.live.eq(ft.live),
-            cnt.enabled.eq(Cat(*enabled)), cnt.leaf.eq(Cat(*jr.leaf)),
-            self.job_status.eq(cnt.job_status), self.flow_status.eq(cnt.flow_status),
-            self.job_set.eq(cnt.job_set), self.job_cnt_inc.eq(cnt.job_cnt_inc),
-            self.cnt_inc.eq(cnt.cnt_inc),
-        ]
-        for j in range(J):
-            m.d.comb += [cnt.freed[j].eq(Mux(a_valid & (a_job == j), step, 0)),
-                         cnt.error[j].eq(error[j]), cnt.free[j].eq(free[j]),
-                         cnt.rel[j].eq(rel[j]), cnt.busy[j].eq(busy_slots[j]),
-                         cnt.n[j].eq(j_n[j]), cnt.upptr[j].eq(jr.upptr[j])]
-        return m

@@ -1,4 +1,4 @@
-"""The decision function of the aggregation control path (stage 4 of :class:`~.control.AggControl`).
+"""The decision function of the aggregation control path (in :class:`~.stages.DecideStage`).
 
 :class:`Decide` is the combinational heart of model steps 2-6 (:mod:`netreduce.sim.model.engine`,
 decisions D5-D8, D14-D16) for one frame: given the frame's header record, the looked-up flow
@@ -7,11 +7,11 @@ for it (already forwarded from the write in front), it returns the disposition, 
 new slot word, the new fast-retransmit word, the CNP verdict and the per-job state strobes.
 
 Contract: combinational (latency 0), one frame per cycle, no state, no backpressure; the caller
-(:class:`~.control.AggControl`) registers the inputs (its stage 3 -> 4 registers) and the outputs
-(its decision register, the RAM writes, the per-job state updates), and commits them only in a
-cycle its pipeline advances. Errors: a frame-level error or a check failing gives the model's
-drop / forward disposition and changes nothing (``slot_write``, ``ack_take``, ``rtx_write``,
-``cnp_send`` low).
+(:class:`~.stages.DecideStage`) gives it registers (the check stage's, corrected by one select)
+and registers its outputs (the decision register, the RAM writes, the per-job state updates),
+committing them only in a cycle its pipeline advances. Errors: a frame-level error or a check
+failing gives the model's drop / forward disposition and changes nothing (``slot_write``,
+``ack_take``, ``rtx_write``, ``cnp_send`` low).
 """
 
 from __future__ import annotations
@@ -89,13 +89,11 @@ def precheck(m, ctl, pre, h, hit, enabled, pmtu, roles, role, full_mask):
 def slot_flags_layout() -> data.StructLayout:
     """The slot word's checks, made one stage before the decision (the check stage of
     :class:`~.control.AggControl`) and corrected for the decision in front: ``empty`` (not valid
-    or another index: EMPTY; in the check stage's word checks ``valid`` only, with the index
-    compare in two halves ``idx_lo`` / ``idx_hi``, combined by the decision stage), ``sigmis``
+    or another index: EMPTY), ``sigmis``
     (opcode / length signature differs from the frame's), ``tot`` (a leaf's total is in, D17),
     ``pres`` (the frame's rank is in the bitmap), ``cc`` (the bitmap with the frame's rank is
     complete), ``cf`` (the frame's rank alone is)."""
-    return data.StructLayout({"empty": 1, "sigmis": 1, "tot": 1, "pres": 1, "cc": 1, "cf": 1,
-                              "idx_lo": 1, "idx_hi": 1})
+    return data.StructLayout({"empty": 1, "sigmis": 1, "tot": 1, "pres": 1, "cc": 1, "cf": 1})
 
 
 def job_flags_layout() -> data.StructLayout:

@@ -11,7 +11,7 @@ pipelined minimum tree, after each ACK/NAK that advanced some ``acked_f``.
 
 from __future__ import annotations
 
-from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.hdl import Array, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -81,8 +81,14 @@ class ReleaseScheduler(wiring.Component):
         J, WD = c.jobs, c.max_world
         js = self.job
         up_mode = Signal()  # the chain being run is a leaf's partial chain (D17)
+
+        def sel(port):
+            # the job's entry as a mux tree (a View indexed by a Value is a shift by job x
+            # width: Yosys builds it with a multiplier's carry chain, two levels more)
+            return Array(port[j] for j in range(J))[js]
+
         leaf_js = self.leaf.bit_select(js, 1)
-        n_js, full = self.n[js], self.full[js]
+        n_js, full = sel(self.n), sel(self.full)
         # the chain's job state, registered in LOAD (jobs:1 selects off the slot address and the
         # checks): the job's rel / upptr and npend / npend_up move only by this chain's own
         # pushes while it runs (its decisions wait), so the chain steps its copies itself
@@ -119,12 +125,12 @@ class ReleaseScheduler(wiring.Component):
                     m.d.sync += [js.eq(pick_up), up_mode.eq(1)]
                     m.next = "LOAD"
             with m.State("LOAD"):
-                m.d.sync += [rel_q.eq(Mux(up_mode, self.upptr[js], self.rel[js])),
-                             npend_q.eq(Mux(up_mode, self.npend_up[js], self.npend[js])),
-                             base_q.eq(self.base[js]), wm_q.eq(self.wm[js]), n_q.eq(n_js),
-                             mask_q.eq(Mux(up_mode, self.upmask[js],
-                                           Mux(leaf_js, self.mmask[js], full))),
-                             want_q.eq(Mux(up_mode, self.cmask[js], full)),
+                m.d.sync += [rel_q.eq(Mux(up_mode, sel(self.upptr), sel(self.rel))),
+                             npend_q.eq(Mux(up_mode, sel(self.npend_up), sel(self.npend))),
+                             base_q.eq(sel(self.base)), wm_q.eq(sel(self.wm)), n_q.eq(n_js),
+                             mask_q.eq(Mux(up_mode, sel(self.upmask),
+                                           Mux(leaf_js, sel(self.mmask), full))),
+                             want_q.eq(Mux(up_mode, sel(self.cmask), full)),
                              by_total_q.eq(~up_mode & leaf_js)]
                 m.next = "READ"
             with m.State("READ"):
