@@ -262,7 +262,16 @@ class NetReduceEngine(wiring.Component):
                                                  contrib_layout=slotmem.contrib_layout,
                                                  roles=self.roles)
         m.submodules.jq = jq = fifo.SyncFIFOBuffered(width=dsp.job_layout.size, depth=4)
-        wiring.connect(m, ctl.dec, dsp.dec)
+        # decisions wait in a queue of 16 (as a lane's do): while the dispatcher is busy with a
+        # long data frame the control path goes on deciding the frames behind it (a burst of
+        # ACKs, then the next contribution) instead of stopping whole with bubbles in its
+        # stages, which the dispatcher would wait out once it drains them
+        m.submodules.decq = dcq = fifo.SyncFIFO(width=Signal(ctl.dec_layout).as_value().shape()
+                                                .width, depth=16)
+        m.d.comb += [dcq.w_en.eq(ctl.dec.valid), dcq.w_data.eq(ctl.dec.payload),
+                     ctl.dec.ready.eq(dcq.w_rdy),
+                     dsp.dec.valid.eq(dcq.r_rdy), dsp.dec.payload.eq(dcq.r_data),
+                     dcq.r_en.eq(dsp.dec.ready)]
         wiring.connect(m, dsp.contrib, slotmem.contrib)
         for k in range(P):
             for port, (q, r) in ((getattr(dsp, f"frame{k}"), fq[k]),
