@@ -2,12 +2,12 @@
 
 Data flow (``w`` = data width, one beat per cycle)::
 
-    i_p ─► guard ─► Parser ─┬─ hdr ─► recq ──┐  (+ verdict) ─► ParserAdapter ─► skid ─► arbiter ─┐
-      (per port)            ├─ frame ─► fq ──┤                                                    │
-                            └─ payload ─► pq ┤      AggControl (flow table, slots, window,◄────────┘
-                                             │      release, ACK monitor, CNP limiter)
-                         dq (header bytes) ◄─┘          │ dec                │ rel (+seq)
-                                                         ▼                    │
+    i_p ─► guard ─► Parser ─┬─ hdr ─┬► recq ─► (+ verdict) ─► ParserAdapter ─► skid ─► arbiter ─┐
+      (per port)            │       └► dq (header bytes) ──┐                                    │
+                            ├─ frame ─► fq ────────────────┤  AggControl (flow table, slots,◄───┘
+                            └─ payload ─► pq ──────────────┤  window, release, ACK monitor, CNPs)
+                                                           │      │ dec ─► decq    │ rel (+seq)
+                                                           ▼      ▼                │
                   dispatcher: FORWARD -> fwd_p; CONTRIBUTE -> SlotMemory + header store;
                   REEMIT / PROBE / CNP -> frame jobs ─► emitter ◄──────────────┘
                                                           │ header cmds  │ payload cmds
