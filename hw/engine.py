@@ -2,12 +2,12 @@
 
 Data flow (``w`` = data width, one beat per cycle)::
 
-    i_p ─► guard ─► Parser ─┬─ hdr ─► recq ──┐  (+ verdict) ─► ParserAdapter ─► skid ─► arbiter ─┐
-      (per port)            ├─ frame ─► fq ──┤                                                    │
-                            └─ payload ─► pq ┤      AggControl (flow table, slots, window,◄────────┘
-                                             │      release, ACK monitor, CNP limiter)
-                         dq (header bytes) ◄─┘          │ dec                │ rel (+seq)
-                                                         ▼                    │
+    i_p ─► guard ─► Parser ─┬─ hdr ─┬► recq ─► (+ verdict) ─► ParserAdapter ─► skid ─► arbiter ─┐
+      (per port)            │       └► dq (header bytes) ──┐                                    │
+                            ├─ frame ─► fq ────────────────┤  AggControl (flow table, slots,◄───┘
+                            └─ payload ─► pq ──────────────┤  window, release, ACK monitor, CNPs)
+                                                           │      │ dec ─► decq    │ rel (+seq)
+                                                           ▼      ▼                │
                   dispatcher: FORWARD -> fwd_p; CONTRIBUTE -> SlotMemory + header store;
                   REEMIT / PROBE / CNP -> frame jobs ─► emitter ◄──────────────┘
                                                           │ header cmds  │ payload cmds
@@ -78,7 +78,7 @@ from .hstore import HeaderStore
 from .lanes import attach_lanes
 from .mgmt_path import PATH_COUNTERS, attach_mgmt
 from .packet.deparser import Deparser
-from .packet.layout import HDR_CAP, Kind
+from .packet.layout import HDR_CAP, Kind, header_record_layout
 from .packet.linklocal import attach_linklocal
 from .packet.parser import Parser
 from .ports import SHELL_LAYOUT, attach_ports, fc_layout
@@ -178,6 +178,14 @@ class NetReduceEngine(wiring.Component):
         """Beats of the largest frame kept whole (the per-port buffer depth)."""
         return -(-self.max_frame // (self.width // 8))
 
+    @property
+    def header_frames(self) -> int:
+        """Frames per port whose header may wait between the parser and the dispatcher (the
+        parser's verdict FIFO, the record and header-byte FIFOs): a burst of one ACK per rank
+        of a job (``max_world`` one-beat frames) arriving while the dispatcher finishes the data
+        frames ahead of it, plus the control path's pipeline."""
+        return self.max_world + 32
+
     def elaborate(self, platform):  # noqa: C901 (one dataflow, read top to bottom)
         m = Module()
         P, w = self.ports, self.width
@@ -254,7 +262,16 @@ class NetReduceEngine(wiring.Component):
                                                  contrib_layout=slotmem.contrib_layout,
                                                  roles=self.roles)
         m.submodules.jq = jq = fifo.SyncFIFOBuffered(width=dsp.job_layout.size, depth=4)
-        wiring.connect(m, ctl.dec, dsp.dec)
+        # decisions wait in a queue of 16 (as a lane's do): while the dispatcher is busy with a
+        # long data frame the control path goes on deciding the frames behind it (a burst of
+        # ACKs, then the next contribution) instead of stopping whole with bubbles in its
+        # stages, which the dispatcher would wait out once it drains them
+        m.submodules.decq = dcq = fifo.SyncFIFO(width=Signal(ctl.dec_layout).as_value().shape()
+                                                .width, depth=16)
+        m.d.comb += [dcq.w_en.eq(ctl.dec.valid), dcq.w_data.eq(ctl.dec.payload),
+                     ctl.dec.ready.eq(dcq.w_rdy),
+                     dsp.dec.valid.eq(dcq.r_rdy), dsp.dec.payload.eq(dcq.r_data),
+                     dcq.r_en.eq(dsp.dec.ready)]
         wiring.connect(m, dsp.contrib, slotmem.contrib)
         for k in range(P):
             for port, (q, r) in ((getattr(dsp, f"frame{k}"), fq[k]),
@@ -295,13 +312,17 @@ class NetReduceEngine(wiring.Component):
         FB = self.frame_beats
         dq_layout = head_layout()
         beat_l = beat_layout(w)
+        # the record's fields but its header bytes (those go to dq): what the adapter reads
+        rec_fields = data.StructLayout({n: f.shape for n, f in header_record_layout()
+                                        if n != "raw"})
+        HQ = self.header_frames
         fq, pq, dq, hsks = [], [], [], []
         for k in range(P):
             src = rx[k]
             # guard: cut frames longer than the buffers (flagged as a MAC error)
             cnt = Signal(range(FB + 1), name=f"guard_cnt{k}")
             skip = Signal(name=f"guard_skip{k}")
-            parser = Parser(w)
+            parser = Parser(w, verdicts=HQ)
             m.submodules[f"parser{k}"] = parser
             cut = ~src.payload.last & (cnt == FB - 1)
             m.d.comb += [
@@ -319,30 +340,38 @@ class NetReduceEngine(wiring.Component):
                 with m.Else():
                     m.d.sync += cnt.eq(cnt + 1)
 
-            q_f, qf_w, qf_r = _fifo(m, f"fq{k}", beat_l, FB + 4)
-            q_p, qp_w, qp_r = _fifo(m, f"pq{k}", beat_l, FB + 4)
+            q_f, qf_w, qf_r = _fifo(m, f"fq{k}", beat_l, FB + 4 + self.max_world)
+            q_p, qp_w, qp_r = _fifo(m, f"pq{k}", beat_l, FB + 4 + self.max_world)
             m.d.comb += [q_f.w_en.eq(parser.frame.valid), qf_w.eq(parser.frame.payload),
                          parser.frame.ready.eq(q_f.w_rdy),
                          q_p.w_en.eq(parser.payload.valid), qp_w.eq(parser.payload.payload),
                          parser.payload.ready.eq(q_p.w_rdy)]
-            rec_l = parser.hdr.payload.shape()
-            q_r, qr_w, qr_r = _fifo(m, f"recq{k}", rec_l, 4)
-            m.d.comb += [q_r.w_en.eq(parser.hdr.valid), qr_w.eq(parser.hdr.payload),
-                         parser.hdr.ready.eq(q_r.w_rdy)]
-            q_d, qd_w, qd_r = _fifo(m, f"dq{k}", dq_layout, 16)
+            # a record goes into two FIFOs at once: its header bytes for the dispatcher (dq, read
+            # when the frame's decision starts) and its fields for the control header (recq,
+            # read with the frame's verdict); both, and the parser's verdict FIFO, hold HQ
+            # frames, so a burst of one-beat frames (a rank's ACKs) waits here for the control
+            # path and the dispatcher, which are a few data frames behind, instead of
+            # backpressuring the port
+            q_r, qr_w, qr_r = _fifo(m, f"recq{k}", rec_fields, HQ)
+            q_d, qd_w, qd_r = _fifo(m, f"dq{k}", dq_layout, HQ)
+            rec = parser.hdr.payload
+            m.d.comb += [q_r.w_en.eq(parser.hdr.valid & q_d.w_rdy),
+                         q_d.w_en.eq(parser.hdr.valid & q_r.w_rdy),
+                         parser.hdr.ready.eq(q_r.w_rdy & q_d.w_rdy),
+                         *[qr_w[n].eq(rec[n]) for n in rec_fields.members],
+                         qd_w.raw.eq(rec.raw), qd_w.hdr_len.eq(rec.hdr_len),
+                         qd_w.has_pay.eq(rec.kind == Kind.DATA)]
             ad = ParserAdapter(ctl.hdr_layout)
             m.submodules[f"adapter{k}"] = ad
-            m.d.comb += [ad.rec.eq(qr_r), ad.verdict.eq(parser.verdict.payload),
-                         ad.port.eq(k), ad.time.eq(0)]
+            m.d.comb += [*[ad.rec[n].eq(qr_r[n]) for n in rec_fields.members],
+                         ad.verdict.eq(parser.verdict.payload), ad.port.eq(k), ad.time.eq(0)]
             # the frame's control header, registered per port (the adapter's compares end
             # here, not in the port arbiter and the control path; one header per cycle)
             m.submodules[f"hdr_skid{k}"] = hsk = SkidBuffer(ctl.hdr_layout)
             take = hsk.i.valid & hsk.i.ready
-            m.d.comb += [hsk.i.valid.eq(q_r.r_rdy & parser.verdict.valid & q_d.w_rdy),
+            m.d.comb += [hsk.i.valid.eq(q_r.r_rdy & parser.verdict.valid),
                          hsk.i.payload.eq(ad.hdr),
-                         q_r.r_en.eq(take), parser.verdict.ready.eq(take), q_d.w_en.eq(take),
-                         qd_w.raw.eq(qr_r.raw), qd_w.hdr_len.eq(qr_r.hdr_len),
-                         qd_w.has_pay.eq(qr_r.kind == Kind.DATA)]
+                         q_r.r_en.eq(take), parser.verdict.ready.eq(take)]
             fq.append((q_f, qf_r))
             pq.append((q_p, qp_r))
             dq.append((q_d, qd_r))

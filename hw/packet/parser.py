@@ -41,6 +41,9 @@ Backpressure: every output may stall at any time; ``i.ready`` drops when an outp
 take what the beats in flight may push (it depends on registered state only). Latency: a beat
 accepted in cycle t is visible on ``frame``/``payload`` in cycle t+7 at the earliest; a frame's
 ``hdr`` 5 cycles after its header-completing beat; ``verdict`` 7 cycles after its last beat.
+The verdict FIFO holds ``verdicts`` frames (at least the pipeline's 9): a consumer that takes
+verdicts in bursts (the engine pairs each with its record, one frame per cycle, behind the control
+path) gets that many frames of slack before ``i.ready`` drops on short frames.
 """
 
 from __future__ import annotations
@@ -731,8 +734,11 @@ class Parser(wiring.Component):
     MAC-flagged frame (``error`` on its last input beat) reported as ``MAC_ERROR`` first.
     """
 
-    def __init__(self, data_width: int = 512):
+    def __init__(self, data_width: int = 512, *, verdicts: int = 0):
         self._w = check_data_width(data_width)
+        if not isinstance(verdicts, int) or verdicts < 0:
+            raise ValueError(f"parser verdicts = {verdicts!r}: must be an int >= 0")
+        self._verdicts = verdicts   # verdict FIFO depth (0: the pipeline's minimum)
         super().__init__({
             "i": In(beat_signature(data_width)),
             "hdr": Out(stream.Signature(header_record_layout())),
@@ -780,7 +786,7 @@ class Parser(wiring.Component):
         pay_depth = max(4, (hdr_beats + 8) // 2) + 4 + extra
         m.submodules.pay_fifo0 = pay0 = fifo.SyncFIFO(width=beat_w, depth=pay_depth)
         m.submodules.pay_fifo1 = pay1 = fifo.SyncFIFO(width=beat_w, depth=pay_depth)
-        hdr_depth, ver_depth = 8, 7 + extra
+        hdr_depth, ver_depth = 8, max(7 + extra, self._verdicts)
         m.submodules.hdr_fifo = hdr_fifo = fifo.SyncFIFO(
             width=header_record_layout().size, depth=hdr_depth)
         m.submodules.ver_fifo = ver_fifo = fifo.SyncFIFO(width=verdict_layout().size,
