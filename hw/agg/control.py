@@ -488,7 +488,7 @@ class AggControl(wiring.Component):
                      s_rd.en.eq(advance), s_rd.addr.eq(lk.slot_addr),
                      c_rd.en.eq(advance), c_rd.addr.eq(lk.cnp_addr)]
         _feed(m, lk, st, ("enabled", "pmtu", "base", "w", "leaf", "up_rank", "down_rank", "rack",
-                          "full", "cmask", "acked"))
+                          "full", "cmask", "acked", "cnp_seen"))
 
         # ------------------------------------------------------------ stage 4: check
         m.d.comb += [ck.advance.eq(advance), ck.v4.eq(vs[S]), ck.h4.eq(h4), ck.h5.eq(h5),
@@ -497,12 +497,13 @@ class AggControl(wiring.Component):
                      ck.sa_job.eq(lk.sa_job), ck.sz_slot.eq(lk.sz_slot),
                      ck.sz_flow.eq(lk.sz_flow), ck.onehot4.eq(lk.onehot),
                      ck.onehot45.eq(lk.onehot45),
-                     ck.acked_rk.eq(lk.acked_rk), ck.slot_rd.eq(s_rd.data),
+                     ck.acked_rk.eq(lk.acked_rk), ck.seen_rk.eq(lk.seen_rk),
+                     ck.slot_rd.eq(s_rd.data),
                      ck.cnp_rd.eq(c_rd.data)]
         # the writes committed by the decision stage in the cycle before (the frame two ahead,
         # when this one's RAM reads were issued), forwarded into the words read
         _feed(m, ck, dst, ("sw_en", "sw_data", "cw_en", "cw_data", "aw_en", "aw_data"))
-        _feed(m, ck, st, ("enabled", "w", "cnp", "free", "rel", "upptr", "cnp_seen", "leaf",
+        _feed(m, ck, st, ("enabled", "w", "cnp", "free", "rel", "upptr", "leaf",
                           "up_rank", "down_rank", "rack"))
 
         # ------------------------------------------------------------ stage 5: decide

@@ -101,18 +101,19 @@ class LookupStage(wiring.Component):
     frames ahead: ``sa_*`` to the frame directly ahead (in the check stage now; it will be
     decided in the cycle this one is checked), ``sz_*`` to the one two ahead (``slot5`` /
     ``r5`` / ``j5``: its RAM writes are committed in the cycle this one's reads are issued);
-    ``acked_rk``: acked_f of the frame's rank in every job (the job is selected by the check
-    stage: a jobs x max_world select in one stage is too deep); ``onehot``: the rank one-hot,
-    ``onehot45``: OR the one-hot of the frame directly ahead (the check stage's bitmap checks for
-    the case where that frame contributes to the same slot).
+    ``acked_rk`` / ``seen_rk``: acked_f and the CNP-seen bit of the frame's rank in every job
+    (the job is selected by the check stage: a jobs x max_world select in one stage is too
+    deep); ``onehot``: the rank one-hot, ``onehot45``: OR the one-hot of the frame directly
+    ahead (the check stage's bitmap checks for the case where that frame contributes to the same
+    slot).
 
     Inputs from the job state (:class:`~.jobstate.JobState`): ``enabled``, ``pmtu``, ``base``,
-    ``w``, the roles, ``full`` / ``cmask``, ``acked``.
+    ``w``, the roles, ``full`` / ``cmask``, ``acked``, ``cnp_seen``.
 
-    Contract: latency 1 (``o``, ``sa_*``, ``sz_*``, ``onehot``, ``acked_rk`` are registers
-    loaded when ``advance``; the read addresses are combinational); throughput one frame per
-    cycle; backpressure: holds while ``advance`` is low; errors: none (an unregistered or bad
-    frame is classified by ``o.pre``).
+    Contract: latency 1 (``o``, ``sa_*``, ``sz_*``, ``onehot``, ``acked_rk``, ``seen_rk`` are
+    registers loaded when ``advance``; the read addresses are combinational); throughput one
+    frame per cycle; backpressure: holds while ``advance`` is low; errors: none (an unregistered
+    or bad frame is classified by ``o.pre``).
     """
 
     def __init__(self, ctl, fd_layout):
@@ -122,11 +123,12 @@ class LookupStage(wiring.Component):
             "entry": In(c.entry_bits), "fd": In(fd_layout),
             "slot5": In(c.slot_bits), "r5": In(c.rank_bits), "j5": In(c.job_bits),
             **job_inputs(c, ("enabled", "pmtu", "base", "w", "leaf", "up_rank", "down_rank",
-                             "rack", "full", "cmask", "acked")),
+                             "rack", "full", "cmask", "acked", "cnp_seen")),
             "slot_addr": Out(c.slot_bits), "cnp_addr": Out(c.rank_bits + c.job_bits),
             "o": Out(stage_layout(c)), "sa_slot": Out(1), "sa_flow": Out(1), "sa_job": Out(1),
             "sz_slot": Out(1), "sz_flow": Out(1), "onehot": Out(c.max_world),
             "onehot45": Out(c.max_world), "acked_rk": Out(data.ArrayLayout(PSN_BITS, c.jobs)),
+            "seen_rk": Out(c.jobs),
         })
 
     def elaborate(self, platform):
@@ -152,6 +154,7 @@ class LookupStage(wiring.Component):
         sz_slot, sz_flow = Signal(), Signal()
         flow3 = Cat(fd.rank, fd.job)
         acked_rk = [Signal(PSN_BITS, name=f"acked_rk{j}") for j in range(J)]
+        seen_rk = Signal(J, name="seen_rk")
         o4 = Signal(WD, name="onehot4")
         o45 = Signal(WD, name="onehot45")
         o3 = (Const(1, WD) << fd.rank)[:WD]
@@ -166,11 +169,14 @@ class LookupStage(wiring.Component):
                          o4.eq(o3), o45.eq(o3 | o4)]
             m.d.sync += [acked_rk[j].eq(Array(self.acked[j][r] for r in range(WD))[fd.rank])
                          for j in range(J)]
+            m.d.sync += [seen_rk[j].eq(Array(self.cnp_seen[j][r] for r in range(WD))[fd.rank])
+                         for j in range(J)]
         m.d.comb += [self.o[n].eq(v) for n, v in p4.items()]
         m.d.comb += [self.sa_slot.eq(sa_slot), self.sa_flow.eq(sa_flow), self.sa_job.eq(sa_job),
                      self.sz_slot.eq(sz_slot), self.sz_flow.eq(sz_flow), self.onehot.eq(o4),
                      self.onehot45.eq(o45)]
         m.d.comb += [self.acked_rk[j].eq(acked_rk[j]) for j in range(J)]
+        m.d.comb += self.seen_rk.eq(seen_rk)
         return m
 
 
@@ -188,9 +194,9 @@ def _check_outputs(ctl) -> dict:
 class CheckStage(wiring.Component):
     """Stage 4 of :class:`~.control.AggControl`: the checks of a frame (``h4``, ``i``: the
     lookup stage's registers) on the slot word, the CNP time and acked_f read for it (``slot_rd``,
-    ``cnp_rd``: the RAM data of the reads issued when it entered; ``acked_rk``), forwarded from
-    the decision stage's writes of the cycle before (``sw_*``, ``cw_*``, ``aw_*``: the frame two
-    ahead), and on the job's state.
+    ``cnp_rd``: the RAM data of the reads issued when it entered; ``acked_rk``, ``seen_rk``),
+    forwarded from the decision stage's writes of the cycle before (``sw_*``, ``cw_*``,
+    ``aw_*``: the frame two ahead), and on the job's state.
 
     Outputs (registers, loaded with the frame when ``advance``: the decision stage's inputs):
     the lookup record ``o`` and ``onehot``; slot checks ``sf_b`` on the word as read, ``sf_f`` /
@@ -221,11 +227,11 @@ class CheckStage(wiring.Component):
             "h5": In(c.hdr_pipe_layout),
             "i": In(stage_layout(c)), "sa_slot": In(1), "sa_flow": In(1), "sa_job": In(1),
             "sz_slot": In(1), "sz_flow": In(1), "onehot4": In(WD), "onehot45": In(WD),
-            "acked_rk": In(data.ArrayLayout(PSN_BITS, J)),
+            "acked_rk": In(data.ArrayLayout(PSN_BITS, J)), "seen_rk": In(J),
             "slot_rd": In(c.slot_layout), "cnp_rd": In(TB),
             "sw_en": In(1), "sw_data": In(c.slot_layout), "cw_en": In(1), "cw_data": In(TB),
             "aw_en": In(1), "aw_data": In(PSN_BITS),
-            **job_inputs(c, ("enabled", "w", "cnp", "free", "rel", "upptr", "cnp_seen", "leaf",
+            **job_inputs(c, ("enabled", "w", "cnp", "free", "rel", "upptr", "leaf",
                              "up_rank", "down_rank", "rack")),
             **{n: Out(sh) for n, sh in _check_outputs(c).items()},
         })
@@ -316,7 +322,13 @@ class CheckStage(wiring.Component):
         tdb, tda = Signal(TB), Signal(TB)
         cnp_iv = _per_job(self.cnp, J)[j4]
         m.d.comb += [tdb.eq(h4.time - cnp_w), tda.eq(h4.time - h5.time)]
-        seen4 = (_per_job(self.cnp_seen, J)[j4] & o4).any()
+        # the CNP-seen bit of the flow: the lookup stage's registered bit of its rank in every
+        # job, forwarded like the CNP time (a CNP commit sets both): a 4:1 select, not the
+        # jobs x max_world one
+        seen_rd = Signal()
+        m.d.comb += seen_rd.eq(self.seen_rk.bit_select(j4, 1))
+        seen4 = rmw_read(m, seen_rd, sz_flow, advance, (self.cw_en, Const(1)), "seen",
+                         "cnp" not in nofwd)
         m.d.comb += [
             jf_b.supp.eq(seen4 & (tdb[TB - 1] | (tdb < cnp_iv))),
             jv.released.eq(jf_b.released | jf_b.keq_rel), jv.keq_rel.eq(k4 == rel4p1),
