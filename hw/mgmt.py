@@ -623,6 +623,11 @@ class MgmtAgent(wiring.Component):
         s.k = Signal(7)
         s.cnt_m1 = Signal(8)
         m.d.sync += s.cnt_m1.eq(s.count - 1)
+        # "op k is the last" as a register: k and count settle at least a cycle before the
+        # states that read it (VALIDATE two after VAL_RD, BUS one after EXEC), so the FSM's
+        # next state reads one flip-flop instead of the compare
+        s.k_last = Signal()
+        m.d.sync += s.k_last.eq(s.k == s.cnt_m1)
         # the source checks (registered stages: the fields are complete at RX_END, the result
         # is taken in HASH_WAIT, several cycles of hashing later)
         m.d.comb += [s.sm.ip.eq(s.src_ip), s.sm.mac.eq(s.src_mac), s.sm.port.eq(s.sport),
@@ -951,7 +956,7 @@ class MgmtAgent(wiring.Component):
                 m.d.comb += inc.mgmt_reject_denied.eq(1)
                 m.d.sync += [s.status.eq(MgmtStatus.DENIED), s.err.eq(s.k)]
                 m.next = "RESP"
-            with m.Elif(s.k == s.cnt_m1):
+            with m.Elif(s.k_last):
                 m.d.comb += sm.commit.eq(1)
                 m.d.sync += s.k.eq(0)
                 m.next = "EXEC"
@@ -977,7 +982,7 @@ class MgmtAgent(wiring.Component):
                     with m.If(s.op_opcode == MgmtOpcode.READ):
                         m.d.comb += [s.op_wr.addr.eq(s.k), s.op_wr.en.eq(1),
                                      s.op_wr.data.eq(Cat(bm.rdata, s.op_addr, s.op_opcode))]
-                    with m.If(s.k == s.cnt_m1):
+                    with m.If(s.k_last):
                         m.d.comb += s.inc.mgmt_accepted.eq(1)
                         m.next = "RESP"
                     with m.Else():
