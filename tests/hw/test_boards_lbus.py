@@ -113,13 +113,9 @@ def _lbus_cycles(rng, frames, line_rate=False, burst=8):
     return cycles
 
 
-def test_rx_packets_at_any_segment_become_beats():
-    rng = random.Random(8)
-    frames = _frames(rng, 60, 60, 200)
-    cycles = _lbus_cycles(rng, frames)
-    dut = LbusToBeats()
-    got, cur, ovf = [], bytearray(), [0]
-
+def _lbus_source(dut, cycles):
+    """A testbench driving the converter's four LBUS segments with ``cycles`` (see
+    :func:`_lbus_cycles`), then idle."""
     async def source(ctx):
         for cyc in cycles:
             for s in range(4):
@@ -131,6 +127,17 @@ def test_rx_packets_at_any_segment_become_beats():
             await ctx.tick()
         for s in range(4):
             ctx.set(dut.seg[s].ena, 0)
+    return source
+
+
+def test_rx_packets_at_any_segment_become_beats():
+    rng = random.Random(8)
+    frames = _frames(rng, 60, 60, 200)
+    cycles = _lbus_cycles(rng, frames)
+    dut = LbusToBeats()
+    got, cur, ovf = [], bytearray(), [0]
+
+    source = _lbus_source(dut, cycles)
 
     async def sink(ctx):
         nonlocal cur
@@ -169,17 +176,7 @@ def test_tx_then_rx_round_trip_minimum_frames():
     test_rx = LbusToBeats()
     got = []
 
-    async def source(ctx):
-        for cyc in cycles:
-            for s in range(4):
-                seg = cyc[s]
-                ctx.set(test_rx.seg[s].ena, seg is not None)
-                if seg is not None:
-                    for k, v in seg.items():
-                        ctx.set(getattr(test_rx.seg[s], k), v)
-            await ctx.tick()
-        for s in range(4):
-            ctx.set(test_rx.seg[s].ena, 0)
+    source = _lbus_source(test_rx, cycles)
 
     async def sink(ctx):
         ctx.set(test_rx.o.ready, 1)
@@ -255,17 +252,7 @@ def test_rx_runts_errors_and_output_stalls():
     dut = LbusToBeats()
     got, cur, stats = [], bytearray(), {"ovf": 0, "beats": 0}
 
-    async def source(ctx):
-        for cyc in cycles:
-            for s in range(4):
-                seg = cyc[s]
-                ctx.set(dut.seg[s].ena, seg is not None)
-                if seg is not None:
-                    for k, v in seg.items():
-                        ctx.set(getattr(dut.seg[s], k), v)
-            await ctx.tick()
-        for s in range(4):
-            ctx.set(dut.seg[s].ena, 0)
+    source = _lbus_source(dut, cycles)
 
     async def sink(ctx):
         nonlocal cur
