@@ -113,8 +113,10 @@ class Netlist:
         return seen
 
 
-def gate_netlist(component, *, top: str = "top", timeout: float = 1800) -> Netlist:
-    """:class:`Netlist` of an Amaranth component (converted to RTLIL, flattened by Yosys)."""
+def gate_netlist(component, *, top: str = "top", timeout: float = 1800,
+                 script: str = SCRIPT) -> Netlist:
+    """:class:`Netlist` of an Amaranth component (converted to RTLIL, flattened by Yosys with
+    ``script``: :data:`SCRIPT`, or e.g. :data:`HIER_SCRIPT` with ``flatten`` added)."""
     from amaranth.back import rtlil
 
     from .estimate import find_yosys
@@ -124,7 +126,7 @@ def gate_netlist(component, *, top: str = "top", timeout: float = 1800) -> Netli
     with tempfile.TemporaryDirectory(prefix="nr-paths-") as d:
         il, out = Path(d) / "design.il", Path(d) / "net.json"
         il.write_text(text)
-        script = SCRIPT.format(il=il, top=top, out=out)
+        script = script.format(il=il, top=top, out=out)
         r = subprocess.run([*cmd, "-q", "-p", script], capture_output=True, text=True,
                            timeout=timeout)
         if r.returncode != 0:
