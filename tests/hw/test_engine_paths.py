@@ -39,6 +39,8 @@ from netreduce.hw.txarb import TxArbiter
 
 NATIVE = shutil.which("yosys")
 needs_yosys = pytest.mark.skipif(NATIVE is None, reason="the path checks need the native yosys")
+# one worker builds both engines once (the module's fixture), not one per worker
+pytestmark = pytest.mark.xdist_group("engine_paths")
 
 SMALL = dict(ports=1, jobs=2, flows=4, slots=8, max_world=4, pmtu_max=256, data_width=64)
 LANES = dict(SMALL, ports=2, lanes=2)
