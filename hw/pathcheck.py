@@ -233,8 +233,11 @@ def _bits_of(mask: int):
 
 
 class Hierarchy:
-    """A gate netlist kept hierarchical (Yosys JSON of ``proc; memory -nomap; techmap`` without
-    ``flatten``: one module per sub-block as its parent instantiates it), walked bottom-up.
+    """A gate netlist kept hierarchical (Yosys JSON of :data:`HIER_SCRIPT`: ``techmap`` without
+    ``flatten``, one module per sub-block as its parent instantiates it), walked bottom-up.
+    A constant the parent ties to a sub-block's input is not propagated into the sub-block's
+    gates (only the arcs from that input are dropped), so a path may be reported that the
+    flattened netlist would fold away, never the other way round.
 
     Each module is summarised by its *arcs*: for every output port bit, the input port bits that
     reach it through combinational gates of the module and of its sub-blocks (flip-flops and
