@@ -68,7 +68,8 @@ class MgmtSplitter(wiring.Component):
 
     Ports: ``i`` (In), ``o`` and ``o_mgmt`` (Out), all :func:`~netreduce.hw.stream.beat_signature`
     (``width``); ``enable``, ``ip``, ``port`` (In): ``MGMT.CTRL.enable``, ``MGMT.IP``,
-    ``MGMT.PORT``, sampled when a frame is decided.
+    ``MGMT.PORT``, sampled when a frame is decided (``enable`` through a register of its own:
+    the value of the cycle before).
 
     * Frames leave unchanged on one output (``first`` is regenerated from the previous
       ``last``, as every consumer does), in order, one beat per cycle back to back.
@@ -80,7 +81,8 @@ class MgmtSplitter(wiring.Component):
       :meth:`~netreduce.hw.stream.LookAhead.registered`); throughput one beat per cycle.
     * Backpressure: ``i.ready`` is high while the FIFO (``depth`` + 2 beats) has room, a
       register output (:class:`~netreduce.hw.stream.LookAhead`); the head waits for the ready of
-      the output it is routed to (the other output stalls nothing).
+      the output it is routed to (the other output stalls nothing). No input reaches an output
+      combinationally (``o.valid`` / ``o_mgmt.valid`` come from registers only).
     * Reset: synchronous, empty, next beat starts a frame.
     """
 
@@ -132,7 +134,12 @@ class MgmtSplitter(wiring.Component):
         def holds(t):
             return t[0] & t[1] & t[2] & t[3] & (t[4] | t[5])
 
-        live = self.enable & Mux(parts[0], holds(parts[1:7]), holds(parts[7:13]))
+        # enable (a register of the bank) is registered here once more, so that no input of
+        # the splitter reaches an output combinationally (a write of MGMT.CTRL.enable takes
+        # effect one cycle later)
+        enable = Signal()
+        m.d.sync += enable.eq(self.enable)
+        live = enable & Mux(parts[0], holds(parts[1:7]), holds(parts[7:13]))
 
         # ---- routing: the decision is taken once per frame and held (stable while stalled)
         head, head_ok = win.head, win.head_ok
@@ -491,7 +498,8 @@ class MgmtPath(wiring.Component):
       splitters, not here.
     * ``inc`` (Out): one-cycle strobes (:data:`PATH_COUNTERS`): the agent's ``mgmt_*``,
       ``rx_frames`` with every ``mgmt_rx`` (a management frame is a received frame) and
-      ``tx_frames`` when a response's last beat leaves on an ``o_p<k>``.
+      ``tx_frames`` in the cycle after a response's last beat left on an ``o_p<k>`` (a
+      register: no input of the path reaches an output combinationally).
 
     Latency: request FIFO and merge 1-2 cycles, downsizer 1, the agent (see its docstring),
     upsizer 1. Reset: synchronous, empty.
@@ -529,8 +537,12 @@ class MgmtPath(wiring.Component):
         cfg, src = self.mgmt_cfg, self.mgmt_src_cfg
 
         # ---- configuration and status
+        # MGMT.CTRL.auth selects the agent's 64-bit tag: a copy of its own here, so that the
+        # bank's flip-flop drives one load (a write takes effect one cycle later)
+        auth = Signal()
+        m.d.sync += auth.eq(cfg.ctrl.auth)
         m.d.comb += [
-            ag.auth.eq(cfg.ctrl.auth), ag.ip.eq(cfg.ip.ip), ag.port.eq(cfg.port.port),
+            ag.auth.eq(auth), ag.ip.eq(cfg.ip.ip), ag.port.eq(cfg.port.port),
             ag.mac.eq(Cat(cfg.mac_lo.mac, cfg.mac_hi.mac)),
             ag.key.eq(Cat(cfg.key0.key, cfg.key1.key, cfg.key2.key, cfg.key3.key)),
         ]
@@ -608,7 +620,10 @@ class MgmtPath(wiring.Component):
         # ---- counters
         for name in MGMT_COUNTERS:
             m.d.comb += self.inc[name].eq(ag.inc[name])
-        m.d.comb += [self.inc.rx_frames.eq(ag.inc.mgmt_rx), self.inc.tx_frames.eq(Cat(*sent).any())]
+        # tx_frames one cycle after the response's last beat left: registered, so that an
+        # output's ready (from the port's frame merge) reaches no output of the path
+        m.d.comb += self.inc.rx_frames.eq(ag.inc.mgmt_rx)
+        m.d.sync += self.inc.tx_frames.eq(Cat(*sent).any())
         return m
 
 
