@@ -1,4 +1,4 @@
-"""One-lane engine on Verilator (FastSim, the 64-bit soak build): a port at line rate while the
+"""One-lane engine on Verilator (FastSim, a small 512-bit build): a port at line rate while the
 dispatcher is busy, against the model.
 
 The one-lane engine (``lanes = 1``) has one dispatcher for every port, so one port can take 1
@@ -7,13 +7,15 @@ decides the frames behind it meanwhile (a burst of ACKs, the next contribution):
 wait in the decision queue between the control path and the dispatcher (``hw/engine.py``,
 ``decq``). Without room there the control path stops whole behind the busy dispatcher, and the
 dispatcher then waits out the decisions it could not make in time: ingress falls below 1.0.
+At 512 bits an ACK is one beat, so a burst of ACKs needs a decision per cycle (at 64 bits an
+ACK is 8 beats and a queue of one decision, which passes one every other cycle, would keep up).
 
-Load: one job of N = 8 ranks, all on port 0, back-to-back full-PMTU contributions queued at
-once with every receiver's ACK of index k - W/2 right after the contributions of index k (a
-burst of N one-beat ACKs per index), outputs always ready. The window wraps several times, so
-ACKs free slots and contributions land on freed slots. Checks, in cycles: port 0 takes every
-beat with at most a few cycles of backpressure in all (not per index); every output frame and
-every counter equals the model's.
+Load: one job of N = 8 ranks, all on port 0, back-to-back full-PMTU contributions (PMTU 256:
+6 beats, 4096: 66) queued at once with every receiver's ACK of index k - W/2 right after the
+contributions of index k (a burst of N one-beat ACKs per index), outputs always ready. The
+window wraps several times, so ACKs free slots and contributions land on freed slots. Checks,
+in cycles: port 0 takes every beat with at most a few cycles of backpressure in all (not per
+index); every output frame and every counter equals the model's.
 """
 
 from __future__ import annotations
@@ -26,16 +28,15 @@ from netreduce.sim.model import Engine
 from netreduce.sim.model.kit import RingJob
 from netreduce.sim.rtl.backend import engine_top
 from netreduce.sim.rtl.fastsim import FastSim, verilator_missing
-from netreduce.sim.rtl.soak_rtl import soak_params
 from netreduce.sim.verif.scoreboard import WriteRecorder, flow_of
 from netreduce.sw_driver.control import EngineControl
 
 from netreduce.regmap import ALL_GLOBAL_COUNTERS, JOB_COUNTERS, Op, build_regmap
 
-# the one-lane 4-port build of the RTL soak and fuzzing (one Verilator build for all of them)
-PARAMS = soak_params()
-WINDOW = 32
-INDICES = 96   # the window wraps 3 times
+# one port, one lane, 512 bits, small tables (the Verilog grows with flows and slots)
+PARAMS = dict(ports=1, jobs=2, flows=16, slots=16, max_world=8, pmtu_max=4096, data_width=512)
+WINDOW = 16
+INDICES = 128   # the window wraps 8 times
 # backpressure cycles allowed in the whole run: the port's first beats wait for the pipeline
 # to start (none measured); a decision queue without room loses cycles on every ACK burst
 SLACK = 8
@@ -58,13 +59,12 @@ def _load(job: RingJob, rng) -> list[bytes]:
     return frames
 
 
-@pytest.mark.xdist_group("fastsim_engine")
-@pytest.mark.parametrize("pmtu", [256, 1024])
+@pytest.mark.xdist_group("fastsim_one_lane_512")
+@pytest.mark.parametrize("pmtu", [256, 4096])
 def test_one_lane_port_at_line_rate_behind_a_busy_dispatcher(pmtu):
     why = verilator_missing()
     if why:
         pytest.skip(why)
-    assert PARAMS.get("lanes", 1) == 1 and PARAMS["pmtu_max"] >= pmtu
     eng = Engine(**{k: v for k, v in PARAMS.items() if k != "data_width"},
                  data_width=PARAMS["data_width"])
     ops: list = []
