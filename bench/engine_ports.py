@@ -5,7 +5,7 @@ docs/engine.md "Every port at line rate"), one job of N ranks (rank r sends and 
 r mod P), window = the slot pool, ``indices`` indices per flow (the window wraps
 ``indices / slots`` times: every rank's receiver ACKs index k - slots/2 after the contributions of
 index k, on the same port). ``--ack-every`` is the receivers' ACK policy: k = 1 (the default, the
-worst case) ACKs every result frame; k > 1 coalesces, as RNICs may since an ACK acknowledges
+worst case) ACKs every result frame; k > 1 coalesces, as RNICs may, since an ACK acknowledges
 every PSN up to its own (the model's step 6): only indices j with j mod k = k - 1 are ACKed. All
 frames are queued on every port at once, back to back (full-PMTU WRITE ONLY frames, random
 payload), outputs always ready. Measured:
@@ -322,6 +322,8 @@ def main(argv=None) -> int:
     pmtus = [256, 1024] if a.quick else [int(x) for x in a.pmtus.split(",")]
     indices = 256 if a.quick else a.indices
     acks = [int(x) for x in a.ack_every.split(",")]
+    if min(acks) < 1:
+        ap.error(f"--ack-every {a.ack_every}: every k must be >= 1")
     cells = [(P, n, pmtu, k) for P in ports for n in worlds for pmtu in pmtus for k in acks]
     res = {"command": "python bench/engine_ports.py " + " ".join(argv if argv is not None
                                                           else sys.argv[1:]),
