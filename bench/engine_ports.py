@@ -4,8 +4,11 @@ For each (P, N, PMTU): an engine with P ports (``lanes = P``: one contribution l
 docs/engine.md "Every port at line rate"), one job of N ranks (rank r sends and receives on port
 r mod P), window = the slot pool, ``indices`` indices per flow (the window wraps
 ``indices / slots`` times: every rank's receiver ACKs index k - slots/2 after the contributions of
-index k, on the same port). All frames are queued on every port at once, back to back (full-PMTU
-WRITE ONLY frames, random payload), outputs always ready. Measured:
+index k, on the same port). ``--ack-every`` is the receivers' ACK policy: k = 1 (the default, the
+worst case) ACKs every result frame; k > 1 coalesces, as RNICs may, since an ACK acknowledges
+every PSN up to its own (the model's step 6): only indices j with j mod k = k - 1 are ACKed. All
+frames are queued on every port at once, back to back (full-PMTU WRITE ONLY frames, random
+payload), outputs always ready. Measured:
 
 * per port: ingress beats per cycle (its input beats / the cycle its last beat was taken) and
   backpressure cycles (cycles it offered a beat that was not taken: cycles - beats);
@@ -16,12 +19,19 @@ WRITE ONLY frames, random payload), outputs always ready. Measured:
 * every output frame equals the reference model's (per port and flow, in order), and so do the
   counters at the end.
 
+Each row also carries the header-rate law's prediction (:func:`header_law`): the aggregation
+control decides one header per cycle for all ports, so ingress 1.0 on every used port needs
+sum over ports of (frames per cycle) x (1 + 1/k) <= 1. ``ingress`` is the steady state;
+``ingress_this_run`` applies the same bound to the run's own frame counts in its two phases
+(the first W/2 indices carry no ACKs; in each phase the run takes the larger of the busiest
+port's beats and all ports' headers in cycles).
+
 Writes ``--out`` (default bench/results/engine_ports_512.json; the committed grids are
 bench/results/engine_ports_512_p<P>.json, one per P) after every grid cell (``status``: complete,
 or partial with the number of cells done), with each build's parameters and design digest::
 
     nice .venv/bin/python bench/engine_ports.py [--quick] [--width 512] [--indices 4096]
-        [--ports 2,4,1] [--worlds 2,8,32] [--pmtus 256,1024,4096]
+        [--ports 2,4,1] [--worlds 2,8,32] [--pmtus 256,1024,4096] [--ack-every 1]
 
 At 512 bits each P has the memory of docs/engine.md's memory table (:data:`MEMORY_512`), and
 the window is the whole slot pool; the 64-bit grid (bench/results/engine_ports.json) has 64 slots.
@@ -134,8 +144,28 @@ class Compare:
         return sum(len(q) for q in self.want.values())
 
 
+def header_law(P: int, n: int, pmtu: int, ack_every: int, width: int) -> dict:
+    """Steady-state ingress the control's one header decision per cycle allows.
+
+    Rank r sends on port r mod P, so port p carries n_p ranks; per index each sends one
+    contribution of ``b = ceil(frame bytes / (width / 8))`` beats (the frame as
+    :mod:`netreduce.wire` builds it for ``pmtu`` payload bytes) and 1/k one-beat ACKs (every
+    ``ack_every`` = k indices). At ingress 1.0 port p takes n_p (b + a/k) beats per index for
+    n_p (1 + 1/k) headers, and every port runs at the pace of the busiest one, so the control
+    must decide H = sum_p n_p (1 + 1/k) / max_p n_p (b + a/k) headers per cycle; with H > 1
+    every port's ingress is 1/H."""
+    job = RingJob(job=0, world=n, window=2, slot_base=0, pmtu=pmtu, op=Op.SUM_WRAP)
+    nb = width // 8
+    b = -(-len(job.data_bytes(0, 0, bytes(pmtu))) // nb)
+    a = -(-len(job.ack(0, 0)) // nb)
+    per_port = [len(range(p, n, P)) for p in range(P)]
+    h = sum(per_port) * (1 + 1 / ack_every) / (max(per_port) * (b + a / ack_every))
+    return {"data_beats": b, "ack_beats": a, "ports_used": sum(1 for x in per_port if x),
+            "headers_per_cycle": round(h, 4), "ingress": round(min(1.0, 1 / h), 4)}
+
+
 def point(top, P: int, n: int, pmtu: int, indices: int, width: int, seed: int = 1,
-          lat_samples: int = 8) -> dict:
+          lat_samples: int = 8, ack_every: int = 1) -> dict:
     prm = params_for(P, width)
     nb = width // 8
     eng = Engine(**{k: v for k, v in prm.items() if k != "data_width"}, data_width=width)
@@ -147,6 +177,8 @@ def point(top, P: int, n: int, pmtu: int, indices: int, width: int, seed: int = 
     rng = np.random.default_rng(seed)
     cmp = Compare()
     beats = [0] * P
+    # beats and headers (frames) per port, [before, from] index `lag` (the first ACKs)
+    ph_beats, ph_frames = [[0] * P, [0] * P], [[0] * P, [0] * P]
     sim = FastSim(top, seed=seed)
     for a, v in ops:
         sim.axil_write(a, v)
@@ -154,6 +186,8 @@ def point(top, P: int, n: int, pmtu: int, indices: int, width: int, seed: int = 
     cmp.got(sim.run(0))
     start = sim.cycle
     lag = slots // 2
+    if not 1 <= ack_every <= lag:
+        raise ValueError(f"ack_every = {ack_every}: expected 1..{lag} (half the window)")
     drained = [None] * P
     out_beats = [0] * P
     last_out = start
@@ -182,12 +216,16 @@ def point(top, P: int, n: int, pmtu: int, indices: int, width: int, seed: int = 
                     cmp.expect(eng.receive(r % P, f, 0))
                     sim.send(r % P, f)
                     beats[r % P] += beats_of(f)
-                if kk >= lag:
+                    ph_beats[kk >= lag][r % P] += beats_of(f)
+                    ph_frames[kk >= lag][r % P] += 1
+                if kk >= lag and (kk - lag) % ack_every == ack_every - 1:
                     for r in range(n):
                         a = fr.ack(r, kk - lag)
                         cmp.expect(eng.receive(r % P, a, 0))
                         sim.send(r % P, a)
                         beats[r % P] += beats_of(a)
+                        ph_beats[1][r % P] += beats_of(a)
+                        ph_frames[1][r % P] += 1
             t_build += time.perf_counter() - t0
             k = min(indices, k + chunk)
         take(sim.run(64))
@@ -233,11 +271,21 @@ def point(top, P: int, n: int, pmtu: int, indices: int, width: int, seed: int = 
     st = sim.stats()
     sim.close()
     frames = indices * n
+    # the law on this run's counts, in two phases (the first `lag` indices carry no ACKs): in
+    # each, every port waits for the busiest one and for the control's one header per cycle
+    law_cycles = sum(max(max(b), sum(f)) for b, f in zip(ph_beats, ph_frames, strict=True))
     return {
-        "ports": P, "world": n, "pmtu": pmtu, "indices": indices, "contributions": frames,
-        "in_beats_per_port": beats, "in_cycles_per_port": in_cycles,
+        "ports": P, "world": n, "pmtu": pmtu, "ack_every": ack_every, "indices": indices,
+        "contributions": frames,
+        "in_beats_per_port": beats,
+        "in_frames_per_port": [a + b for a, b in zip(*ph_frames, strict=True)],
+        "in_cycles_per_port": in_cycles,
         "in_beats_per_cycle_per_port": [round(b / c, 4) for b, c in zip(beats, in_cycles,
                                                                           strict=True)],
+        "header_law": {**header_law(P, n, pmtu, ack_every, width),
+                       "cycles_this_run": law_cycles,
+                       "ingress_this_run": [round(b / law_cycles, 4) if b else 0.0
+                                            for b in beats]},
         "backpressure_cycles_per_port": [c - b for b, c in zip(beats, in_cycles, strict=True)],
         "out_beats_per_port": out_loaded, "out_cycles": out_cycles,
         "out_beats_per_cycle_per_port": [round(b / out_cycles, 4) for b in out_loaded],
@@ -261,6 +309,8 @@ def main(argv=None) -> int:
     ap.add_argument("--ports", default="2,4,1")
     ap.add_argument("--worlds", default="2,8,32")
     ap.add_argument("--pmtus", default="256,1024,4096")
+    ap.add_argument("--ack-every", default="1",
+                    help="receivers ACK every k-th index (comma list of k; 1: every frame)")
     ap.add_argument("--out", default="bench/results/engine_ports_512.json")
     a = ap.parse_args(argv)
     why = verilator_missing()
@@ -271,7 +321,10 @@ def main(argv=None) -> int:
     worlds = [2, 8] if a.quick else [int(x) for x in a.worlds.split(",")]
     pmtus = [256, 1024] if a.quick else [int(x) for x in a.pmtus.split(",")]
     indices = 256 if a.quick else a.indices
-    cells = [(P, n, pmtu) for P in ports for n in worlds for pmtu in pmtus]
+    acks = [int(x) for x in a.ack_every.split(",")]
+    if min(acks) < 1:
+        ap.error(f"--ack-every {a.ack_every}: every k must be >= 1")
+    cells = [(P, n, pmtu, k) for P in ports for n in worlds for pmtu in pmtus for k in acks]
     res = {"command": "python bench/engine_ports.py " + " ".join(argv if argv is not None
                                                           else sys.argv[1:]),
            "params": {P: params_for(P, a.width) for P in ports},
@@ -297,15 +350,16 @@ def main(argv=None) -> int:
         print(json.dumps({"ports": P, "build_s": res["build_s"][P]}), flush=True)
         for n in worlds:
             for pmtu in pmtus:
-                t1 = time.perf_counter()
-                row = point(top, P, n, pmtu, indices, a.width)
-                row["wall_s"] = round(time.perf_counter() - t1, 1)
-                res["rows"].append(row)
-                res["sim_cycles_per_s"][P] = round(
-                    sum(r["sim_cycles"] for r in res["rows"] if r["ports"] == P)
-                    / max(1e-9, sum(r["sim_cpu_s"] for r in res["rows"] if r["ports"] == P)))
-                print(json.dumps(row), flush=True)
-                save()
+                for k in acks:
+                    t1 = time.perf_counter()
+                    row = point(top, P, n, pmtu, indices, a.width, ack_every=k)
+                    row["wall_s"] = round(time.perf_counter() - t1, 1)
+                    res["rows"].append(row)
+                    res["sim_cycles_per_s"][P] = round(
+                        sum(r["sim_cycles"] for r in res["rows"] if r["ports"] == P)
+                        / max(1e-9, sum(r["sim_cpu_s"] for r in res["rows"] if r["ports"] == P)))
+                    print(json.dumps(row), flush=True)
+                    save()
     save()
     ok = res["outputs_match_model"]
     print(f"wrote {out}; outputs match the model: {ok}")
