@@ -34,7 +34,7 @@ from .fields import (
     Header,
 )
 from .frame import MIN_FRAME, PSN_MOD, RoceFrame, ip, ip_str, parse, psn_add, psn_diff
-from .icrc import ICRC_MASKED_BYTES, icrc, icrc_bytes, ipv4_checksum
+from .icrc import ICRC_BYTES, ICRC_MASKED_BYTES, icrc, icrc_bytes, ipv4_checksum
 from .opcodes import (
     ACK_NO_CREDIT,
     NAK_INVALID_REQ,
@@ -53,7 +53,7 @@ __all__ = [
     "RETH", "IMMDT", "AETH", "CNP_PAD", "HEADERS", "ETHERTYPE_IPV4", "ETHERTYPE_VLAN",
     "IP_PROTO_UDP", "ROCEV2_UDP_PORT", "ECN_NOT_ECT", "ECN_ECT0", "ECN_ECT1", "ECN_CE",
     "RoceFrame", "parse", "ip", "ip_str", "MIN_FRAME", "PSN_MOD", "psn_add", "psn_diff",
-    "icrc", "icrc_bytes", "ipv4_checksum", "ICRC_MASKED_BYTES",
+    "icrc", "icrc_bytes", "ipv4_checksum", "ICRC_BYTES", "ICRC_MASKED_BYTES",
     "Opcode", "OpInfo", "OPCODES", "op_info", "AckSyndrome", "ACK_NO_CREDIT", "NAK_PSN_SEQ",
     "NAK_INVALID_REQ", "NAK_REMOTE_ACCESS", "NAK_REMOTE_OP",
     "FrameBatch", "WriteBatch", "WriteMessage", "packetise_write", "parse_write_batch",

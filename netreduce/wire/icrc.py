@@ -13,10 +13,11 @@ import zlib
 
 from .fields import BTH, IPV4, UDP
 
-__all__ = ["ICRC_MASKED_BYTES", "ICRC_PREFIX", "icrc", "icrc_bytes", "ipv4_checksum",
+__all__ = ["ICRC_BYTES", "ICRC_MASKED_BYTES", "ICRC_PREFIX", "icrc", "icrc_bytes", "ipv4_checksum",
            "masked_l3_prefix", "crc32_ethernet"]
 
 ICRC_PREFIX = b"\xff" * 8
+ICRC_BYTES = 4  # the ICRC trailer after the payload (and pad)
 
 # Byte offsets, relative to the start of the IPv4 header, that the ICRC covers as 0xFF.
 ICRC_MASKED_BYTES: tuple[int, ...] = tuple(sorted(

@@ -25,11 +25,13 @@ Steering (the rule a real switch needs)
     engine port it chooses (the flow's ingress port) and is L2-forwarded to its worker.
 
 Engine timing (model backend)
-    :class:`EngineTiming` reads the RTL's measured figures from ``bench/results/engine.json``
-    (``bench/engine.py``, Verilator, 512-bit datapath at :data:`~netreduce.regmap.CLOCK_HZ`):
-    ingress beats per cycle (the minimum over the measured rows) and the release latency, fitted
-    as ``base + beats`` (last beat of the completing contribution in -> first beat of the first
-    result out; the fit's residual is checked). Each engine port accepts one frame's beats at a
+    :class:`EngineTiming` reads the RTL's measured figures from
+    ``bench/results/engine_512_p1.json`` (``bench/engine.py --ports 1``: the one-port 512-bit
+    engine on Verilator, every cell sustained over 4096 indices per flow, outputs equal to the
+    model's; cycles at :data:`~netreduce.regmap.CLOCK_HZ`): ingress beats per cycle (the minimum
+    over the measured rows) and the unloaded release latency, fitted as ``base + beats`` of the
+    contribution (last beat of the completing contribution in -> first beat of the first result
+    out; the fit's residual is checked). Each engine port accepts one frame's beats at a
     time (a frame is processed once its last beat is in) and emits one frame's beats at a time
     (a result's first beat leaves ``base + beats`` cycles after its completing contribution's
     last beat, or when the output port is free, which a frame holds for its beats or its wire
@@ -47,7 +49,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from netreduce.regmap import CLOCK_HZ
-from netreduce.wire import view
+from netreduce.wire import ICRC_BYTES, view
+from netreduce.wire.fields import BTH, ETH, IPV4, RETH, UDP
 
 from .model_fabric import cycles_to_ns, ns_to_cycles
 from .network import Link, LinkConfig, NetConfig, NetworkFabric
@@ -58,7 +61,9 @@ __all__ = ["LINK_RATES", "EngineTiming", "engine_timing", "TorSwitch", "TorFabri
 #: Worker link rates a user may pick (Gb/s): the Ethernet rates of NICs in the field.
 LINK_RATES = (10, 25, 40, 50, 100, 200, 400)
 
-_ENGINE_JSON = ("bench", "results", "engine.json")
+_ENGINE_JSON = ("bench", "results", "engine_512_p1.json")
+#: frame bytes of a WRITE ONLY contribution besides its payload (no VLAN tag, no pad)
+CONTRIBUTION_OVERHEAD = ETH.size + IPV4.size + UDP.size + BTH.size + RETH.size + ICRC_BYTES
 _WIRE_EXTRA = 24  # preamble+SFD, FCS, inter-frame gap: wire bytes besides the frame
 
 
@@ -69,7 +74,9 @@ def _find_engine_json() -> Path:
         if p.exists():
             return p
     raise FileNotFoundError(f"{'/'.join(_ENGINE_JSON)} not found above {here.parent} "
-                            "(run bench/engine.py: the timed model reads the RTL's figures)")
+                            "(run bench/engine.py --ports 1 --out "
+                            "bench/results/engine_512_p1.json: the timed model reads the RTL's "
+                            "figures)")
 
 
 @dataclass(frozen=True)
@@ -95,12 +102,14 @@ class EngineTiming:
         rows = d.get("rows") or []
         if not rows:
             raise ValueError(f"{path}: no measured rows")
-        dw = int(d["params"]["data_width"])
-        bpc = min(float(r["beats_per_cycle"]) for r in rows)
+        dw = int(d["params"]["1"]["data_width"])
+        bpc = min(min(r["in_beats_per_cycle_per_port"]) for r in rows)
         bases = []
         for r in rows:
-            beats = r["in_beats"] / r["frames"]
-            bases.append(r["latency_cycles"]["median"] - beats)
+            # a contribution: a full-PMTU WRITE ONLY frame (the bench's), in beats of dw bits
+            nbytes = r["pmtu"] + CONTRIBUTION_OVERHEAD
+            beats = -(-nbytes * 8 // dw)
+            bases.append(r["release_latency_unloaded_cycles"]["median"] - beats)
         base = round(sum(bases) / len(bases))
         worst = max(abs(b - base) for b in bases)
         if worst > 4:
