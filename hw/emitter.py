@@ -304,7 +304,7 @@ class Emitter(wiring.Component):
         # header queue: commands whose store entry has been read (hdr_depth credits cover the
         # reads in flight), the deparser's header straight from its output register
         hdr_layout = data.StructLayout({"raw": raw_layout, "hdr_len": range(HDR_CAP + 1),
-                                        "plen": 16, "ce": 1, "port": pb})
+                                        "plen": 16, "ce": 1})
         hdr_depth = hl + 3
         hq, hq_w, hq_r = q("hdrq", hdr_layout, hdr_depth)
         hcmd = Signal(hcmd_layout, name="hcmd")   # the command pushed this cycle
@@ -321,9 +321,12 @@ class Emitter(wiring.Component):
         ports_sr = Signal(self.max_world * pb, name="ports_sr")
         last_rank = Signal(name="last_rank")
         credit = Signal(range(hdr_depth + 1), init=hdr_depth)
-        can_push = (credit != 0) & pcq.w_rdy
+        # a header command also puts its frame's output port into the port FIFO (same order as
+        # the frames leave the deparser); room is offered from registers only (credit, FIFO
+        # flags), the push is that offer taken: the deparser's hdr.ready does not reach port
+        can_push = Signal()
         push = Signal()
-        m.d.comb += pcq.w_en.eq(push)
+        m.d.comb += [can_push.eq((credit != 0) & pcq.w_rdy), pcq.w_en.eq(push)]
         m.d.sync += credit.eq(credit - push + hq.r_en)
         # The choice between the heads of jobs and rel uses their sequence comparisons
         # registered from the cycle before (the carry chains end in flip-flops); they count
@@ -381,8 +384,8 @@ class Emitter(wiring.Component):
                     m.d.comb += put_raw(hcmd.raw, pu, pt, vl)
                 with m.Else():
                     m.d.comb += hcmd.raw.eq(ejob.raw)
-                with m.If(can_push):
-                    m.d.comb += push.eq(1)
+                m.d.comb += self.port.valid.eq(can_push)
+                with m.If(push):
                     m.next = "JOB_CNP"
                     with m.If(~ejob.cnp):
                         m.next = "IDLE"
@@ -396,8 +399,8 @@ class Emitter(wiring.Component):
                     pc_w.from_slot.eq(0), pc_w.plen.eq(16),
                     *put_raw(hcmd.raw, cu, ct, vl),
                 ]
-                with m.If(can_push):
-                    m.d.comb += push.eq(1)
+                m.d.comb += self.port.valid.eq(can_push)
+                with m.If(push):
                     m.next = "IDLE"
             with m.State("RESULTS"):
                 ports_r = ports_sr[:pb] if P > 1 else Const(0, 1)
@@ -409,8 +412,8 @@ class Emitter(wiring.Component):
                 ]
                 # D17: only the ranks of the command's mask get a result (a cycle per other)
                 in_mask = mask_sr[0]
-                with m.If(~in_mask | can_push):
-                    m.d.comb += push.eq(in_mask)
+                m.d.comb += self.port.valid.eq(in_mask & can_push)
+                with m.If(~in_mask | push):
                     m.d.sync += [rank.eq(rank + 1), mask_sr.eq(mask_sr >> 1),
                                  ports_sr.eq(ports_sr >> pb), last_rank.eq(rank + 2 >= erel.n)]
                     with m.If(last_rank):
@@ -430,16 +433,14 @@ class Emitter(wiring.Component):
             hraw = remarked(m, hraw, hsc.mark != 0, hsc.mark, name="hraw_marked")
         m.d.comb += [hq.w_en.eq(pv), hq_w.raw.eq(hraw),
                      hq_w.hdr_len.eq(Mux(hsc.store, hs_data.hdr_len, hsc.hdr_len)),
-                     hq_w.plen.eq(hsc.plen), hq_w.ce.eq(hsc.ce),
-                     hq_w.port.eq(hsc.port)]
+                     hq_w.plen.eq(hsc.plen), hq_w.ce.eq(hsc.ce)]
         dh = self.dep_hdr.payload
-        hgo = hq.r_rdy & self.dep_hdr.ready & self.port.ready
         m.d.comb += [
-            self.dep_hdr.valid.eq(hq.r_rdy & self.port.ready),
+            push.eq(self.port.valid & self.port.ready), self.port.payload.eq(hcmd.port),
+            self.dep_hdr.valid.eq(hq.r_rdy),
             dh.raw.eq(hq_r.raw), dh.hdr_len.eq(hq_r.hdr_len),
             dh.plen.eq(hq_r.plen), dh.ce_to_ect0.eq(hq_r.ce),
-            self.port.payload.eq(hq_r.port),
-            self.port.valid.eq(hgo), hq.r_en.eq(hgo),
+            hq.r_en.eq(self.dep_hdr.valid & self.dep_hdr.ready),
         ]
 
         # payload path: slot beats through the result port, or zero beats (probe, CNP)

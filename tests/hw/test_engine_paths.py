@@ -57,16 +57,16 @@ KNOWN_COMB = {
     "bank": "s_axil *ready follow *valid (AXI allows it; the bank's IDLE state picks read or "
             "write); its master is the AxiLiteSlice mgmt_axil_m",
     "deparser": "its advance (hdr.ready, payload.ready) follows o.ready (dep_skid's register) "
-                "and payload.valid (pay_skid / the lane's pay_q FIFO); the emitter side: "
-                "KNOWN_CHAINS",
+                "and payload.valid (pay_skid / the lane's pay_q FIFO); hdr.ready ends at the "
+                "emitter's header queue read (a FIFO)",
     "dispatch": "a decision moves the FIFO reads (start, head/frame/payload ready), the forward "
                 "FIFO and job FIFO writes, the header-store write and the slot memory's "
                 "contribution in one cycle; every neighbour is a FIFO with registered flags, the "
                 "header store's write port or the slot memory's registered contribution input",
-    "emitter": "the header queue's head goes to the deparser as the port FIFO is pushed "
-               "(dep_hdr.ready -> port.valid); the payload reader passes the result port's beats "
-               "and ready through (res -> dep_payload, dep_payload.ready -> res.ready): "
-               "KNOWN_CHAINS",
+    "emitter": "the payload reader passes the result port's beats and ready through (res -> "
+               "dep_payload, dep_payload.ready -> res.ready): KNOWN_CHAINS; the port FIFO's "
+               "ready takes the header command (port.ready -> hs_en, into the header store's "
+               "registered read; the FIFO's w_rdy is a register output)",
     "mgmt_axil_arb": "the AXI4-Lite arbiter forwards the owner's request and the slave's "
                      "ready / response through gates (grant registered); between the engine's "
                      "s_axil port and two AxiLiteSlice register slices",
@@ -88,10 +88,6 @@ KNOWN_COMB_LANES = {
 
 # Chains (block A, A's output, block B, B's input): one register-to-register path through two
 # blocks. Open, in files other helpers own (the fix each needs is in the reason).
-_HDR_PORT = ("the deparser's hdr.ready (from dep_skid's ready and pay_skid's valid) pushes the "
-             "port FIFO through the emitter (dep_hdr.ready -> port.valid); fix in hw/emitter.py: "
-             "push the port when the header enters the header queue (hq.w_en) instead of when "
-             "the deparser takes it")
 _RES_READY = ("pay_skid's ready reaches the slot memory's read pipeline advance through the "
               "payload reader (res.ready = o.ready) and comes back as the emitter's req.ready; "
               "fix: the payload reader issues reads on credits into a result FIFO of "
@@ -100,7 +96,6 @@ _RES_READY = ("pay_skid's ready reaches the slot memory's read pipeline advance 
               "hw/agg/slotmem.py)")
 KNOWN_CHAINS = {
     "1p": {
-        ("deparser", "hdr__ready", "emitter", "dep_hdr__ready"): _HDR_PORT,
         ("emitter", "res__ready", "slotmem", "result__ready"): _RES_READY,
     },
     "2p-lanes": {
