@@ -139,15 +139,23 @@ class PayloadReader(wiring.Component):
     the beat's command's ``extra``; from the tag for slot beats).
 
     Contract: a command is taken when the previous one's requests are all issued; a slot
-    command issues one read per cycle (``max(1, ceil(plen / bytes per beat))`` reads), its beats
-    leave as the result port returns them (``o.ready`` is ``res.ready``); a zero command
-    (``from_slot`` clear) sends its beats once every read is back (``read_latency`` + the
-    result port's pipeline), one per cycle while ``o.ready``. ``o.ready`` may depend on
-    ``extra``. Never drops; no errors.
+    command issues one read per cycle (``max(1, ceil(plen / bytes per beat))`` reads) while it
+    has a credit: ``depth`` = ``read_latency + 2`` credits, one per read in flight or beat
+    waiting in the result FIFO (``depth`` beats), so ``res.ready`` is always high and the result
+    port's pipeline never waits for ``o.ready`` (a request is answered ``read_latency`` cycles
+    after it is taken, the FIFO takes it). A returning beat goes straight to ``o`` when the FIFO
+    is empty and ``o.ready`` (no added latency: beat out in the cycle the result port returns
+    it), else through the FIFO (out from the next cycle on). Throughput: one beat per cycle
+    with ``o.ready`` high (a credit comes back the cycle after its beat leaves: ``read_latency +
+    2`` covers the round trip); after ``o.ready`` low, one beat per cycle from the FIFO. A zero
+    command (``from_slot`` clear) sends its beats once every earlier beat has left (all credits
+    back), one per cycle while ``o.ready``. ``o.ready`` may depend on ``extra``; it reaches no
+    output but ``o`` (only the FIFO's enables and the credit register). Never drops; no errors.
     """
 
     def __init__(self, width: int, *, cmd_layout, req_layout, res_layout, read_latency: int):
         self.width, self.read_latency = width, read_latency
+        self.depth = read_latency + 2
         self.cmd_layout = cmd_layout
         extra = dict(cmd_layout.members).get("extra")
         self.extra_width = 0 if extra is None else data.Layout.cast(extra).size
@@ -165,6 +173,7 @@ class PayloadReader(wiring.Component):
         nb_bits = ceil_log2(nb + 1)
         beat_shift = exact_log2(nb)
         E = self.extra_width
+        D = self.depth
         cmd, req, res, o = self.cmd, self.req, self.res, self.o
         pc_r = cmd.payload
         pcur = Signal(self.cmd_layout, name="pcur")
@@ -173,7 +182,8 @@ class PayloadReader(wiring.Component):
         plen_beats = (pc_r.plen + nb - 1) >> beat_shift
         p_last = pbeat + 1 >= nbeats
         p_bytes = Mux(p_last, pcur.plen - (pbeat << beat_shift), nb)
-        pending = Signal(range(self.read_latency + 8))
+        # credits: reads in flight plus beats in the result FIFO never exceed its depth
+        credit = Signal(range(D + 1), init=D)
         cur_extra = pcur.extra if E else Const(0, 0)
         m.d.comb += [req.payload.slot.eq(pcur.slot), req.payload.beat.eq(pbeat),
                      req.payload.tag.eq(Cat(p_bytes[:nb_bits], p_last, cur_extra))]
@@ -189,19 +199,35 @@ class PayloadReader(wiring.Component):
                     with m.Else():
                         m.next = "ZERO"
             with m.State("SLOT"):
-                m.d.comb += req.valid.eq(1)
-                with m.If(req.ready):
+                m.d.comb += req.valid.eq(credit != 0)
+                with m.If(req.valid & req.ready):
                     m.d.sync += pbeat.eq(pbeat + 1)
                     with m.If(p_last):
                         m.next = "IDLE"
             with m.State("ZERO"):
-                m.d.comb += zero_drive.eq((pending == 0) & ~res.valid)
+                m.d.comb += zero_drive.eq(credit == D)
                 with m.If(zero_drive & o.ready):
                     m.d.sync += pbeat.eq(pbeat + 1)
                     with m.If(p_last):
                         m.next = "IDLE"
-        m.d.sync += pending.eq(pending + (req.valid & req.ready) - (res.valid & res.ready))
-        tag = res.payload.tag
+
+        # result FIFO: the beat's data, tag and first flag; bypassed while empty
+        tag_w = len(res.payload.tag)
+        rq = fifo.SyncFIFO(width=self.width + tag_w + 1, depth=D)
+        m.submodules.resq = rq
+        res_first = res.payload.beat == 0
+        res_word = Cat(res.payload.data, res.payload.tag, res_first)
+        head = Signal(self.width + tag_w + 1, name="res_head")
+        bypass = ~rq.r_rdy & res.valid & o.ready
+        m.d.comb += [res.ready.eq(1),
+                     head.eq(Mux(rq.r_rdy, rq.r_data, res_word)),
+                     rq.w_data.eq(res_word), rq.w_en.eq(res.valid & ~bypass),
+                     rq.r_en.eq(o.ready & ~zero_drive)]
+        pop = (rq.r_rdy | res.valid) & o.ready & ~zero_drive
+        m.d.sync += credit.eq(credit - (req.valid & req.ready) + pop)
+        h_data = head[:self.width]
+        tag = head[self.width:self.width + tag_w]
+        h_first = head[-1]
         rtag_bytes = tag[:nb_bits]
         rtag_last = tag[nb_bits]
 
@@ -215,9 +241,9 @@ class PayloadReader(wiring.Component):
             if E:
                 m.d.comb += self.extra.eq(cur_extra)
         with m.Else():
-            m.d.comb += [o.valid.eq(res.valid), op.data.eq(res.payload.data),
+            m.d.comb += [o.valid.eq(rq.r_rdy | res.valid), op.data.eq(h_data),
                          op.keep.eq(therm(rtag_bytes)), op.last.eq(rtag_last),
-                         op.first.eq(res.payload.beat == 0), res.ready.eq(o.ready)]
+                         op.first.eq(h_first)]
             if E:
                 m.d.comb += self.extra.eq(tag[nb_bits + 1:nb_bits + 1 + E])
         return m
@@ -231,8 +257,11 @@ class Emitter(wiring.Component):
     to the slot memory's result port), ``hs_en`` / ``hs_addr`` -> ``hs_data`` (the header store's
     read port, data ``hs_latency`` cycles after), ``dep_hdr`` / ``dep_payload`` (Out: the
     deparser's inputs),
-    ``port`` (Out, stream: the output port of each deparser frame, in order), ``req`` / ``res``
-    (the slot memory's result port).
+    ``port`` (Out, stream: the output port of each deparser frame, in order; offered with the
+    frame's header command, from registers only, and the command waits for ``port.ready``: the
+    port FIFO holds an entry from the command to the frame's last beat, so it wants room for
+    the header queue and reads in flight plus the frames in the deparser), ``req`` / ``res``
+    (the slot memory's result port; ``res.ready`` is always high, :class:`PayloadReader`).
 
     Contract:
 
@@ -246,11 +275,14 @@ class Emitter(wiring.Component):
       is issued with the command and pipelined (``hs_latency`` cycles, one read per cycle), the
       entry and its command wait in a header queue of ``hs_latency + 3`` (its credits count the
       reads in flight), so the deparser can take a header every cycle;
-      payload one beat per cycle (slot reads pipelined through the result port).
+      payload one beat per cycle (slot reads pipelined through the result port, issued on the
+      payload reader's ``read_latency + 2`` credits).
     * Latency: a command is taken at the earliest the cycle after it (and ``done_seen`` for
       it) is offered; release command accepted in cycle t -> first header command and store read
       t + 1, deparser header t + 3 + ``hs_latency`` (store read, queue).
-    * Backpressure: from the deparser and the port FIFO; never drops. Errors: none.
+    * Backpressure: from the deparser (``dep_hdr.ready`` reaches only the header queue's read;
+      ``dep_payload.ready`` only the payload reader's result FIFO and credits) and the port FIFO
+      (``port.ready`` takes the header command); never drops. Errors: none.
     """
 
     def __init__(self, width: int, *, ports: int, slots: int, max_world: int, rel_layout,
@@ -304,7 +336,7 @@ class Emitter(wiring.Component):
         # header queue: commands whose store entry has been read (hdr_depth credits cover the
         # reads in flight), the deparser's header straight from its output register
         hdr_layout = data.StructLayout({"raw": raw_layout, "hdr_len": range(HDR_CAP + 1),
-                                        "plen": 16, "ce": 1, "port": pb})
+                                        "plen": 16, "ce": 1})
         hdr_depth = hl + 3
         hq, hq_w, hq_r = q("hdrq", hdr_layout, hdr_depth)
         hcmd = Signal(hcmd_layout, name="hcmd")   # the command pushed this cycle
@@ -321,9 +353,12 @@ class Emitter(wiring.Component):
         ports_sr = Signal(self.max_world * pb, name="ports_sr")
         last_rank = Signal(name="last_rank")
         credit = Signal(range(hdr_depth + 1), init=hdr_depth)
-        can_push = (credit != 0) & pcq.w_rdy
+        # a header command also puts its frame's output port into the port FIFO (same order as
+        # the frames leave the deparser); room is offered from registers only (credit, FIFO
+        # flags), the push is that offer taken: the deparser's hdr.ready does not reach port
+        can_push = Signal()
         push = Signal()
-        m.d.comb += pcq.w_en.eq(push)
+        m.d.comb += [can_push.eq((credit != 0) & pcq.w_rdy), pcq.w_en.eq(push)]
         m.d.sync += credit.eq(credit - push + hq.r_en)
         # The choice between the heads of jobs and rel uses their sequence comparisons
         # registered from the cycle before (the carry chains end in flip-flops); they count
@@ -381,8 +416,8 @@ class Emitter(wiring.Component):
                     m.d.comb += put_raw(hcmd.raw, pu, pt, vl)
                 with m.Else():
                     m.d.comb += hcmd.raw.eq(ejob.raw)
-                with m.If(can_push):
-                    m.d.comb += push.eq(1)
+                m.d.comb += self.port.valid.eq(can_push)
+                with m.If(push):
                     m.next = "JOB_CNP"
                     with m.If(~ejob.cnp):
                         m.next = "IDLE"
@@ -396,8 +431,8 @@ class Emitter(wiring.Component):
                     pc_w.from_slot.eq(0), pc_w.plen.eq(16),
                     *put_raw(hcmd.raw, cu, ct, vl),
                 ]
-                with m.If(can_push):
-                    m.d.comb += push.eq(1)
+                m.d.comb += self.port.valid.eq(can_push)
+                with m.If(push):
                     m.next = "IDLE"
             with m.State("RESULTS"):
                 ports_r = ports_sr[:pb] if P > 1 else Const(0, 1)
@@ -409,8 +444,8 @@ class Emitter(wiring.Component):
                 ]
                 # D17: only the ranks of the command's mask get a result (a cycle per other)
                 in_mask = mask_sr[0]
-                with m.If(~in_mask | can_push):
-                    m.d.comb += push.eq(in_mask)
+                m.d.comb += self.port.valid.eq(in_mask & can_push)
+                with m.If(~in_mask | push):
                     m.d.sync += [rank.eq(rank + 1), mask_sr.eq(mask_sr >> 1),
                                  ports_sr.eq(ports_sr >> pb), last_rank.eq(rank + 2 >= erel.n)]
                     with m.If(last_rank):
@@ -430,16 +465,14 @@ class Emitter(wiring.Component):
             hraw = remarked(m, hraw, hsc.mark != 0, hsc.mark, name="hraw_marked")
         m.d.comb += [hq.w_en.eq(pv), hq_w.raw.eq(hraw),
                      hq_w.hdr_len.eq(Mux(hsc.store, hs_data.hdr_len, hsc.hdr_len)),
-                     hq_w.plen.eq(hsc.plen), hq_w.ce.eq(hsc.ce),
-                     hq_w.port.eq(hsc.port)]
+                     hq_w.plen.eq(hsc.plen), hq_w.ce.eq(hsc.ce)]
         dh = self.dep_hdr.payload
-        hgo = hq.r_rdy & self.dep_hdr.ready & self.port.ready
         m.d.comb += [
-            self.dep_hdr.valid.eq(hq.r_rdy & self.port.ready),
+            push.eq(self.port.valid & self.port.ready), self.port.payload.eq(hcmd.port),
+            self.dep_hdr.valid.eq(hq.r_rdy),
             dh.raw.eq(hq_r.raw), dh.hdr_len.eq(hq_r.hdr_len),
             dh.plen.eq(hq_r.plen), dh.ce_to_ect0.eq(hq_r.ce),
-            self.port.payload.eq(hq_r.port),
-            self.port.valid.eq(hgo), hq.r_en.eq(hgo),
+            hq.r_en.eq(self.dep_hdr.valid & self.dep_hdr.ready),
         ]
 
         # payload path: slot beats through the result port, or zero beats (probe, CNP)

@@ -467,7 +467,9 @@ class NetReduceEngine(wiring.Component):
             wiring.connect(m, dep.o, dep_skid.i)
             dep_outs.append(dep_skid.o)
         if lp is None:
-            m.submodules.portq = portq = fifo.SyncFIFOBuffered(width=pb, depth=8)
+            # an entry per frame from its header command (emitter's header queue and reads) to
+            # its last beat out of dep_skid: room for the deparser's frames behind the queue
+            m.submodules.portq = portq = fifo.SyncFIFOBuffered(width=pb, depth=16)
             m.d.comb += [portq.w_en.eq(em.port.valid), portq.w_data.eq(em.port.payload),
                          em.port.ready.eq(portq.w_rdy)]
             head = portq.r_data

@@ -57,24 +57,23 @@ KNOWN_COMB = {
     "bank": "s_axil *ready follow *valid (AXI allows it; the bank's IDLE state picks read or "
             "write); its master is the AxiLiteSlice mgmt_axil_m",
     "deparser": "its advance (hdr.ready, payload.ready) follows o.ready (dep_skid's register) "
-                "and payload.valid (pay_skid / the lane's pay_q FIFO); the emitter side: "
-                "KNOWN_CHAINS",
+                "and payload.valid (pay_skid / the lane's pay_q FIFO); hdr.ready ends at the "
+                "emitter's header queue read (a FIFO)",
     "dispatch": "a decision moves the FIFO reads (start, head/frame/payload ready), the forward "
                 "FIFO and job FIFO writes, the header-store write and the slot memory's "
                 "contribution in one cycle; every neighbour is a FIFO with registered flags, the "
                 "header store's write port or the slot memory's registered contribution input",
-    "emitter": "the header queue's head goes to the deparser as the port FIFO is pushed "
-               "(dep_hdr.ready -> port.valid); the payload reader passes the result port's beats "
-               "and ready through (res -> dep_payload, dep_payload.ready -> res.ready): "
-               "KNOWN_CHAINS",
+    "emitter": "a result beat passes the payload reader's empty result FIFO (res -> "
+               "dep_payload: the slot memory's output registers into pay_skid / the lanes' "
+               "pay_q FIFOs; res.ready is a constant); the port FIFO's ready takes the header "
+               "command (port.ready -> hs_en, into the header store's registered read; the "
+               "FIFO's w_rdy is a register output)",
     "mgmt_axil_arb": "the AXI4-Lite arbiter forwards the owner's request and the slave's "
                      "ready / response through gates (grant registered); between the engine's "
                      "s_axil port and two AxiLiteSlice register slices",
     "mgmt_txm": "the merge of the engine's TX and the management responses onto o_p<k> passes "
                 "valid / payload / ready through; its inputs are tx_skid / tx_gate and the "
                 "management path's registered response, its output the engine's port",
-    "slotmem": "the result port's ready is the read pipeline's advance (result.ready -> "
-               "result_req.ready): KNOWN_CHAINS",
     "txarb": "the ready of the source holding the port follows o.ready, o follows the sources; "
              "between the forward FIFO / dep_skid and tx_skid / tx_gate, all registered",
 }
@@ -84,28 +83,17 @@ KNOWN_COMB_LANES = {
                   "lane<k>.ready -> dec.ready); between the decision FIFO and the lanes' FIFOs",
     "lane_combine": "the lanes' result ports combined into one (res.ready and lane_res.valid "
                     "-> the lanes' advance, lane_res.payload -> res.payload): KNOWN_CHAINS",
+    "slotmem": "the result port's ready is the read pipeline's advance (result.ready -> "
+               "result_req.ready), driven by lane_combine's advance (from the slot memories' "
+               "registered result valid; the round emitter's res.ready is a constant); with "
+               "one port result.ready is a constant and the path ends there",
 }
 
 # Chains (block A, A's output, block B, B's input): one register-to-register path through two
 # blocks. Open, in files other helpers own (the fix each needs is in the reason).
-_HDR_PORT = ("the deparser's hdr.ready (from dep_skid's ready and pay_skid's valid) pushes the "
-             "port FIFO through the emitter (dep_hdr.ready -> port.valid); fix in hw/emitter.py: "
-             "push the port when the header enters the header queue (hq.w_en) instead of when "
-             "the deparser takes it")
-_RES_READY = ("pay_skid's ready reaches the slot memory's read pipeline advance through the "
-              "payload reader (res.ready = o.ready) and comes back as the emitter's req.ready; "
-              "fix: the payload reader issues reads on credits into a result FIFO of "
-              "read_latency + 2 beats (res.ready held high, hw/emitter.py), or the slot memory "
-              "registers its result port (a skid whose registered ready is the advance, "
-              "hw/agg/slotmem.py)")
 KNOWN_CHAINS = {
-    "1p": {
-        ("deparser", "hdr__ready", "emitter", "dep_hdr__ready"): _HDR_PORT,
-        ("emitter", "res__ready", "slotmem", "result__ready"): _RES_READY,
-    },
+    "1p": {},
     "2p-lanes": {
-        ("emitter", "res__ready", "lane_combine", "res__ready"): _RES_READY,
-        ("lane_combine", "advance", "slotmem", "result__ready"): _RES_READY,
         ("lane_combine", "res__payload", "emitter", "res__payload"):
             "the combined result beat goes through the round emitter to its deparsers' payload "
             "FIFOs in the same cycle; fix: register lane_combine's res (hw/agg/lanes.py)",
@@ -116,11 +104,11 @@ KNOWN_CHAINS = {
 # inputs, and why.
 _CLEAR = ("GLOBAL.CONTROL.clear_counters: a one-cycle synchronous clear of every counter bit "
           "(the bank's and the port counters'), a reset-like net the tool replicates")
-_ADVANCE = "the slot memory's read pipeline advance (see KNOWN_CHAINS), its stage enables"
+_ADVANCE = ("the slot memories' read pipeline advance (lane_combine's, from the lanes' "
+            "registered result valid), its stage enables")
 KNOWN_WIDE = {
     "1p": {
         "bank.global_pulse": _CLEAR, "port_stats.clear": _CLEAR,
-        "emitter.req__ready": _ADVANCE, "slotmem.advance": _ADVANCE,
         "dispatch.head0__ready": "the header-byte FIFO's read: the enable of its output "
                                  "register, one per bit of the head record",
         "dq.r_en": "the header-byte FIFO's read (dispatch.head0__ready)",
