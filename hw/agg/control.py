@@ -505,7 +505,7 @@ class AggControl(wiring.Component):
         _feed(m, ck, dst, ("sw_en", "sw_data", "cw_en", "cw_data", "aw_en", "aw_data"))
         _feed(m, ck, st, ("enabled", "cnp", "rel", "upptr", "leaf", "up_rank", "down_rank",
                           "rack"))
-        m.d.comb += [ck.free4.eq(lk.free4), ck.w4.eq(lk.w4)]
+        m.d.comb += [ck.free4.eq(lk.free4), ck.w4.eq(lk.w4), ck.km1.eq(lk.km1)]
 
         # ------------------------------------------------------------ stage 5: decide
         _feed(m, dst, ck, DecideStage._CHECKS)
