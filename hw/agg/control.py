@@ -488,7 +488,8 @@ class AggControl(wiring.Component):
                      s_rd.en.eq(advance), s_rd.addr.eq(lk.slot_addr),
                      c_rd.en.eq(advance), c_rd.addr.eq(lk.cnp_addr)]
         _feed(m, lk, st, ("enabled", "pmtu", "base", "w", "leaf", "up_rank", "down_rank", "rack",
-                          "full", "cmask", "acked", "cnp_seen", "free_nx"))
+                          "full", "cmask", "acked", "cnp_seen", "free", "f_valid", "f_job",
+                          "f_free"))
 
         # ------------------------------------------------------------ stage 4: check
         m.d.comb += [ck.advance.eq(advance), ck.v4.eq(vs[S]), ck.h4.eq(h4), ck.h5.eq(h5),

@@ -33,7 +33,6 @@ def state_shapes(ctl) -> dict:
         "upptr": pj(PSN_BITS), "npend_up": pj(c.w_bits), "chain_up": J,
         "wm": pj(c.w_bits), "full": pj(WD), "cmask": pj(WD), "mmask": pj(WD), "upmask": pj(WD),
         "moved": J, "moved_free": J, "freed": pj(c.w_bits), "idle": J,
-        "free_nx": pj(PSN_BITS),
     }
 
 
@@ -62,9 +61,6 @@ class JobState(wiring.Component):
     ``moved`` / ``moved_free``: one-hot, registered: the job's rel_j / upptr moved by a chain,
     its free_j by a result, in the cycle before (a frame of the job in the decision stage checks
     again). ``freed``: indices freed per job by the free_j result being applied (combinational).
-    ``free_nx``: free_j as it will be in the next cycle (with the result being applied; the
-    reset at an enable comes with the pipeline empty), combinational: the lookup stage keeps
-    the free_j of its frame's job current in a register from it.
     ``idle``: per job, no chain and no free_j computation in flight (the sequencer's disable
     waits for it).
 
@@ -168,8 +164,6 @@ class JobState(wiring.Component):
         m.d.comb += step.eq(self.f_free - free[self.f_job])
         m.d.comb += [self.freed[j].eq(Mux(self.f_valid & (self.f_job == j), step, 0))
                      for j in range(J)]
-        m.d.comb += [self.free_nx[j].eq(Mux(self.f_valid & (self.f_job == j), self.f_free,
-                                            free[j])) for j in range(J)]
         m.d.sync += [self.moved.eq(self.sch_rel_job | self.sch_up_job),
                      self.moved_free.eq(Mux(self.f_valid, 1 << self.f_job, 0))]
 

@@ -115,12 +115,14 @@ class LookupStage(wiring.Component):
     ahead (the check stage's bitmap checks for the case where that frame contributes to the same
     slot); ``km1``: k - 1; ``w4``: W of the frame's job (it changes only while the job is
     disabled, and a job is enabled only with the pipeline empty); ``free4``: free_j of the
-    frame's job as it is in this cycle (combinational from registers: ``free_nx`` of the
-    frame's job registered with it, or registered in the cycle before while it is held): the
-    check stage's window compares take no job select.
+    frame's job as it is in this cycle (combinational from registers: its next value, from
+    ``free`` and the free-tree result being applied ``f_valid`` / ``f_job`` / ``f_free``,
+    registered with the frame, or in the cycle before while it is held): the check stage's
+    window compares take no job select.
 
     Inputs from the job state (:class:`~.jobstate.JobState`): ``enabled``, ``pmtu``, ``base``,
-    ``w``, the roles, ``full`` / ``cmask``, ``acked``, ``cnp_seen``, ``free_nx``.
+    ``w``, the roles, ``full`` / ``cmask``, ``acked``, ``cnp_seen``, ``free`` (and the
+    result applied to it).
 
     Contract: latency 1 (``o``, ``sa_*``, ``sz_*``, ``onehot``, ``acked_rk``, ``seen_rk``,
     ``w4``, ``km1`` are registers loaded when ``advance``, ``free4`` a select of registers; the
@@ -136,7 +138,8 @@ class LookupStage(wiring.Component):
             "entry": In(c.entry_bits), "fd": In(fd_layout),
             "slot5": In(c.slot_bits), "r5": In(c.rank_bits), "j5": In(c.job_bits),
             **job_inputs(c, ("enabled", "pmtu", "base", "w", "leaf", "up_rank", "down_rank",
-                             "rack", "full", "cmask", "acked", "cnp_seen", "free_nx")),
+                             "rack", "full", "cmask", "acked", "cnp_seen", "free")),
+            "f_valid": In(1), "f_job": In(c.job_bits), "f_free": In(PSN_BITS),
             "slot_addr": Out(c.slot_bits), "cnp_addr": Out(c.rank_bits + c.job_bits),
             "o": Out(stage_layout(c)), "sa_slot": Out(1), "sa_flow": Out(1), "sa_job": Out(1),
             "sz_slot": Out(1), "sz_flow": Out(1), "onehot": Out(c.max_world),
@@ -173,6 +176,11 @@ class LookupStage(wiring.Component):
         o45 = Signal(WD, name="onehot45")
         o3 = (Const(1, WD) << fd.rank)[:WD]
         free_ld = Signal(PSN_BITS)
+
+        def free_nx(j):
+            # free_j of job ``j`` in the next cycle: the free-tree result being applied, if
+            # it is that job's (the reset at an enable comes with the pipeline empty)
+            return Mux(self.f_valid & (self.f_job == j), self.f_free, _per_job(self.free, J)[j])
         with m.If(advance):
             m.d.sync += [p4["hit"].eq(self.hit), p4["e"].eq(self.entry), p4["j"].eq(fd.job),
                          p4["r"].eq(fd.rank), p4["k"].eq(k3), p4["slot"].eq(slot3),
@@ -187,11 +195,10 @@ class LookupStage(wiring.Component):
             m.d.sync += [seen_rk[j].eq(Array(self.cnp_seen[j][r] for r in range(WD))[fd.rank])
                          for j in range(J)]
             m.d.sync += [self.w4.eq(_per_job(self.w, J)[fd.job]),
-                         free_ld.eq(_per_job(self.free_nx, J)[fd.job]),
-                         self.km1.eq(h3.psn + ~fd.start)]
+                         free_ld.eq(free_nx(fd.job)), self.km1.eq(h3.psn + ~fd.start)]
         # free_j of the frame's job: as loaded with it, or (held) as kept every cycle
         loaded, free_hold = Signal(), Signal(PSN_BITS)
-        m.d.sync += [loaded.eq(advance), free_hold.eq(_per_job(self.free_nx, J)[p4["j"]])]
+        m.d.sync += [loaded.eq(advance), free_hold.eq(free_nx(p4["j"]))]
         m.d.comb += self.free4.eq(Mux(loaded, free_ld, free_hold))
         m.d.comb += [self.o[n].eq(v) for n, v in p4.items()]
         m.d.comb += [self.sa_slot.eq(sa_slot), self.sa_flow.eq(sa_flow), self.sa_job.eq(sa_job),
