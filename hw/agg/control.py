@@ -534,12 +534,15 @@ class AggControl(wiring.Component):
         # decision stage (from registers: off the decision's paths)
         m.d.comb += [scrub_go.eq(scrub_want & (scrub_turn | ~v5)), seq.scrub_go.eq(scrub_go),
                      dst.scrub_go.eq(scrub_go)]
+        # the write port's address and data: the decision's unless the scrub may write (no frame
+        # in the decision stage, or the scrub's turn: it holds the frame); from registers, no
+        # commit on their paths
+        dec_port = Signal()
+        m.d.comb += dec_port.eq(v5 & ~(scrub_want & scrub_turn))
         m.d.comb += [
             s_wr.en.eq(dec_slot_wr | scrub_go),
-            s_wr.addr.eq(Mux(scrub_go, seq.scrub_addr, slot5)),
-            # (the scrub and a decision never write in the same cycle: the scrub's turn holds
-            # the decision stage; no commit on the data's path)
-            s_wr.data.eq(Mux(scrub_go, 0, dst.slot_new.as_value())),
+            s_wr.addr.eq(Mux(dec_port, slot5, seq.scrub_addr)),
+            s_wr.data.eq(Mux(dec_port, dst.slot_new.as_value(), 0)),
             c_wr.en.eq(dst.cnp_wr),
             c_wr.addr.eq(Cat(r5, j5)),
             c_wr.data.eq(h5.time),
