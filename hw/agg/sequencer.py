@@ -302,6 +302,9 @@ class FlowScan(wiring.Component):
         m.d.comb += [self.bad_flows.eq(flows_bad | ~ranks_ok),
                      self.bad_roles.eq(roles_bad | ~roles_ok)]
         sa_rbit = Signal(WD)  # stage B's rank one-hot, registered with its entry
+        # stage B's entry is live, registered with it (a flows:1 select: off the verdicts'
+        # paths); live does not change during a scan (only this sequencer commits or drops)
+        sa_live = Signal()
 
         with m.If(self.start):
             m.d.sync += [scan_e.eq(0), sa_valid.eq(0), rank_seen.eq(0), flows_bad.eq(0),
@@ -314,6 +317,7 @@ class FlowScan(wiring.Component):
                 e_rank = ecfg.cfg.rank
                 m.d.sync += [sa_valid.eq((scan_e < F) & mine), sa_e.eq(scan_e),
                              sa_cfg.eq(ecfg), chk_wait.eq(0),
+                             sa_live.eq(self.live.bit_select(scan_e[:c.entry_bits], 1)),
                              sa_rbit.eq(Mux(e_rank < WD,
                                             (Const(1, WD) << e_rank[:c.rank_bits])[:WD], 0))]
                 with m.If(scan_e < F):
@@ -338,7 +342,7 @@ class FlowScan(wiring.Component):
                 else:
                     with m.If(role != Role.MEMBER):
                         m.d.sync += roles_bad.eq(1)
-                is_live = self.live.bit_select(sa_e, 1)
+                is_live = sa_live
                 with m.If(self.chk_fwd_hit | self.chk_rev_hit | is_live):
                     m.d.sync += conflict.eq(1)
                 with m.If(~is_live):
