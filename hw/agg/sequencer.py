@@ -302,9 +302,17 @@ class FlowScan(wiring.Component):
         m.d.comb += [self.bad_flows.eq(flows_bad | ~ranks_ok),
                      self.bad_roles.eq(roles_bad | ~roles_ok)]
         sa_rbit = Signal(WD)  # stage B's rank one-hot, registered with its entry
-        # stage B's entry is live, registered with it (a flows:1 select: off the verdicts'
-        # paths); live does not change during a scan (only this sequencer commits or drops)
-        sa_live = Signal()
+        # stage B's entry is live: a flows:1 select in two registered steps (16 entries, then
+        # one of them) from stage B's entry, ready 2 cycles after it is loaded (its verdicts
+        # wait ft.chk_latency >= 3); live does not change during a scan (only this sequencer
+        # commits or drops)
+        sa_live, live_grp = Signal(), Signal(16)
+        if F > 16:
+            live_pad = Cat(self.live, Const(0, (-F) % 16))
+            m.d.sync += [live_grp.eq(live_pad.word_select(sa_e[4:], 16)),
+                         sa_live.eq(live_grp.bit_select(sa_e[:4], 1))]
+        else:
+            m.d.sync += sa_live.eq(self.live.bit_select(sa_e, 1))
 
         with m.If(self.start):
             m.d.sync += [scan_e.eq(0), sa_valid.eq(0), rank_seen.eq(0), flows_bad.eq(0),
@@ -317,7 +325,6 @@ class FlowScan(wiring.Component):
                 e_rank = ecfg.cfg.rank
                 m.d.sync += [sa_valid.eq((scan_e < F) & mine), sa_e.eq(scan_e),
                              sa_cfg.eq(ecfg), chk_wait.eq(0),
-                             sa_live.eq(self.live.bit_select(scan_e[:c.entry_bits], 1)),
                              sa_rbit.eq(Mux(e_rank < WD,
                                             (Const(1, WD) << e_rank[:c.rank_bits])[:WD], 0))]
                 with m.If(scan_e < F):
