@@ -488,7 +488,8 @@ class AggControl(wiring.Component):
                      s_rd.en.eq(advance), s_rd.addr.eq(lk.slot_addr),
                      c_rd.en.eq(advance), c_rd.addr.eq(lk.cnp_addr)]
         _feed(m, lk, st, ("enabled", "pmtu", "base", "w", "leaf", "up_rank", "down_rank", "rack",
-                          "full", "cmask", "acked", "cnp_seen"))
+                          "full", "cmask", "acked", "cnp_seen", "free", "f_valid", "f_job",
+                          "f_free"))
 
         # ------------------------------------------------------------ stage 4: check
         m.d.comb += [ck.advance.eq(advance), ck.v4.eq(vs[S]), ck.h4.eq(h4), ck.h5.eq(h5),
@@ -503,8 +504,9 @@ class AggControl(wiring.Component):
         # the writes committed by the decision stage in the cycle before (the frame two ahead,
         # when this one's RAM reads were issued), forwarded into the words read
         _feed(m, ck, dst, ("sw_en", "sw_data", "cw_en", "cw_data", "aw_en", "aw_data"))
-        _feed(m, ck, st, ("enabled", "w", "cnp", "free", "rel", "upptr", "leaf",
-                          "up_rank", "down_rank", "rack"))
+        _feed(m, ck, st, ("enabled", "cnp", "rel", "upptr", "leaf", "up_rank", "down_rank",
+                          "rack"))
+        m.d.comb += [ck.free4.eq(lk.free4), ck.w4.eq(lk.w4), ck.km1.eq(lk.km1)]
 
         # ------------------------------------------------------------ stage 5: decide
         _feed(m, dst, ck, DecideStage._CHECKS)
@@ -532,10 +534,15 @@ class AggControl(wiring.Component):
         # decision stage (from registers: off the decision's paths)
         m.d.comb += [scrub_go.eq(scrub_want & (scrub_turn | ~v5)), seq.scrub_go.eq(scrub_go),
                      dst.scrub_go.eq(scrub_go)]
+        # the write port's address and data: the decision's unless the scrub may write (no frame
+        # in the decision stage, or the scrub's turn: it holds the frame); from registers, no
+        # commit on their paths
+        dec_port = Signal()
+        m.d.comb += dec_port.eq(v5 & ~(scrub_want & scrub_turn))
         m.d.comb += [
             s_wr.en.eq(dec_slot_wr | scrub_go),
-            s_wr.addr.eq(Mux(dec_slot_wr, slot5, seq.scrub_addr)),
-            s_wr.data.eq(Mux(dec_slot_wr, dst.slot_new.as_value(), 0)),
+            s_wr.addr.eq(Mux(dec_port, slot5, seq.scrub_addr)),
+            s_wr.data.eq(Mux(dec_port, dst.slot_new.as_value(), 0)),
             c_wr.en.eq(dst.cnp_wr),
             c_wr.addr.eq(Cat(r5, j5)),
             c_wr.data.eq(h5.time),

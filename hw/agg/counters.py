@@ -75,12 +75,16 @@ class CtlCounters(wiring.Component):
                 st.slots_busy.count.eq(Mux(en, self.busy[j], 0)),
                 st.partial_ptr.index.eq(Mux(en & self.leaf[j], self.upptr[j], 0)),
             ]
-        # per-entry copy of acked_f for FLOW.ACKED
+        # per-entry copy of acked_f for FLOW.ACKED. A bind restarts it a cycle after the bind
+        # (registered: off the sequencer's paths): the entry is not live then (it becomes live
+        # at the job's commit, after the scan), so FLOW.ACKED reads 0 and no ACK is taken for it
+        bind_q, bind_entry_q = Signal(), Signal(c.entry_bits)
+        m.d.sync += [bind_q.eq(self.bind_en), bind_entry_q.eq(self.bind_entry)]
         for e in range(F):
             acked_e = Signal(PSN_BITS, name=f"acked_e{e}")
             with m.If(self.ack_e & (self.entry == e)):
                 m.d.sync += acked_e.eq(self.cand)
-            with m.If(self.bind_en & (self.bind_entry == e)):
+            with m.If(bind_q & (bind_entry_q == e)):
                 m.d.sync += acked_e.eq(0)
             bound = self.live[e]
             m.d.comb += [self.flow_status[e].status.bound.eq(bound),

@@ -302,6 +302,17 @@ class FlowScan(wiring.Component):
         m.d.comb += [self.bad_flows.eq(flows_bad | ~ranks_ok),
                      self.bad_roles.eq(roles_bad | ~roles_ok)]
         sa_rbit = Signal(WD)  # stage B's rank one-hot, registered with its entry
+        # stage B's entry is live: a flows:1 select in two registered steps (16 entries, then
+        # one of them) from stage B's entry, ready 2 cycles after it is loaded (its verdicts
+        # wait ft.chk_latency >= 3); live does not change during a scan (only this sequencer
+        # commits or drops)
+        sa_live, live_grp = Signal(), Signal(16)
+        if F > 16:
+            live_pad = Cat(self.live, Const(0, (-F) % 16))
+            m.d.sync += [live_grp.eq(live_pad.word_select(sa_e[4:], 16)),
+                         sa_live.eq(live_grp.bit_select(sa_e[:4], 1))]
+        else:
+            m.d.sync += sa_live.eq(self.live.bit_select(sa_e, 1))
 
         with m.If(self.start):
             m.d.sync += [scan_e.eq(0), sa_valid.eq(0), rank_seen.eq(0), flows_bad.eq(0),
@@ -338,7 +349,7 @@ class FlowScan(wiring.Component):
                 else:
                     with m.If(role != Role.MEMBER):
                         m.d.sync += roles_bad.eq(1)
-                is_live = self.live.bit_select(sa_e, 1)
+                is_live = sa_live
                 with m.If(self.chk_fwd_hit | self.chk_rev_hit | is_live):
                     m.d.sync += conflict.eq(1)
                 with m.If(~is_live):

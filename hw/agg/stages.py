@@ -20,7 +20,7 @@ from .decide import Decide, is_ctrl, job_flags_layout, pre_layout, precheck, slo
 from .jobstate import job_inputs
 from .roles import JobRoles
 from .types import PSN_BITS, HdrClass
-from .wide import all_of, any_of
+from .wide import all_of, any_of, differs
 
 __all__ = ["LookupStage", "CheckStage", "DecideStage", "stage_layout", "variants_layout",
            "rmw_read", "job_checks"]
@@ -64,17 +64,25 @@ def rmw_read(m, rd_data, same, advance, last_wr, name, forward=True):
 def job_checks(m, sfx, k, cand, acked, upsel, free, rel, upptr, w):
     """The job and flow checks (:func:`~.decide.job_flags_layout`, ``supp`` left to the
     caller) of a frame with index ``k`` (``cand``: its new acked_f if an ACK, ``upsel``: its
-    ACKs are checked against ``upptr``, D17) on the state given."""
+    ACKs are checked against ``upptr``, D17) on the state given.
+
+    ``released`` and ``up_lt`` are k < rel_j / k < upptr (the sign of the difference): the same
+    as k in [free_j, rel_j) / [free_j, upptr) for a frame neither behind nor ahead (free_j <=
+    upptr, rel_j <= free_j + W, W <= 2^23), the only frames the decision reads them for
+    (``fwait`` takes them ORed with ``behind`` / ``ahead``). The equalities are on carry chains
+    (:func:`~.wide.differs`)."""
     f = Signal(job_flags_layout(), name=f"jf{sfx}")
     d_win, rel_d, up_d = (Signal(PSN_BITS, name=f"{n}{sfx}") for n in ("d_win", "rel_d",
                                                                        "up_d"))
     adv, lim = Signal(PSN_BITS, name=f"adv{sfx}"), Signal(PSN_BITS, name=f"lim{sfx}")
-    m.d.comb += [d_win.eq(k - free), rel_d.eq(rel - free), up_d.eq(upptr - free),
+    m.d.comb += [d_win.eq(k - free), rel_d.eq(k - rel), up_d.eq(k - upptr),
                  adv.eq(cand - acked), lim.eq(Mux(upsel, upptr, rel) - acked)]
     m.d.comb += [f.behind.eq(d_win[PSN_BITS - 1]), f.ahead.eq(d_win >= w),
-                 f.released.eq(d_win < rel_d), f.keq_rel.eq(k == rel),
-                 f.up_lt.eq(d_win < up_d), f.keq_up.eq(k == upptr),
-                 f.ack_nz.eq(adv != 0), f.ack_le.eq(adv <= lim)]
+                 f.released.eq(rel_d[PSN_BITS - 1]),
+                 f.keq_rel.eq(~differs(m, k, rel, f"keq_rel{sfx}")),
+                 f.up_lt.eq(up_d[PSN_BITS - 1]),
+                 f.keq_up.eq(~differs(m, k, upptr, f"keq_up{sfx}")),
+                 f.ack_nz.eq(differs(m, cand, acked, f"ack_nz{sfx}")), f.ack_le.eq(adv <= lim)]
     return f
 
 
@@ -105,15 +113,22 @@ class LookupStage(wiring.Component):
     (the job is selected by the check stage: a jobs x max_world select in one stage is too
     deep); ``onehot``: the rank one-hot, ``onehot45``: OR the one-hot of the frame directly
     ahead (the check stage's bitmap checks for the case where that frame contributes to the same
-    slot).
+    slot); ``km1``: k - 1; ``w4``: W of the frame's job (it changes only while the job is
+    disabled, and a job is enabled only with the pipeline empty); ``free4``: free_j of the
+    frame's job as it is in this cycle (combinational from registers: its next value, from
+    ``free`` and the free-tree result being applied ``f_valid`` / ``f_job`` / ``f_free``,
+    registered with the frame, or in the cycle before while it is held): the check stage's
+    window compares take no job select.
 
     Inputs from the job state (:class:`~.jobstate.JobState`): ``enabled``, ``pmtu``, ``base``,
-    ``w``, the roles, ``full`` / ``cmask``, ``acked``, ``cnp_seen``.
+    ``w``, the roles, ``full`` / ``cmask``, ``acked``, ``cnp_seen``, ``free`` (and the
+    result applied to it).
 
-    Contract: latency 1 (``o``, ``sa_*``, ``sz_*``, ``onehot``, ``acked_rk``, ``seen_rk`` are
-    registers loaded when ``advance``; the read addresses are combinational); throughput one
-    frame per cycle; backpressure: holds while ``advance`` is low; errors: none (an unregistered
-    or bad frame is classified by ``o.pre``).
+    Contract: latency 1 (``o``, ``sa_*``, ``sz_*``, ``onehot``, ``acked_rk``, ``seen_rk``,
+    ``w4``, ``km1`` are registers loaded when ``advance``, ``free4`` a select of registers; the
+    read addresses are combinational); throughput one frame per cycle; backpressure: holds
+    while ``advance`` is low; errors: none (an unregistered or bad frame is classified by
+    ``o.pre``).
     """
 
     def __init__(self, ctl, fd_layout):
@@ -123,12 +138,14 @@ class LookupStage(wiring.Component):
             "entry": In(c.entry_bits), "fd": In(fd_layout),
             "slot5": In(c.slot_bits), "r5": In(c.rank_bits), "j5": In(c.job_bits),
             **job_inputs(c, ("enabled", "pmtu", "base", "w", "leaf", "up_rank", "down_rank",
-                             "rack", "full", "cmask", "acked", "cnp_seen")),
+                             "rack", "full", "cmask", "acked", "cnp_seen", "free")),
+            "f_valid": In(1), "f_job": In(c.job_bits), "f_free": In(PSN_BITS),
             "slot_addr": Out(c.slot_bits), "cnp_addr": Out(c.rank_bits + c.job_bits),
             "o": Out(stage_layout(c)), "sa_slot": Out(1), "sa_flow": Out(1), "sa_job": Out(1),
             "sz_slot": Out(1), "sz_flow": Out(1), "onehot": Out(c.max_world),
             "onehot45": Out(c.max_world), "acked_rk": Out(data.ArrayLayout(PSN_BITS, c.jobs)),
-            "seen_rk": Out(c.jobs),
+            "seen_rk": Out(c.jobs), "free4": Out(PSN_BITS), "w4": Out(c.w_bits),
+            "km1": Out(PSN_BITS),
         })
 
     def elaborate(self, platform):
@@ -158,6 +175,12 @@ class LookupStage(wiring.Component):
         o4 = Signal(WD, name="onehot4")
         o45 = Signal(WD, name="onehot45")
         o3 = (Const(1, WD) << fd.rank)[:WD]
+        free_ld = Signal(PSN_BITS)
+
+        def free_nx(j):
+            # free_j of job ``j`` in the next cycle: the free-tree result being applied, if
+            # it is that job's (the reset at an enable comes with the pipeline empty)
+            return Mux(self.f_valid & (self.f_job == j), self.f_free, _per_job(self.free, J)[j])
         with m.If(advance):
             m.d.sync += [p4["hit"].eq(self.hit), p4["e"].eq(self.entry), p4["j"].eq(fd.job),
                          p4["r"].eq(fd.rank), p4["k"].eq(k3), p4["slot"].eq(slot3),
@@ -171,6 +194,12 @@ class LookupStage(wiring.Component):
                          for j in range(J)]
             m.d.sync += [seen_rk[j].eq(Array(self.cnp_seen[j][r] for r in range(WD))[fd.rank])
                          for j in range(J)]
+            m.d.sync += [self.w4.eq(_per_job(self.w, J)[fd.job]),
+                         free_ld.eq(free_nx(fd.job)), self.km1.eq(h3.psn + ~fd.start)]
+        # free_j of the frame's job: as loaded with it, or (held) as kept every cycle
+        loaded, free_hold = Signal(), Signal(PSN_BITS)
+        m.d.sync += [loaded.eq(advance), free_hold.eq(free_nx(p4["j"]))]
+        m.d.comb += self.free4.eq(Mux(loaded, free_ld, free_hold))
         m.d.comb += [self.o[n].eq(v) for n, v in p4.items()]
         m.d.comb += [self.sa_slot.eq(sa_slot), self.sa_flow.eq(sa_flow), self.sa_job.eq(sa_job),
                      self.sz_slot.eq(sz_slot), self.sz_flow.eq(sz_flow), self.onehot.eq(o4),
@@ -228,11 +257,12 @@ class CheckStage(wiring.Component):
             "i": In(stage_layout(c)), "sa_slot": In(1), "sa_flow": In(1), "sa_job": In(1),
             "sz_slot": In(1), "sz_flow": In(1), "onehot4": In(WD), "onehot45": In(WD),
             "acked_rk": In(data.ArrayLayout(PSN_BITS, J)), "seen_rk": In(J),
+            "free4": In(PSN_BITS), "w4": In(c.w_bits), "km1": In(PSN_BITS),
             "slot_rd": In(c.slot_layout), "cnp_rd": In(TB),
             "sw_en": In(1), "sw_data": In(c.slot_layout), "cw_en": In(1), "cw_data": In(TB),
             "aw_en": In(1), "aw_data": In(PSN_BITS),
-            **job_inputs(c, ("enabled", "w", "cnp", "free", "rel", "upptr", "leaf",
-                             "up_rank", "down_rank", "rack")),
+            **job_inputs(c, ("enabled", "cnp", "rel", "upptr", "leaf", "up_rank", "down_rank",
+                             "rack")),
             **{n: Out(sh) for n, sh in _check_outputs(c).items()},
         })
 
@@ -253,22 +283,26 @@ class CheckStage(wiring.Component):
 
         slot_w = data.View(c.slot_layout, rmw_read(m, self.slot_rd, sz_slot, advance,
                                                    (sw_en, sw_data), "slot", "slot" not in nofwd))
-        # the slot word's checks are made on each of its three sources (the RAM data, the write
-        # forwarded, the word held) and selected after the compares
-        slot_loaded, slot_hold = Signal(), Signal(c.slot_layout)
-        m.d.sync += [slot_loaded.eq(advance), slot_hold.eq(slot_w)]
+        # the slot word's checks are made on its two new sources (the RAM data, the write
+        # forwarded) and selected after the compares; a frame held in the stage keeps its checks
+        # in a register (while it is held, the word and the frame's fields are those of the cycle
+        # before: so are the checks), no compare on the held word
+        slot_loaded = Signal()
+        m.d.sync += slot_loaded.eq(advance)
         slot_fwd = sw_en & sz_slot
         if "slot" in nofwd:
             slot_fwd = Const(0)
-        slot_srcs = (self.slot_rd, sw_data, slot_hold)
+        slot_srcs = (self.slot_rd, sw_data)
 
         def on_slot(fn):
             # (kept nets: the synthesis maps each compare on its own, the select after it)
-            ram_v, sw_v, hold_v = (Signal(name=f"slot_chk_{x}", attrs={"keep": 1})
-                                   for x in ("ram", "fwd", "hold"))
-            m.d.comb += [v.eq(fn(w, x)) for v, w, x in zip((ram_v, sw_v, hold_v), slot_srcs,
-                                                           ("ram", "fwd", "hold"), strict=True)]
-            return Mux(slot_loaded, Mux(slot_fwd, sw_v, ram_v), hold_v)
+            ram_v, sw_v = (Signal(name=f"slot_chk_{x}", attrs={"keep": 1}) for x in ("ram", "fwd"))
+            hold_v, cur = Signal(name="slot_chk_hold"), Signal(name="slot_chk")
+            m.d.comb += [v.eq(fn(w, x)) for v, w, x in zip((ram_v, sw_v), slot_srcs,
+                                                           ("ram", "fwd"), strict=True)]
+            m.d.comb += cur.eq(Mux(slot_loaded, Mux(slot_fwd, sw_v, ram_v), hold_v))
+            m.d.sync += hold_v.eq(cur)
+            return cur
         cnp_w = rmw_read(m, self.cnp_rd, sz_flow, advance, (self.cw_en, self.cw_data), "cnp",
                          "cnp" not in nofwd)
         acked_rd = Signal(PSN_BITS)
@@ -280,12 +314,10 @@ class CheckStage(wiring.Component):
         # writes the same slot: its first contribution (``_f``), another contribution (``_c``)
         sf_b, sf_f, sf_c = (Signal(slot_flags_layout(), name=f"sf{x}4") for x in "bfc")
         m.d.comb += [
-            # (EMPTY = not valid or another index: the index compare in halves, each on the
-            # three sources, then combined)
-            sf_b.empty.eq(on_slot(lambda w, x: ~w.valid)
-                          | ~(on_slot(lambda w, x: w.index[:12] == k4[:12])
-                              & on_slot(lambda w, x: w.index[12:] == k4[12:]))),
-            sf_b.sigmis.eq(on_slot(lambda w, x: Cat(w.opcode, w.plen) != sig4)),
+            # (EMPTY = not valid or another index; the compares on carry chains, see .wide)
+            sf_b.empty.eq(on_slot(lambda w, x: ~w.valid | differs(m, w.index, k4, f"idx_{x}"))),
+            sf_b.sigmis.eq(on_slot(lambda w, x: differs(m, Cat(w.opcode, w.plen), sig4,
+                                                        f"sig_{x}"))),
             sf_b.tot.eq(slot_w.total),
             # (the bitmap checks as trees of kept 6-input LUTs: see .wide)
             sf_b.pres.eq(on_slot(lambda w, x: any_of(m, w.bitmap & o4, f"pres_{x}", 3))),
@@ -306,10 +338,9 @@ class CheckStage(wiring.Component):
         upsel4 = leaf4 & (role4 == Role.UP)  # D17: a leaf's UP flow is acked for upptr
         m.d.comb += cand4.eq(k4 + (h4.syndrome[5:7] == 0))
         rel4, up4 = _per_job(self.rel, J)[j4], _per_job(self.upptr, J)[j4]
-        jf_b = job_checks(m, "4", k4, cand4, acked_w, upsel4, _per_job(self.free, J)[j4], rel4,
-                          up4, _per_job(self.w, J)[j4])
-        rel4p1, up4p1, ptr4 = Signal(PSN_BITS), Signal(PSN_BITS), Signal(PSN_BITS)
-        m.d.comb += [rel4p1.eq(rel4 + 1), up4p1.eq(up4 + 1), ptr4.eq(Mux(upsel4, up4, rel4))]
+        jf_b = job_checks(m, "4", k4, cand4, acked_w, upsel4, self.free4, rel4, up4, self.w4)
+        ptr4 = Signal(PSN_BITS)
+        m.d.comb += ptr4.eq(Mux(upsel4, up4, rel4))
         ptr4p1 = Signal(PSN_BITS)
         m.d.comb += ptr4p1.eq(ptr4 + 1)
         jv = Signal(variants_layout())
@@ -331,9 +362,12 @@ class CheckStage(wiring.Component):
                          "cnp" not in nofwd)
         m.d.comb += [
             jf_b.supp.eq(seen4 & (tdb[TB - 1] | (tdb < cnp_iv))),
-            jv.released.eq(jf_b.released | jf_b.keq_rel), jv.keq_rel.eq(k4 == rel4p1),
-            jv.up_lt.eq(jf_b.up_lt | jf_b.keq_up), jv.keq_up.eq(k4 == up4p1),
-            jv.nz_a.eq(cand4 != cand5),
+            # (k = rel_j + 1 as k - 1 = rel_j)
+            jv.released.eq(jf_b.released | jf_b.keq_rel),
+            jv.keq_rel.eq(~differs(m, self.km1, rel4, "keq_rel_p")),
+            jv.up_lt.eq(jf_b.up_lt | jf_b.keq_up),
+            jv.keq_up.eq(~differs(m, self.km1, up4, "keq_up_p")),
+            jv.nz_a.eq(differs(m, cand4, cand5, "nz_a")),
             jv.le_0p.eq(ack_le(cand4, acked_w, ptr4p1)),
             jv.le_a0.eq(ack_le(cand4, cand5, ptr4)),
             jv.le_ap.eq(ack_le(cand4, cand5, ptr4p1)),
@@ -544,8 +578,11 @@ class DecideStage(wiring.Component):
         # frame checked neither behind, nor ahead, nor released (free <= rel <= k < free + W)
         # gets the same behind / ahead / released / up_lt for any such free_j and need not wait
         # (data right after an ACK burst: the all-reduce's steady state)
+        # (the OR of the jobs' terms on a carry chain, see .wide)
+        jterm = Cat(*((self.reg_oh[j] & jb_all[j]) | (self.reg_ohd[j] & jb_data[j])
+                      for j in range(J)))
         m.d.comb += self.block.eq(
-            (self.reg_oh & jb_all).any() | (self.reg_ohd & jb_data).any()
+            differs(m, jterm, Const(0, J), "jblock")
             | self.hold
             # D16: the frame directly ahead writes the flow's word (read it after the write)
             | (self.rh & self.haz))
@@ -556,7 +593,8 @@ class DecideStage(wiring.Component):
         m.d.comb += [self.slot_wr.eq(commit & dk.slot_write), self.cnp_wr.eq(commit & dk.cnp_send)]
         m.d.sync += [aw_en.eq(advance & registered & dk.ack_take), aw_data.eq(cand5),
                      sw_en.eq(slot_w_en),
-                     sw_data.eq(Mux(self.slot_wr, dk.slot_new.as_value(), 0)),
+                     # (the data is used only with ``sw_en``: no commit on its path)
+                     sw_data.eq(dk.slot_new),
                      self.cw_en.eq(self.cnp_wr), self.cw_data.eq(h5.time)]
         m.d.comb += [self.sw_en.eq(sw_en), self.sw_data.eq(sw_data), self.aw_en.eq(aw_en),
                      self.aw_data.eq(aw_data)]

@@ -5,14 +5,15 @@ shapes (LUT + MUXF7/F8/F9, each a logic level), so a 64-bit equality of the slot
 to 12 levels. Every tree level here is a kept net. A kept net is not a hard boundary (ABC keeps
 the net but may still derive later logic from the inputs past it): measured on the default
 control (``max_world`` 64), the check stage's ``cc`` checks went from 9 to at most 8 levels, the
-three-source ``cc`` (``sf_c``) only from 12 to 11.
+three-source ``cc`` (``sf_c``) only from 12 to 11. A carry chain is a hard boundary (ABC
+maps the logic on either side of it on its own): :func:`differs` compares on one.
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Signal
+from amaranth.hdl import Cat, Const, Signal
 
-__all__ = ["all_of", "any_of", "kept"]
+__all__ = ["all_of", "any_of", "kept", "differs"]
 
 
 def kept(m, value, name: str):
@@ -39,3 +40,14 @@ def all_of(m, bits, name: str, first: int = 1):
 def any_of(m, bits, name: str, first: int = 1):
     """OR of the bits of ``bits``, like :func:`all_of`."""
     return ~all_of(m, ~bits, name, first)
+
+
+def differs(m, a, b, name: str):
+    """``a != b`` on a carry chain: one LUT per bit pair (its XOR) into the chain, whose carry
+    out is the result (XOR + all ones carries out iff some bit differs). One LUT level and
+    ``(len + 1) / 8`` CARRY8, whatever the width; the chain keeps ABC from mapping the compare
+    with the logic after it into LUT7/LUT8 shapes."""
+    n = len(a)
+    s = Signal(n + 1, name=name)
+    m.d.comb += s.eq(Cat(a ^ b, Const(0, 1)) + ((1 << n) - 1))
+    return s[n]
