@@ -24,7 +24,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from .agg.lanes import LaneALU
+from .agg.lanes import LaneALU, Op
 from .agg.types import Action
 from .emitter import SEQ_BITS
 
@@ -201,11 +201,15 @@ class LaneCombine(wiring.Component):
         m.d.comb += head.eq(r0)
         valid = ress[0].valid
         datas = [r.payload.data for r in ress]
-        acc = Const(0, w)
-        seen = Const(0, 1)
         clips = Const(0, P)   # lanes whose combining addition clipped (reduced, all stages)
         last_sat = []         # the last lane's per-32-bit clip flags, not yet reduced
-        for k in range(P):
+        # lane 0 is copied when inside lmask (an ALU with ``first`` set: the beat for a defined
+        # op, 0 for an undefined one), so one LUT level, not an ALU, is in front of lane 1's adder
+        xt0 = data.View(self.xl, head.tag[nbb + 1:nbb + 1 + self.xl.size])
+        op_ok = (xt0.op == Op.SUM_WRAP) | (xt0.op == Op.SUM_SAT) | (xt0.op == Op.MAX)
+        acc = Mux(xt0.lmask[0] & op_ok, datas[0], 0)
+        seen = xt0.lmask[0]
+        for k in range(1, P):
             tag = head.tag
             xt = data.View(self.xl, tag[nbb + 1:nbb + 1 + self.xl.size])
             kept = Cat(*[tag[:nbb] > 4 * i + 3 for i in range(w // 32)])
