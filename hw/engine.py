@@ -50,7 +50,9 @@ Contract (the reference model :class:`netreduce.sim.model.Engine` is the specifi
   :class:`~netreduce.hw.agg.control.ParserAdapter`) waits in a per-port register
   (:class:`~netreduce.hw.skid.SkidBuffer`, one header per cycle) before the round robin over
   the ports, so neither the adapter's compares nor the control path's ``hdr.ready`` run
-  through the port arbiter; its arrival time is the cycle the control path takes it.
+  through the port arbiter; its arrival time is the cycle the control path takes it. The guard's
+  beats reach the parser through a skid buffer (one cycle), so the parser's ``i.ready`` (its
+  room count) and the link-local filter's valid logic share no path.
 
 Registers: :class:`~netreduce.hw.csr.RegisterBank` of the build's register map on ``s_axil``;
 counters, job and flow state from :class:`~netreduce.hw.agg.control.AggControl`, ``tx_frames``
@@ -324,14 +326,18 @@ class NetReduceEngine(wiring.Component):
             skip = Signal(name=f"guard_skip{k}")
             parser = Parser(w, verdicts=HQ)
             m.submodules[f"parser{k}"] = parser
+            # the parser's input registered: its ready (the room count) and the filter's valid
+            # logic meet in no path (10 LUT levels into the parser's room register, flattened)
+            m.submodules[f"parser_skid{k}"] = p_skid = SkidBuffer(beat_l)
+            wiring.connect(m, p_skid.o, parser.i)
             cut = ~src.payload.last & (cnt == FB - 1)
             m.d.comb += [
-                parser.i.payload.eq(src.payload),
-                parser.i.valid.eq(src.valid & ~skip),
-                src.ready.eq(parser.i.ready | skip),
+                p_skid.i.payload.eq(src.payload),
+                p_skid.i.valid.eq(src.valid & ~skip),
+                src.ready.eq(p_skid.i.ready | skip),
             ]
             with m.If(cut):
-                m.d.comb += [parser.i.payload.last.eq(1), parser.i.payload.error.eq(1)]
+                m.d.comb += [p_skid.i.payload.last.eq(1), p_skid.i.payload.error.eq(1)]
             with m.If(src.valid & src.ready):
                 with m.If(skip):
                     m.d.sync += skip.eq(~src.payload.last)

@@ -24,7 +24,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from .agg.lanes import LaneALU
+from .agg.lanes import LaneALU, Op
 from .agg.types import Action
 from .emitter import SEQ_BITS
 
@@ -162,10 +162,12 @@ class LaneCombine(wiring.Component):
     get identical valid / ready, so they stay in lock step (``req.ready`` is lane 0's). Lanes
     outside ``lmask`` are skipped, the first lane inside it is copied, each further one is added
     with ``op`` (:class:`~netreduce.hw.agg.lanes.LaneALU`), in port order. Latency: the lanes'
-    plus, with more than two lanes, one register per combining addition (P - 1); one beat per
-    cycle; the whole pipeline stalls on ``res.ready``. Only lanes whose 4 bytes are all payload
-    count as clipped; ``sat_inc`` comes two cycles after the frame's last beat leaves (its
-    flags registered, then reduced and counted). No errors.
+    plus P - 1, a register after each combining addition (the last one the output register:
+    ``res`` and its payload are flip-flop outputs); one beat per cycle;
+    the whole pipeline stalls on ``res.ready`` (``lane_res<k>.ready`` is combinational from
+    it). Only lanes whose 4 bytes are all payload count as clipped; ``sat_inc`` comes two
+    cycles after the frame's last beat leaves (its flags registered, then reduced and
+    counted). No errors.
     """
 
     def __init__(self, width: int, *, lanes: int, jobs: int, req_layout, res_layout,
@@ -189,21 +191,25 @@ class LaneCombine(wiring.Component):
         for r in reqs:
             m.d.comb += [r.valid.eq(self.req.valid), r.payload.eq(self.req.payload)]
         m.d.comb += self.req.ready.eq(reqs[0].ready)
-        # More than two lanes: a register after each combining addition (one lane ALU per
-        # stage keeps the path within the logic-depth budget); the stages and the lanes' result
-        # pipelines advance together (``advance``), as one pipeline.
-        piped = P > 2
+        # A register after each combining addition (one lane ALU per stage keeps the path
+        # within the logic-depth budget; lane 0's copy shares the first stage), the last one the
+        # output register; the stages and the lanes' result pipelines advance together
+        # (``advance``), as one pipeline.
         advance = Signal()
         r0 = ress[0].payload
         head = Signal.like(r0, name="comb_head")   # slot, beat, tag of the beat in this stage
         m.d.comb += head.eq(r0)
         valid = ress[0].valid
         datas = [r.payload.data for r in ress]
-        acc = Const(0, w)
-        seen = Const(0, 1)
         clips = Const(0, P)   # lanes whose combining addition clipped (reduced, all stages)
         last_sat = []         # the last lane's per-32-bit clip flags, not yet reduced
-        for k in range(P):
+        # lane 0 is copied when inside lmask (an ALU with ``first`` set: the beat for a defined
+        # op, 0 for an undefined one), so one LUT level, not an ALU, is in front of lane 1's adder
+        xt0 = data.View(self.xl, head.tag[nbb + 1:nbb + 1 + self.xl.size])
+        op_ok = (xt0.op == Op.SUM_WRAP) | (xt0.op == Op.SUM_SAT) | (xt0.op == Op.MAX)
+        acc = Mux(xt0.lmask[0] & op_ok, datas[0], 0)
+        seen = xt0.lmask[0]
+        for k in range(1, P):
             tag = head.tag
             xt = data.View(self.xl, tag[nbb + 1:nbb + 1 + self.xl.size])
             kept = Cat(*[tag[:nbb] > 4 * i + 3 for i in range(w // 32)])
@@ -219,7 +225,7 @@ class LaneCombine(wiring.Component):
                 clips = clips | (flags.any() << k)
             acc = Mux(inside, alu.result, acc)
             seen = seen | inside
-            if piped and k < P - 1:
+            if 1 <= k < P - 1:
                 st_head = Signal.like(r0, name=f"comb_head{k}", reset_less=True)
                 st_acc = Signal(w, name=f"comb_acc{k}", reset_less=True)
                 st_seen = Signal(name=f"comb_seen{k}", reset_less=True)
@@ -234,15 +240,25 @@ class LaneCombine(wiring.Component):
                                                                   strict=True)]
                 head, acc, seen, clips, valid = st_head, st_acc, st_seen, st_clips, st_valid
                 datas = [None] * (k + 1) + st_datas
-        m.d.comb += advance.eq(~valid | self.res.ready)
+        # the output register: the last combining addition ends in flip-flops, not in the
+        # emitter's payload select and the deparsers' payload FIFOs behind it
+        o_head = Signal.like(r0, name="comb_out_head", reset_less=True)
+        o_acc = Signal(w, name="comb_out_acc", reset_less=True)
+        o_clips = Signal(P, name="comb_out_clips", reset_less=True)
+        o_sat = Signal(w // 32, name="comb_out_sat", reset_less=True)
+        o_valid = Signal(name="comb_out_valid")
+        with m.If(advance):
+            m.d.sync += [o_head.eq(head), o_acc.eq(acc), o_clips.eq(clips),
+                         o_sat.eq(last_sat), o_valid.eq(valid)]
+        m.d.comb += advance.eq(~o_valid | self.res.ready)
         out = self.res.payload
-        m.d.comb += [self.res.valid.eq(valid), out.eq(head), out.data.eq(acc)]
+        m.d.comb += [self.res.valid.eq(o_valid), out.eq(o_head), out.data.eq(o_acc)]
         for r in ress:
             m.d.comb += r.ready.eq(advance)
         # clipping of one frame's combining additions, counted at its last beat. The beat's
-        # flags are registered as they leave (the last lane's per 32 bits, unreduced: its adders'
-        # carry chains end there) and reduced and counted a cycle later
-        tag = head.tag
+        # flags are registered with it (the last lane's per 32 bits, unreduced: its adders'
+        # carry chains end there), then as it leaves, and reduced and counted a cycle later
+        tag = o_head.tag
         xt = data.View(self.xl, tag[nbb + 1:nbb + 1 + self.xl.size])
         hs = self.res.valid & self.res.ready
         c_hs = Signal(name="clip_hs")
@@ -251,7 +267,7 @@ class LaneCombine(wiring.Component):
         c_clips = Signal(P, name="clip_lanes")
         c_sat = Signal(w // 32, name="clip_sat")
         m.d.sync += [c_hs.eq(hs), c_last.eq(tag[nbb]), c_count.eq(tag[nbb + 1 + self.xl.size]),
-                     c_job.eq(xt.job), c_clips.eq(clips), c_sat.eq(last_sat)]
+                     c_job.eq(xt.job), c_clips.eq(o_clips), c_sat.eq(o_sat)]
         held = Signal(P, name="clip_held")
         now = Signal(P)
         m.d.comb += now.eq(held | c_clips | (c_sat.any() << (P - 1)))

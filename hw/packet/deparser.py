@@ -20,6 +20,9 @@ stage prefetches the next header so that back-to-back frames leave without a gap
 
 from __future__ import annotations
 
+import operator
+from functools import reduce
+
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -472,26 +475,26 @@ class IcrcInsert(wiring.Component):
         r4_meta = Signal(len(r2_meta))
         r4_icrc = Signal(32)
         icrc_hold = Signal(32)
+        # where the ICRC lands, decoded from R2's offset into a one-hot register with R4
+        # (r4_at[off + 3]: its first byte at lane off, -3 <= off < nb), so the insertion is an
+        # AND-OR of at most 4 candidates per lane (a select by the offset there made 9 LUT
+        # levels into the next block's input register in a flattened 2-port build)
+        offs = range(-_ICRC + 1, nb)
+        r2_ins, r2_rel_e = r2_meta[1], r2_meta[3:3 + LEN_BITS + 3].as_signed()
+        r4_at = Signal(len(offs))
         with m.If(adv):
             m.d.sync += [r4_v.eq(r2_v), r4.eq(r2), r4_meta.eq(r2_meta),
-                         r4_icrc.eq(crc_output(unshifted))]
-        r4_lastfed, r4_ins = r4_meta[0], r4_meta[1]
-        r4_rel_e = r4_meta[3:3 + LEN_BITS + 3].as_signed()
+                         r4_icrc.eq(crc_output(unshifted)),
+                         r4_at.eq(Cat(*[r2_ins & (r2_rel_e == off) for off in offs]))]
+        r4_lastfed = r4_meta[0]
         icrc = Signal(32)
         m.d.comb += icrc.eq(Mux(r4_lastfed, r4_icrc, icrc_hold))
         with m.If(adv & r4_v & r4_lastfed):
             m.d.sync += icrc_hold.eq(r4_icrc)
-        ins = Signal(w)
-        with m.If(r4_ins):
-            with m.Switch(r4_rel_e):
-                for off in range(-_ICRC + 1, nb):
-                    with m.Case(off):
-                        if off == 0:
-                            m.d.comb += ins.eq(icrc)
-                        elif off > 0:
-                            m.d.comb += ins.eq(Cat(Const(0, 8 * off), icrc)[:w])
-                        else:
-                            m.d.comb += ins.eq(icrc[8 * -off:])
+        ib = bytes_of(icrc)
+        ins = Cat(*[reduce(operator.or_, [Mux(r4_at[lane - k + _ICRC - 1], ib[k], 0)
+                                          for k in range(_ICRC) if lane - k in offs])
+                    for lane in range(nb)])
         out = self.o.payload
         m.d.comb += [self.o.valid.eq(r4_v), out.eq(r4), out.data.eq(r4.data | ins)]
         return m

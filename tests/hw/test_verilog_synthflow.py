@@ -6,7 +6,8 @@
   ``check -assert`` (no multiple drivers, no undriven or combinational-loop nets), infers no
   latch, and maps the large RAMs by their ``ram_style``;
 * the same flattened netlist meets the clock plan's depth budget (8 LUT levels, 8 CARRY8) on
-  every register-to-register path, the paths between blocks included;
+  every register-to-register path, the paths between blocks included, and so does a two-port
+  build with a contribution lane per port (:data:`FLAT_BUILDS`);
 * the large RAMs carry ``ram_style`` and have no initial content in the text.
 """
 
@@ -37,7 +38,20 @@ LINT_WAIVERS = {
 }
 
 SMALL = dict(ports=1, jobs=2, flows=8, slots=8, pmtu_max=256, max_world=4, data_width=64)
+# the flattened depth check's builds: the small set above, and the same with two ports and a
+# contribution lane per port (LaneSplit / LaneCombine, a parser and deparser per port)
+FLAT_BUILDS = {"1p": SMALL, "2p-lanes": {**SMALL, "ports": 2, "lanes": 2}}
 TOP = "netreduce_engine"
+
+
+def generate(params: dict, path: Path) -> Path:
+    """The engine's Verilog for build parameters ``params`` at ``path`` (top :data:`TOP`)."""
+    from netreduce.hw.engine import engine_verilog
+
+    from netreduce.regmap import build_regmap
+
+    engine_verilog(build_regmap(**params), path, name=TOP)
+    return path
 
 
 def _verilator():
@@ -47,13 +61,7 @@ def _verilator():
 
 @pytest.fixture(scope="module")
 def engine_v(tmp_path_factory):
-    from netreduce.hw.engine import engine_verilog
-
-    from netreduce.regmap import build_regmap
-
-    path = tmp_path_factory.mktemp("synthflow") / f"{TOP}.v"
-    engine_verilog(build_regmap(**SMALL), path, name=TOP)
-    return path
+    return generate(SMALL, tmp_path_factory.mktemp("synthflow") / f"{TOP}.v")
 
 
 def test_large_rams_have_ram_style_and_no_initial_content(engine_v):
@@ -164,8 +172,7 @@ def _over_budget(netlist: dict, top: str, budget: int) -> dict[str, int]:
     return dict(sorted(over.items(), key=lambda kv: -kv[1]))
 
 
-@pytest.fixture(scope="module")
-def synth(engine_v):
+def synth_flat(engine_v: Path) -> dict:
     """One Yosys ``synth_xilinx -family xcup -flatten`` of the generated top, shared by the tests
     below: its cell counts and :func:`netreduce.hw.estimate.path_levels` of the flattened
     netlist (paths that cross blocks included). Minutes of Yosys on a fresh machine; the result
@@ -196,6 +203,11 @@ def synth(engine_v):
     return result
 
 
+@pytest.fixture(scope="module")
+def synth(engine_v):
+    return synth_flat(engine_v)
+
+
 @NO_YOSYS
 def test_yosys_synth_xilinx_of_the_generated_top(synth):
     cells = synth["cells"]
@@ -204,11 +216,22 @@ def test_yosys_synth_xilinx_of_the_generated_top(synth):
     assert cells.get("URAM288", 0) >= 3, cells
 
 
+@pytest.fixture(scope="module")
+def synth_2p_lanes(tmp_path_factory):
+    """:func:`synth_flat` of the two-port lanes build (``FLAT_BUILDS["2p-lanes"]``)."""
+    path = tmp_path_factory.mktemp("synthflow_2p_lanes") / f"{TOP}.v"
+    return synth_flat(generate(FLAT_BUILDS["2p-lanes"], path))
+
+
 @NO_YOSYS
-def test_flattened_engine_meets_the_depth_budget(synth):
+@pytest.mark.parametrize("build", ["1p", pytest.param("2p-lanes", marks=pytest.mark.slow)])
+def test_flattened_engine_meets_the_depth_budget(build, request):
     """Issue 16 item 6: the depth budget on the flattened engine, not only per block: a path
     that runs through several blocks (an output of one combinational into the next) shows here
-    and not in the per-block figures of bench/estimate.py."""
+    and not in the per-block figures of bench/estimate.py. Two builds: the small one-port set,
+    and two ports with a lane each (per-port dispatchers, slot memories, deparsers and the
+    lanes' combination: paths the one-port build does not have)."""
+    synth = request.getfixturevalue("synth" if build == "1p" else "synth_2p_lanes")
     lv, over = synth["levels"], synth["over_budget"]
     path = " -> ".join(f"{t} {n}" for t, n in zip(lv["lut_path"], lv["lut_nets"], strict=True))
     where = (f"worst path: from {lv['lut_from'][:3]} to {lv['lut_to'][:3]}, "
