@@ -24,7 +24,7 @@ Stored under the key "verilator" of loss_cost.json; the model sweep's figures ar
 versa).
 
     .venv/bin/python bench/loss_cost.py --backend verilator [--world 4] [--packets 32]
-        [--timeouts 4,6]
+        [--timeouts 5,6]
 """
 
 from __future__ import annotations
@@ -148,6 +148,10 @@ def rtl_main(a) -> dict:
             for name, make in (("rtl", rtl), ("model", model)):
                 r = one_loss(make, a.world, a.packets, a.pmtu, t, case, fast_retx=fr)
                 if case == "none":
+                    if r["timeouts"]:  # the RTO is shorter than the loss-free all-reduce
+                        sys.exit(f"--timeouts {t}: RTO {rto} cycles, and the loss-free run on "
+                                 f"the {name} timed out {r['timeouts']} times; use a larger "
+                                 f"timeout")
                     base[name] = r["cycles"]
                 r["extra_cycles"] = r["cycles"] - base[name]
                 r["extra_rto"] = round(r["extra_cycles"] / rto, 3)
@@ -178,7 +182,7 @@ def main() -> None:
     ap.add_argument("--pmtu", type=int, default=1024)
     ap.add_argument("--timeout", type=int, default=8, help="QP timeout exponent")
     ap.add_argument("--packets", type=int, default=32, help="verilator: packets per rank")
-    ap.add_argument("--timeouts", default="4,6", help="verilator: QP timeout exponents")
+    ap.add_argument("--timeouts", default="5,6", help="verilator: QP timeout exponents")
     a = ap.parse_args()
     p = Path(__file__).parent / "results" / "loss_cost.json"
     try:
