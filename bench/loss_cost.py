@@ -11,7 +11,7 @@ Every run is checked bit-exact. Writes bench/results/loss_cost.json.
     .venv/bin/python bench/loss_cost.py [--world 4] [--kib 512] [--seeds 3]
 
 ``--backend verilator``: the cost of *one* lost frame on the engine RTL (the 64-bit Verilator
-build of netreduce.sim.rtl.soak_rtl.soak_params: 4 ports, 322 MHz clock, 8 bytes per cycle).
+build of netreduce.sim.rtl.soak_rtl.soak_params: 4 ports, 250 MHz clock, 8 bytes per cycle).
 N ranks all-reduce ``--packets`` PMTU packets each through the RTL on a loss-free network, once
 without loss and once per case, dropping exactly one frame (its first transmission): rank 1's
 contribution of a middle index or of the last index (up link), or the result of a middle or of
@@ -24,7 +24,7 @@ Stored under the key "verilator" of loss_cost.json; the model sweep's figures ar
 versa).
 
     .venv/bin/python bench/loss_cost.py --backend verilator [--world 4] [--packets 32]
-        [--timeouts 4,6]
+        [--timeouts 5,6]
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ from netreduce.sim.net.collective import CollectiveConfig, Communicator, allredu
 from netreduce.sim.net.model_fabric import ModelFabric, ns_to_cycles
 from netreduce.sim.net.network import DIRECTIONS, DropOnce, LinkConfig, NetConfig
 from netreduce.sim.net.rnic import timeout_ns
+
+from netreduce.regmap import CLOCK_HZ
 
 LOSSES = (0.0, 0.001, 0.005, 0.01, 0.02, 0.05)
 
@@ -146,6 +148,10 @@ def rtl_main(a) -> dict:
             for name, make in (("rtl", rtl), ("model", model)):
                 r = one_loss(make, a.world, a.packets, a.pmtu, t, case, fast_retx=fr)
                 if case == "none":
+                    if r["timeouts"]:  # the RTO is shorter than the loss-free all-reduce
+                        sys.exit(f"--timeouts {t}: RTO {rto} cycles, and the loss-free run on "
+                                 f"the {name} timed out {r['timeouts']} times; use a larger "
+                                 f"timeout")
                     base[name] = r["cycles"]
                 r["extra_cycles"] = r["cycles"] - base[name]
                 r["extra_rto"] = round(r["extra_cycles"] / rto, 3)
@@ -160,7 +166,7 @@ def rtl_main(a) -> dict:
                   f"{r['retransmitted']}) model +{m['extra_cycles']} ({m['extra_rto']:.2f} RTO)"
                   f" exact {r['exact'] and m['exact']}", flush=True)
     return {"command": " ".join([Path(sys.executable).name, *sys.argv]),
-            "engine": {**params, "clock_hz": 322_265_625},
+            "engine": {**params, "clock_hz": CLOCK_HZ},
             "world": a.world, "packets_per_rank": a.packets, "pmtu": a.pmtu,
             "lost_rank": LOSER, "network": "100 Gb/s links, 500 ns latency, no other loss",
             "rows": rows}
@@ -176,7 +182,7 @@ def main() -> None:
     ap.add_argument("--pmtu", type=int, default=1024)
     ap.add_argument("--timeout", type=int, default=8, help="QP timeout exponent")
     ap.add_argument("--packets", type=int, default=32, help="verilator: packets per rank")
-    ap.add_argument("--timeouts", default="4,6", help="verilator: QP timeout exponents")
+    ap.add_argument("--timeouts", default="5,6", help="verilator: QP timeout exponents")
     a = ap.parse_args()
     p = Path(__file__).parent / "results" / "loss_cost.json"
     try:

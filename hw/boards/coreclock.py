@@ -28,11 +28,13 @@ from amaranth.lib.cdc import ResetSynchronizer
 from amaranth.lib.fifo import AsyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
+from netreduce.regmap import CLOCK_HZ
+
 from ..stream import beat_layout, beat_signature
 
 __all__ = ["CORE_HZ", "CoreClock", "PortCrossing", "MMCM_PRIMITIVE", "mmcm_params"]
 
-CORE_HZ = 250e6
+CORE_HZ = float(CLOCK_HZ)  # the register map's GLOBAL.CLOCK_HZ default: 250 MHz
 MMCM_PRIMITIVE = {"xcup": "MMCME4_BASE", "xcu": "MMCME3_BASE"}
 _VCO_RANGE = (800e6, 1440e6)  # inside the MMCM VCO range of both UltraScale (600-1440 MHz)
 # and UltraScale+ (800-1600 MHz), DS892 / DS923

@@ -31,6 +31,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from netreduce.cli._console import console
+from netreduce.regmap import CLOCK_HZ
 
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2,
           "mib": 1024**2, "g": 1000**3, "gb": 1000**3, "gib": 1024**3}
@@ -177,7 +178,7 @@ def demo(workers, size, dtype, pmtu, loss, dup, reorder, seed, backend):
     ]
     if backend == "verilator":
         sim = fabric.sim
-        rows.append(("RTL cycles simulated (at 322.27 MHz)",
+        rows.append((f"RTL cycles simulated (at {CLOCK_HZ / 1e6:g} MHz)",
                      f"{sim.cycle} ({sim.cycle / wall:,.0f} cycles/s wall)"))
     rows += [
         ("frames out / in (endpoints)", f"{st['frames_out']} / {st['frames_in']}"),

@@ -54,8 +54,8 @@ def replay(config_path, in_path, out_path, backend, port_map, max_gap, json_path
     """Replay CAPTURE.pcap through the NetReduce engine and write what it sends to OUT.pcap.
 
     The jobs and flows of JOB.toml are programmed through the register bus first (as the driver
-    would); frames then enter in capture order at their capture times (in cycles at
-    322.265625 MHz). Prints the engine-wide and per-job counters.
+    would); frames then enter in capture order at their capture times (in cycles of the
+    250 MHz core clock). Prints the engine-wide and per-job counters.
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table

@@ -46,8 +46,8 @@ def _positive(name):
               help="Largest frame kept whole, bytes (default 9216).")
 @click.option("--clock-hz", type=int, default=DEFAULT_PARAMS["clock_hz"], show_default=True,
               callback=_positive("--clock-hz"),
-              help="Core clock the design will run at (GLOBAL.CLOCK_HZ; the boards' shell runs "
-                   "the core at 250000000).")
+              help="Core clock the design will run at (GLOBAL.CLOCK_HZ; the default is the clock "
+                   "plan's, the clock the boards' shell runs the core at).")
 @click.option("--name", default="netreduce_engine", show_default=True, help="Top module name.")
 @click.option("-o", "--out", "out", required=True, type=click.Path(dir_okay=False),
               help="Verilog file to write.")

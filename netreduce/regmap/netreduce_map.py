@@ -48,10 +48,12 @@ VERSION = (1, 6)  # 1.1: JOB.CTRL.fast_retx, counters fast_retx and fast_retx_pr
 #                  PORT.STATUS.xoff / congested;
 #                  1.5: GLOBAL.LANES (per-port contribution lanes, D20);
 #                  1.6: PORT.TX_DROP_HELD, PORT.FC_CTRL.tx_hold (held TX, D21)
-CLOCK_HZ = 322_265_625  # datapath clock (CMAC 100G user clock)
+# The engine's core clock, 250 MHz (docs/engine.md "Clock plan"): the boards run the core on it
+# (hw/boards/coreclock.py CORE_HZ), apart from the CMAC's 322.265625 MHz MAC clock.
+CLOCK_HZ = 250_000_000
 PMTU_VALUES = (256, 512, 1024, 2048, 4096)
-# 4 us at 322.265625 MHz: the usual RNIC minimum time between CNPs per QP (mlx5 default).
-DEFAULT_CNP_INTERVAL = 1289
+# 4 us (1000 cycles): the usual RNIC minimum time between CNPs per QP (mlx5 default).
+DEFAULT_CNP_INTERVAL = 4 * CLOCK_HZ // 1_000_000
 MAX_JOBS = 64  # JOB_CNT (0x2000 + 64 * 0x100) must end below MGMT (0x7000)
 MGMT_SOURCES = 8  # entries of the management allow-list (MGMT_SRC)
 MGMT_PORT_RESET = 0x4E52  # 20050: reset value of MGMT.PORT (= netreduce.wire.mgmt default)

@@ -1,7 +1,7 @@
 """libpcap capture files (the classic format, not pcapng), Ethernet link type.
 
 Writes nanosecond-resolution files (magic 0xA1B23C4D) by default, since engine timestamps come
-from a 322 MHz cycle count; reads both the microsecond and nanosecond variants in either byte
+from a 250 MHz cycle count; reads both the microsecond and nanosecond variants in either byte
 order. Wireshark, tshark and scapy open both.
 """
 

@@ -6,7 +6,7 @@ against it (same frames in, same frames out, same counters) and the switch servi
 Contract
 --------
 * ``Engine.receive(port, frame, time)`` consumes one Ethernet frame (no FCS) that entered on
-  ``port`` at ``time`` (cycles of the 322.265625 MHz datapath clock) and returns the frames the
+  ``port`` at ``time`` (cycles of the 250 MHz core clock, CLOCK_HZ) and returns the frames the
   engine sends because of it, as :class:`Emit` records, in a deterministic order: (1) the frame
   itself when forwarded (a behind-window data frame as its duplicate probe, D15; an ACK
   possibly as a NAK-sequence, D16), or the re-emitted result, or D16's ACK request; (2) result

@@ -5,9 +5,9 @@ every frame the engine emits crosses the down link of the endpoint that owns its
 leaving the engine at the emit's time. The fabric programs nothing itself: the driver registers
 jobs through :class:`netreduce.sw_driver.control.EngineControl` over :attr:`ModelFabric.bus`.
 
-Time: the network counts integer nanoseconds, the engine cycles of its 322.265625 MHz datapath
-clock; ``cycles = ns * CLOCK_HZ // 10**9`` and back, rounding up, so an emit never leaves before
-the frame that caused it arrived.
+Time: the network counts integer nanoseconds, the engine cycles of its 250 MHz core clock
+(CLOCK_HZ); ``cycles = ns * CLOCK_HZ // 10**9`` and back, rounding up, so an emit never leaves
+before the frame that caused it arrived.
 """
 
 from __future__ import annotations

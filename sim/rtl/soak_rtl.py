@@ -26,7 +26,7 @@ Build parameters
     such a scenario with a one-line ``ValueError`` instead of failing half-way.
 
 Time
-    The RTL simulates every cycle at 322 MHz (idle ones too), roughly 10-50k cycles per second
+    The RTL simulates every cycle at 250 MHz (idle ones too), roughly 10-50k cycles per second
     of wall time here: RTL scenarios keep simulated time short (QP timeout exponents 4-5, i.e.
     65-131 us, outages of tens of microseconds) and have a watchdog of a few ms.
 """

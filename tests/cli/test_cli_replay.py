@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from netreduce.cli import main
+from netreduce.regmap import CLOCK_HZ
 
 EX = Path(__file__).resolve().parents[2] / "examples" / "replay"
 CONFIG, CAPTURE, EXPECT = EX / "job.toml", EX / "allreduce.in.pcap", EX / "allreduce.out.pcap"
@@ -41,7 +42,7 @@ def test_replay_example(tmp_path):
         "tx_frames"] > 0
     assert doc["job_counters"]["1"]["results_sent"] == 48
     assert doc["job_status"]["0"]["slots_busy"] == 0
-    assert "--config" in doc["command"] and doc["clock_hz"] == 322_265_625
+    assert "--config" in doc["command"] and doc["clock_hz"] == CLOCK_HZ
 
 
 # ------------------------------------------------------------------ independent check (scapy)

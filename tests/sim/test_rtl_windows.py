@@ -14,7 +14,7 @@ from netreduce.sim.rtl.fabric import RtlFabric
 from netreduce.sim.rtl.fastsim import FastSim, verilator_missing
 from netreduce.sim.rtl.standin import standin_regmap, standin_top
 
-from netreduce.regmap.clock import cycles_to_ns
+from netreduce.regmap.clock import CLOCK_HZ, cycles_to_ns
 
 A, B = bytes.fromhex("020000000001"), bytes.fromhex("020000000002")
 
@@ -124,7 +124,7 @@ def test_window_follows_the_down_latency():
         pass
 
     net = NetConfig(LinkConfig(latency_ns=500))
-    assert RtlFabric(_Sim(), net=net).window_cycles == (498 * 322_265_625 // 10**9) // 2
+    assert RtlFabric(_Sim(), net=net).window_cycles == (498 * CLOCK_HZ // 10**9) // 2
     # 2 windows must fit in the smallest down latency, whatever kind of frame
     fast_acks = NetConfig(LinkConfig(latency_ns=500),
                           overrides={("down", "ack"): LinkConfig(latency_ns=100)})

@@ -12,6 +12,7 @@ from netreduce.sim.net import simrun
 from netreduce.sim.net.report import SCHEMA
 
 from netreduce.cli import main
+from netreduce.regmap import CLOCK_HZ
 
 
 def _sim(*args):
@@ -25,9 +26,9 @@ def test_sim_int32_report(tmp_path):
     assert r.exit_code == 0, r.output
     assert "PASS" in r.output and "netreduce sim summary" in r.output
     rep = json.loads(rep_path.read_text())
-    assert rep["schema"] == SCHEMA and rep["ok"] and rep["clock_hz"] == 322_265_625
+    assert rep["schema"] == SCHEMA and rep["ok"] and rep["clock_hz"] == CLOCK_HZ
     assert rep["config"]["workers"] == 4 and rep["config"]["size"] == 65536
-    assert rep["simulated"]["cycles"] == rep["simulated"]["ns"] * 322_265_625 // 10**9 > 0
+    assert rep["simulated"]["cycles"] == rep["simulated"]["ns"] * CLOCK_HZ // 10**9 > 0
     assert rep["wire_limit"]["gbps"] == pytest.approx(100 * 4096 / (4096 + 82), abs=1e-3)
     ports = rep["goodput"]["ports"]
     assert [p["port"] for p in ports] == [0, 1, 2, 3]

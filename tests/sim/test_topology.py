@@ -43,7 +43,7 @@ def test_no_engine_port_beyond_its_rate_on_the_model(workers, ports, port_gbps, 
     r = run_sim(cfg)
     assert r.ok, (r.error, r.checks)
     bound = _bound(cfg)
-    # the datapath (512 bit x 322 MHz = 165 Gb/s per port) binds above it
+    # the datapath (512 bit x 250 MHz = 128 Gb/s per port) binds above it
     dp = lower_bound_ns(cfg.workers, cfg.size, cfg.nports, engine_timing().port_gbps)
     assert r.sim_ns >= max(bound, dp)
     assert _data_ns(r) >= max(bound, dp) - 2 * _frame_ns(cfg)
