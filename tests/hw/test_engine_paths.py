@@ -77,12 +77,11 @@ KNOWN_COMB = {
     "txarb": "the ready of the source holding the port follows o.ready, o follows the sources; "
              "between the forward FIFO / dep_skid and tx_skid / tx_gate, all registered",
 }
-# with per-port lanes (hw/lanes.py): the lane split and the lanes' result combiner
+# with per-port lanes (hw/lanes.py): the lane split and the lanes' slot memories (the combiner
+# ends in an output register)
 KNOWN_COMB_LANES = {
     "lane_split": "a decision goes to its lane's FIFO in the cycle it is taken (dec -> lane<k>, "
                   "lane<k>.ready -> dec.ready); between the decision FIFO and the lanes' FIFOs",
-    "lane_combine": "the lanes' result ports combined into one (res.ready and lane_res.valid "
-                    "-> the lanes' advance, lane_res.payload -> res.payload): KNOWN_CHAINS",
     "slotmem": "the result port's ready is the read pipeline's advance (result.ready -> "
                "result_req.ready), driven by lane_combine's advance (from the slot memories' "
                "registered result valid; the round emitter's res.ready is a constant); with "
@@ -90,15 +89,8 @@ KNOWN_COMB_LANES = {
 }
 
 # Chains (block A, A's output, block B, B's input): one register-to-register path through two
-# blocks. Open, in files other helpers own (the fix each needs is in the reason).
-KNOWN_CHAINS = {
-    "1p": {},
-    "2p-lanes": {
-        ("lane_combine", "res__payload", "emitter", "res__payload"):
-            "the combined result beat goes through the round emitter to its deparsers' payload "
-            "FIFOs in the same cycle; fix: register lane_combine's res (hw/agg/lanes.py)",
-    },
-}
+# blocks, with the reason it is accepted (none now).
+KNOWN_CHAINS: dict[str, dict] = {"1p": {}, "2p-lanes": {}}
 
 # Nets between blocks ("block.port", port number dropped) driving more than FANOUT_LIMIT gate
 # inputs, and why.
@@ -127,9 +119,6 @@ KNOWN_WIDE = {
         "slotmem.result__payload": "a bit of the head lane's result (lane_combine.comb_head) that "
                                    "selects, per data bit, between its own and the combined data",
         "lane_combine.comb_head": "the same net (slotmem.result__payload)",
-        "lane_combine.res__payload": "the combined result beat into the round emitter: one bit of "
-                                     "it selects per data bit there",
-        "emitter.res__payload": "the same net (lane_combine.res__payload)",
     },
 }
 
