@@ -253,7 +253,7 @@ def main(argv=None) -> int:
             f"{k} {compute[k]:g} ms ({MODELS[k][1]})" for k in MODELS),
         "gradient readiness in reverse layer order, proportional to forward FLOPs per layer",
         "DDP buckets 25 MiB (first 1 MiB), float32 gradients, one communication stream",
-        f"engine {ports} x {port_gbps:g} Gb/s, timed from bench/results/engine.json "
+        f"engine {ports} x {port_gbps:g} Gb/s, timed from bench/results/engine_512_p1.json "
         f"({perf.engine_port_rate(port_gbps, PMTU):.1f} Gb/s payload per port), striped over "
         "its ports; float path: exponent pass + quantised sum pass",
         f"PMTU {PMTU}, 82 B per-frame overhead, 500 ns per hop, no loss",

@@ -2,8 +2,8 @@
 with the engine's ports counted.
 
 Topology (netreduce.sim.net.topology): workers on a ToR switch at B Gb/s, the engine on P ports of
-C Gb/s, timed from the RTL's measured figures (bench/results/engine.json); the ring runs over the
-same worker links through the same switch (forwarding only). int32, PMTU 4096, no loss.
+C Gb/s, timed from the RTL's measured figures (bench/results/engine_512_p1.json); the ring runs
+over the same worker links through the same switch (forwarding only). int32, PMTU 4096, no loss.
 
 Both sides are timed the same way: the analytic model of netreduce.sim.net.perf (capacity terms +
 latency terms fitted from two small simulations per link rate) over the whole grid

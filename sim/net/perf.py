@@ -4,7 +4,7 @@ checked against.
 Notation: N ranks (H hosts x G devices when hierarchical), S bytes per rank, workers' (host
 NIC) link rate B, engine P ports of C, intra-host link I (per device and direction), PMTU with
 82 bytes of per-frame overhead on Ethernet (efficiency e = PMTU / (PMTU + 82)); the engine's
-datapath per port D (from bench/results/engine.json, :class:`.topology.EngineTiming`).
+datapath per port D (from bench/results/engine_512_p1.json, :class:`.topology.EngineTiming`).
 All rates payload rates (x e on Ethernet); ``alpha_*`` are latency terms, fitted from the
 simulation (:func:`fit_alphas`).
 
