@@ -293,7 +293,7 @@ class AggControl(wiring.Component):
         The register map (build parameters ``ports``, ``jobs``, ``flows``, ``slots``,
         ``pmtu_max``, ``data_width``, ``max_world`` come from it). Default ``build_regmap()``.
     time_bits : int
-        Width of the arrival timestamps (default 48: wraps after 13 days at 250 MHz).
+        Width of the arrival timestamps (default 48: wraps after 10 days at 322 MHz).
     rel_depth : int
         Depth of the release command FIFO (default 16, at least 4).
     free_levels : int
