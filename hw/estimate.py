@@ -716,8 +716,10 @@ def make_design(spec: str, **params):
 ENGINE_TOP = "netreduce_engine"
 # direct children of the engine top estimated on their own (fnmatch patterns), and below them
 # (a lanes build has one ``slotmem<k>``, ``dispatch<k>`` and ``deparser<k>`` per port, and its
-# ``lane_split`` / ``lane_combine``; a one-lane build's partition is the same as without them)
-ENGINE_BLOCKS = ("ctl", "ctl.ft", "bank", "parser*", "parser*.checker", "slotmem*", "deparser*",
+# ``lane_split`` / ``lane_combine``; a one-lane build's partition is the same as without them;
+# ``parser_skid<k>`` in front of each parser stays in the top)
+ENGINE_BLOCKS = ("ctl", "ctl.ft", "bank", "parser[0-9]*", "parser[0-9]*.checker", "slotmem*",
+                 "deparser*",
                  "dispatch*", "emitter", "txarb*", "lane_split", "lane_combine", "mgmt_path.agent")
 
 
