@@ -144,7 +144,7 @@ def test_windowed_stand_in_matches_per_event_timing():
     runs, pumps = {}, {}
     for mode, opts in (("event", {"windowed": False}), ("window", {"windowed": True}),
                        ("thread", {"threaded": True})):
-        fab = RtlFabric(_sim(), net=NetConfig(LinkConfig(latency_ns=300, gbps=100.0)),
+        fab = RtlFabric(_sim(), net=NetConfig(LinkConfig(latency_ns=400, gbps=100.0)),
                         port_of=lambda mac: 0 if mac == A else 1, **opts)
         got = []
         for mac in (A, B):

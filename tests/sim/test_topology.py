@@ -92,8 +92,11 @@ def test_stripe_bounds_and_bad_options():
 def test_engine_timing_is_read_from_the_rtl_figures(tmp_path):
     tm = engine_timing()
     assert tm.data_width == 512 and 0 < tm.beats_per_cycle <= 1 and tm.latency_base > 0
-    d = {"command": "x", "params": {"data_width": 64}, "rows": [
-        {"in_beats": 10, "frames": 2, "beats_per_cycle": 0.5, "latency_cycles": {"median": 15}}]}
+    # bench/engine.py's format: a PMTU-256 WRITE ONLY contribution is 256 + 74 bytes = 42 beats
+    # of 8 bytes, so 52 cycles of release latency fit base 10
+    d = {"command": "x", "params": {"1": {"data_width": 64}}, "rows": [
+        {"pmtu": 256, "in_beats_per_cycle_per_port": [0.5],
+         "release_latency_unloaded_cycles": {"median": 52}}]}
     p = tmp_path / "e.json"
     p.write_text(json.dumps(d))
     t = EngineTiming.from_json(p)
