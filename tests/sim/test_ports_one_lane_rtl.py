@@ -28,7 +28,7 @@ from netreduce.sim.model import Engine
 from netreduce.sim.model.kit import RingJob
 from netreduce.sim.rtl.backend import engine_top
 from netreduce.sim.rtl.fastsim import FastSim, verilator_missing
-from netreduce.sim.verif.scoreboard import WriteRecorder, flow_of
+from netreduce.sim.verif.scoreboard import Out, WriteRecorder, compare
 from netreduce.sw_driver.control import EngineControl
 
 from netreduce.regmap import ALL_GLOBAL_COUNTERS, JOB_COUNTERS, Op, build_regmap
@@ -101,13 +101,8 @@ def test_one_lane_port_at_line_rate_behind_a_busy_dispatcher(pmtu):
     assert taken - beats <= SLACK, (
         f"port 0 took {beats} beats in {taken} cycles ({beats / taken:.4f} beats/cycle)")
     assert not any(g.error for g in got)
-    by: dict = {}
-    for port, f in want:
-        by.setdefault(flow_of(port, f), [[], []])[0].append(f)
-    for g in got:
-        by.setdefault(flow_of(g.port, g.frame), [[], []])[1].append(g.frame)
-    for key, (w, h) in by.items():
-        assert h == w, f"flow {key}: rtl {len(h)} frames, model {len(w)}"
+    bad = compare([Out(port, f, 0) for port, f in want], [Out(g.port, g.frame, 0) for g in got])
+    assert not bad, bad[0].describe()
     m32 = (1 << 32) - 1
     assert rtl_cnt == {n: v & m32 for n, v in eng.counters().items() if n in rtl_cnt}
     assert rtl_job == {n: v & m32 for n, v in eng.counters(0).items() if n in rtl_job}
