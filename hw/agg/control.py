@@ -152,7 +152,7 @@ disabled while in flight is classified unregistered. Only the consumers' backpre
 
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Module, Mux, Signal, unsigned
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -185,6 +185,7 @@ from .roles import MARK_PARTIAL
 from .sequencer import EnableSequencer
 from .stages import CheckStage, DecideStage, LookupStage
 from .types import PSN_BITS, SEQ_BITS, Action, Disp, FrameError, HdrClass
+from .wide import differs
 
 __all__ = ["AggControl", "ParserAdapter", "HdrClass", "FrameError", "Action", "Disp", "role_layout",
            "OP_ACK", "OP_CNP"]
@@ -293,7 +294,8 @@ class AggControl(wiring.Component):
         The register map (build parameters ``ports``, ``jobs``, ``flows``, ``slots``,
         ``pmtu_max``, ``data_width``, ``max_world`` come from it). Default ``build_regmap()``.
     time_bits : int
-        Width of the arrival timestamps (default 48: wraps after 10 days at 322 MHz).
+        Width of the arrival timestamps (default 48: wraps after about 13 days at the 250 MHz
+        core clock, 2**48 cycles).
     rel_depth : int
         Depth of the release command FIFO (default 16, at least 4).
     free_levels : int
@@ -511,7 +513,7 @@ class AggControl(wiring.Component):
         # ------------------------------------------------------------ stage 5: decide
         _feed(m, dst, ck, DecideStage._CHECKS)
         _feed(m, dst, st, ("free", "rel", "upptr", "w", "chain_busy", "chain_up", "moved",
-                           "fb_nz", "moved_free"))
+                           "free_wait"))
         scrub_turn = Signal()
         scrub_want = seq.scrub_want
         m.d.sync += scrub_turn.eq(~scrub_turn)
@@ -669,6 +671,8 @@ class AggControl(wiring.Component):
                      rxi.reg.eq(registered), rxi.pres.eq(dst.present),
                      rxi.contrib.eq(dst.action == Action.CONTRIBUTE), rxi.ackc.eq(dst.ack_cur),
                      rxi.fast.eq(fast_en), rxi.rel.eq(per_job(st.rel)[j5]),
-                     rxi.seen.eq((per_job(st.rtx_seen)[j5] & ck.onehot).any()),
+                     # (the OR over the ranks on a carry chain, see .wide)
+                     rxi.seen.eq(differs(m, per_job(st.rtx_seen)[j5] & ck.onehot,
+                                         Const(0, self.max_world), "rtx_seen_rk")),
                      rxi.w.eq(registered & (dst.present | dst.ack_cur))]
 

@@ -40,7 +40,7 @@ def is_ctrl(h):
 def pre_layout(ctl) -> data.StructLayout:
     """What :func:`precheck` computes one stage before the decision (registered with it)."""
     return data.StructLayout({"kind": 2, "early": 1, "early_disp": ctl.disp_bits, "probe": 1,
-                              "ce": 1, "mask": ctl.max_world})
+                              "ce": 1, "mask": ctl.max_world, "ack": 1})
 
 
 KIND_NOT_ROCE, KIND_UNREG, KIND_CTRL, KIND_DATA = range(4)
@@ -53,7 +53,9 @@ def precheck(m, ctl, pre, h, hit, enabled, pmtu, roles, role, full_mask):
     contributions complete a slot. ``kind``: NOT_ROCE / unregistered / ACK-NAK-CNP / data (the
     first branches of the model's checks); ``early`` / ``early_disp``: a data frame fails a
     header check (frame error, opcode, PMTU, alignment, D17 probe or stage mark), in the model's
-    order; ``probe``: that check is D17's forwarded probe; ``ce``: CE-marked."""
+    order; ``probe``: that check is D17's forwarded probe; ``ce``: CE-marked; ``ack``: the
+    header is a valid ACK/NAK (no frame error, opcode ACK, AETH syndrome not the reserved 0b10:
+    a registered one moves acked_f or is stale, by the job checks alone)."""
     is_down, is_rack = role == Role.DOWN, role == Role.RACK
     with m.If(h.cls == HdrClass.NOT_ROCE):
         m.d.comb += pre.kind.eq(KIND_NOT_ROCE)
@@ -83,7 +85,9 @@ def precheck(m, ctl, pre, h, hit, enabled, pmtu, roles, role, full_mask):
         m.d.comb += pre.early_disp.eq(Disp.DROP_ROLE)  # a frame of another stage (D17)
     with m.Else():
         m.d.comb += pre.early.eq(0)
-    m.d.comb += [pre.ce.eq(h.ecn == ECN_CE), pre.mask.eq(full_mask)]
+    m.d.comb += [pre.ce.eq(h.ecn == ECN_CE), pre.mask.eq(full_mask),
+                 pre.ack.eq((h.err == FrameError.NONE) & (h.opcode == OP_ACK)
+                            & (h.syndrome[5:7] != 0b10))]
 
 
 def slot_flags_layout() -> data.StructLayout:
@@ -177,10 +181,7 @@ class Decide(wiring.Component):
             with m.Else():
                 m.d.comb += [disp.eq(Mux(kind == 0, Disp.FWD_ACK, Disp.FWD_NAK)),
                              ack_cur.eq((kind == 0) & jf.ack_le)]
-                with m.If(jf.ack_nz & jf.ack_le):
-                    m.d.comb += self.ack_take.eq(1)
-                with m.Else():
-                    m.d.comb += self.ack_stale.eq(1)
+                # (ack_take / ack_stale: below, from this branch's condition registered)
         with m.Else():
             # ---- data frame on a forward key (model steps 3-5)
             m.d.comb += [self.rx_data.eq(1), action.eq(Action.DROP)]
@@ -236,6 +237,11 @@ class Decide(wiring.Component):
                                  slot_new.bitmap.eq(slot_cur.bitmap | onehot_r)]
                     if c.ports > 1:
                         m.d.comb += slot_new.ports[r4].eq(h.port)
+        # the ACK/NAK branch above, its condition registered in ``pre.ack``: the commit strobes
+        # of an ACK are few levels after the pipeline enable
+        acking = (pre.kind == KIND_CTRL) & pre.ack
+        m.d.comb += [self.ack_take.eq(acking & jf.ack_nz & jf.ack_le),
+                     self.ack_stale.eq(acking & ~(jf.ack_nz & jf.ack_le))]
         # a leaf's slot is complete with every contributor (not DOWN): it goes up (D17)
         complete = self.slot_write & ~tot_done & Mux(self.first, sf.cf, sf.cc)
         cnp_check = is_data_ok & pre.ce  # CE-marked data that passed the checks

@@ -26,13 +26,13 @@ def state_shapes(ctl) -> dict:
         "enabled": J, "error": pj(8), "n": pj(c.n_bits), "w": pj(c.w_bits),
         "base": pj(c.slot_bits), "pmtu": pj(13), "op": pj(2), "cnp": pj(32),
         "free": pj(PSN_BITS), "rel": pj(PSN_BITS), "npend": pj(c.w_bits), "busy": pj(c.w_bits),
-        "chain_busy": J, "free_busy": pj(4), "fb_nz": J,
+        "chain_busy": J, "free_busy": pj(4), "free_wait": J,
         "acked": data.ArrayLayout(data.ArrayLayout(PSN_BITS, WD), J),
         "cnp_seen": pj(WD), "rtx_seen": pj(WD),
         "leaf": J, "up_rank": pj(c.rank_bits), "down_rank": pj(c.rank_bits), "rack": pj(WD),
         "upptr": pj(PSN_BITS), "npend_up": pj(c.w_bits), "chain_up": J,
         "wm": pj(c.w_bits), "full": pj(WD), "cmask": pj(WD), "mmask": pj(WD), "upmask": pj(WD),
-        "moved": J, "moved_free": J, "freed": pj(c.w_bits), "idle": J,
+        "moved": J, "freed": pj(c.w_bits), "idle": J,
     }
 
 
@@ -51,18 +51,22 @@ class JobState(wiring.Component):
     ``base``, ``pmtu``, ``op``, ``cnp``: CNP interval), ``enabled`` / ``error`` (JobError);
     the window pointers ``free`` (free_j) and ``rel`` (rel_j), ``npend`` (COMPLETE slots beyond
     rel_j: out-of-order completions), ``busy`` (slots in use), ``chain_busy`` (a chained
-    release to run), ``free_busy`` / ``fb_nz`` (free_j computations in flight / that count is
-    not 0), ``acked`` (acked_f per rank), ``cnp_seen`` / ``rtx_seen`` (per rank: a CNP was
-    sent / the fast-retransmit word was written since the enable); flow roles (model D17):
+    release to run), ``free_busy`` (free_j computations in flight, counted from the cycle
+    after the ACK's strobe: see ``free_wait``), ``acked`` (acked_f per rank), ``cnp_seen`` /
+    ``rtx_seen`` (per rank: a CNP was sent / the fast-retransmit word was written since the
+    enable); flow roles (model D17):
     ``leaf``, ``up_rank`` / ``down_rank``, ``rack``, the partial pointer ``upptr`` with
     ``npend_up`` / ``chain_up``. Derived, registered one cycle after what they derive from (the
     sequencer loads a job long before a frame or chain of it uses them): ``wm`` (W - 1),
     ``full`` (the ranks 0..n-1), ``cmask`` / ``mmask`` / ``upmask`` (:meth:`JobRoles.masks`).
-    ``moved`` / ``moved_free``: one-hot, registered: the job's rel_j / upptr moved by a chain,
-    its free_j by a result, in the cycle before (a frame of the job in the decision stage checks
-    again). ``freed``: indices freed per job by the free_j result being applied (combinational).
-    ``idle``: per job, no chain and no free_j computation in flight (the sequencer's disable
-    waits for it).
+    ``moved``: one-hot, registered: the job's rel_j / upptr moved by a chain in the cycle before
+    (a frame of the job in the decision stage checks again). ``free_wait``: per job, from
+    registers only: a free_j computation is in flight (an ACK/NAK of the job advanced acked_f in
+    an earlier cycle and its result is not applied) or a result moved free_j in the cycle before
+    (a data frame of the job whose checks it can change waits). ``freed``: indices freed per
+    job by the free_j result being applied (combinational). ``idle``: per job, no chain and no
+    free_j computation in flight, counting one whose ACK/NAK was committed in the cycle before
+    (the sequencer's disable waits for it).
 
     Inputs, per cycle: the decision stage's commit (``cj``: one-hot job of a registered frame
     committed, with its strobes ``release_now``, ``pend_inc``, ``ack_take`` (acked_f of
@@ -128,6 +132,11 @@ class JobState(wiring.Component):
         chain_busy = per_job(1, "chain_busy")
         free_busy = per_job(4, "free_busy")
         fb_nz = per_job(1, "fb_nz")
+        # the ACK/NAK strobe of each job, registered before it enters free_busy's adder (the
+        # decision's commit is the pipeline's deepest signal: no arithmetic behind it)
+        fb_pend = per_job(1, "fb_pend")
+        # fb_nz of the cycle, or a result applied in the cycle before
+        fb_wait = per_job(1, "fb_wait")
         acked = Array(Array(Signal(PSN_BITS, name=f"acked{j}_{r}") for r in range(WD))
                       for j in range(J))
         cnp_seen = per_job(WD, "cnp_seen")
@@ -140,13 +149,14 @@ class JobState(wiring.Component):
                 self.pmtu[j].eq(j_pmtu[j]), self.op[j].eq(j_op[j]), self.cnp[j].eq(j_cnp[j]),
                 self.free[j].eq(free[j]), self.rel[j].eq(rel[j]), self.npend[j].eq(npend[j]),
                 self.busy[j].eq(busy_slots[j]), self.chain_busy[j].eq(chain_busy[j]),
-                self.free_busy[j].eq(free_busy[j]), self.fb_nz[j].eq(fb_nz[j]),
+                self.free_busy[j].eq(free_busy[j]),
+                self.free_wait[j].eq(fb_pend[j] | fb_wait[j]),
                 self.cnp_seen[j].eq(cnp_seen[j]), self.rtx_seen[j].eq(rtx_seen[j]),
                 self.leaf[j].eq(jr.leaf[j]), self.up_rank[j].eq(jr.up[j]),
                 self.down_rank[j].eq(jr.down[j]), self.rack[j].eq(jr.rack[j]),
                 self.upptr[j].eq(jr.upptr[j]), self.npend_up[j].eq(jr.npend_up[j]),
                 self.chain_up[j].eq(jr.chain_up[j]),
-                self.idle[j].eq(~chain_busy[j] & ~jr.chain_up[j] & (free_busy[j] == 0)),
+                self.idle[j].eq(~chain_busy[j] & ~jr.chain_up[j] & ~fb_nz[j] & ~fb_pend[j]),
             ]
             m.d.comb += [self.acked[j][r].eq(acked[j][r]) for r in range(WD)]
 
@@ -164,8 +174,7 @@ class JobState(wiring.Component):
         m.d.comb += step.eq(self.f_free - free[self.f_job])
         m.d.comb += [self.freed[j].eq(Mux(self.f_valid & (self.f_job == j), step, 0))
                      for j in range(J)]
-        m.d.sync += [self.moved.eq(self.sch_rel_job | self.sch_up_job),
-                     self.moved_free.eq(Mux(self.f_valid, 1 << self.f_job, 0))]
+        m.d.sync += self.moved.eq(self.sch_rel_job | self.sch_up_job)
 
         sq = self.seq_job
         with m.If(self.load):
@@ -193,11 +202,14 @@ class JobState(wiring.Component):
             applying = self.f_valid & (self.f_job == j)
             with m.If(applying):
                 m.d.sync += free[j].eq(self.f_free)
-            fb_inc = dj & self.ack_take
-            fb_next = (free_busy[j] + fb_inc - applying)[:4]
+            # free_j computations in flight: + 1 the cycle after an ACK/NAK's strobe (fb_pend),
+            # - 1 at its result (free_latency >= 3 cycles after the strobe: free_busy >= 1 then)
+            m.d.sync += fb_pend[j].eq(dj & self.ack_take)
+            fb_next = (free_busy[j] + fb_pend[j] - applying)[:4]
             # (fb_next != 0 without the adder: a result applied implies free_busy >= 1)
-            m.d.sync += [free_busy[j].eq(fb_next),
-                         fb_nz[j].eq(fb_inc | (fb_nz[j] & ~((free_busy[j] == 1) & applying)))]
+            fb_nz_next = fb_pend[j] | (fb_nz[j] & ~((free_busy[j] == 1) & applying))
+            m.d.sync += [free_busy[j].eq(fb_next), fb_nz[j].eq(fb_nz_next),
+                         fb_wait[j].eq(fb_nz_next | applying)]
             m.d.sync += busy_slots[j].eq(busy_slots[j] + (dj & self.first)
                                          - Mux(applying, step, 0))
             with m.If(dj & self.cnp_send):
@@ -226,7 +238,8 @@ class JobState(wiring.Component):
                 m.d.sync += error[j].eq(self.err)
             with m.If((sq == j) & self.reset):
                 m.d.sync += [free[j].eq(0), rel[j].eq(0), npend[j].eq(0), busy_slots[j].eq(0),
-                             fb_nz[j].eq(0), chain_busy[j].eq(0), free_busy[j].eq(0),
+                             fb_nz[j].eq(0), fb_pend[j].eq(0), fb_wait[j].eq(applying),
+                             chain_busy[j].eq(0), free_busy[j].eq(0),
                              cnp_seen[j].eq(0), rtx_seen[j].eq(0), jr.upptr[j].eq(0),
                              jr.npend_up[j].eq(0), jr.chain_up[j].eq(0)]
                 m.d.sync += [acked[j][r].eq(0) for r in range(WD)]

@@ -17,6 +17,7 @@ from amaranth.lib.wiring import In, Out
 
 from .roles import MARK_PARTIAL
 from .types import PSN_BITS, SEQ_BITS
+from .wide import differs
 
 __all__ = ["ReleaseScheduler", "FreeMinTree", "ReleaseQueue"]
 
@@ -139,8 +140,9 @@ class ReleaseScheduler(wiring.Component):
                 m.next = "COMPARE"
             with m.State("COMPARE"):
                 # the word's checks, registered (the read data holds until the next READ)
-                ready = Mux(by_total_q, word.total, word.bitmap == want_q)
-                m.d.sync += ok_q.eq(word.valid & (word.index == rel_q) & ready)
+                # (the equalities on carry chains, see .wide)
+                ready = Mux(by_total_q, word.total, ~differs(m, word.bitmap, want_q, "ok_bm"))
+                m.d.sync += ok_q.eq(word.valid & ~differs(m, word.index, rel_q, "ok_ix") & ready)
                 m.next = "CHECK"
             with m.State("CHECK"):
                 m.d.comb += self.checking.eq(1)

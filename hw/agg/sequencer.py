@@ -52,7 +52,8 @@ class EnableSequencer(wiring.Component):
     per flow entry (+1; an entry of the job 1 + ``ft.chk_latency``: the key check is
     pipelined), VERDICT 1, SCRUB one per slot of the window (on the scrub's turn, every other
     cycle, or while no frame is in the decision stage),
-    COMMIT waits for an empty pipeline. Disables go
+    COMMIT waits for an empty pipeline; DISABLE acts one cycle after it sees the pipeline empty
+    and the job idle while quiescing. Disables go
     before enables (a 1 -> 0 -> 1 bounce discards and restarts the job). Errors: a refused job
     gets ``set_err`` with the model's JobError, in the model's check order; nothing else changes.
     Flow roles (model D17): with ``ctl.roles`` a job whose roles fit neither a leaf (one UP, one
@@ -145,6 +146,12 @@ class EnableSequencer(wiring.Component):
                      self.roles_down.eq(scan.roles_down), self.roles_rack.eq(scan.roles_rack)]
         scrub_cnt = Signal(c.w_bits)
         scrub_addr = self.scrub_addr
+        # the disable's wait, registered (no jobs:1 select of the job's idle bit in front of the
+        # disable strobes): quiescing, the pipeline empty and the job idle in the cycle before.
+        # They still hold: no header entered then (quiesce), no frame was decided then (the
+        # pipeline was empty) and only a decision makes a job busy
+        settled = Signal()
+        m.d.sync += settled.eq(self.quiesce & self.pipe_empty & self.job_idle.bit_select(sq, 1))
 
         with m.FSM(name="sequencer"):
             with m.State("IDLE"):
@@ -166,7 +173,7 @@ class EnableSequencer(wiring.Component):
                     m.next = "IDLE"
                 with m.Else():
                     m.d.comb += self.quiesce.eq(1)
-                    with m.If(self.pipe_empty & self.job_idle.bit_select(sq, 1)):
+                    with m.If(settled):
                         m.d.comb += [clr_dis.eq(1 << sq), ft.drop_en.eq(1), self.disable.eq(1)]
                         m.next = "IDLE"
             with m.State("CHECK"):

@@ -431,8 +431,8 @@ class DecideStage(wiring.Component):
     ``block`` (from registers): the frame must wait: ``hold`` (the caller's reasons: release
     FIFO room, the scheduler's push, the scrub's turn), D16's ``haz`` (the frame ahead writes
     the flow's fast-retransmit word), or its job's state is moving (``chain_busy`` /
-    ``chain_up`` / ``moved``: a chain or its last step; ``fb_nz`` / ``moved_free``: a free_j in
-    flight or just applied, only for a data frame whose checks it can change, ``fwait``).
+    ``chain_up`` / ``moved``: a chain or its last step; ``free_wait``: a free_j in flight or
+    just applied, only for a data frame whose checks it can change, ``fwait``).
 
     Outputs with ``advance`` (the caller's pipeline enable: no ``block`` and the stages behind
     move): ``commit`` (a frame leaves the stage), ``registered`` (it is a ROCE frame of an
@@ -465,7 +465,7 @@ class DecideStage(wiring.Component):
             "advance": In(1), "v": In(1), "h": In(c.hdr_pipe_layout), "i": In(stage_layout(c)),
             **checks,
             **job_inputs(c, ("free", "rel", "upptr", "w", "chain_busy", "chain_up", "moved",
-                             "fb_nz", "moved_free")),
+                             "free_wait")),
             "hold": In(1), "haz": In(1), "scrub_go": In(1),
             # the frame in the check stage: its relation to this stage's frame, its UP flag
             "sa_slot4": In(1), "sa_flow4": In(1), "sa_job4": In(1), "upsel4": In(1),
@@ -570,7 +570,7 @@ class DecideStage(wiring.Component):
         # free_j): only data waits for free_j (``fwait``); everything waits for a chained
         # release (it moves rel_j)
         jb_all = Cat(*(self.chain_busy[j] | self.chain_up[j] | self.moved[j] for j in range(J)))
-        jb_data = Cat(*(self.fb_nz[j] | self.moved_free[j] for j in range(J)))
+        jb_data = self.free_wait
         # (a registered frame's job as a one-hot register: an AND-OR, no job select)
         # ... and only data whose checks a newer free_j can change. A free_j in flight comes from
         # ACKs/NAKs decided before the frame, each taken only up to rel_j (upptr on a leaf's UP
@@ -578,14 +578,15 @@ class DecideStage(wiring.Component):
         # frame checked neither behind, nor ahead, nor released (free <= rel <= k < free + W)
         # gets the same behind / ahead / released / up_lt for any such free_j and need not wait
         # (data right after an ACK burst: the all-reduce's steady state)
-        # (the OR of the jobs' terms on a carry chain, see .wide)
+        # (the OR of the jobs' terms and the other reasons on a carry chain, see .wide: the
+        # pipeline enable, one LUT after it, stays a shallow input of every commit strobe)
         jterm = Cat(*((self.reg_oh[j] & jb_all[j]) | (self.reg_ohd[j] & jb_data[j])
                       for j in range(J)))
-        m.d.comb += self.block.eq(
-            differs(m, jterm, Const(0, J), "jblock")
-            | self.hold
-            # D16: the frame directly ahead writes the flow's word (read it after the write)
-            | (self.rh & self.haz))
+        terms = Cat(jterm, self.hold,
+                    # D16: the frame directly ahead writes the flow's word (read it after the
+                    # write)
+                    self.rh & self.haz)
+        m.d.comb += self.block.eq(differs(m, terms, Const(0, len(terms)), "jblock"))
         commit = self.commit
         m.d.comb += commit.eq(v5 & advance)
         # (= commit & registered: one-hot)
