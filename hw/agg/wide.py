@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Signal
 
-__all__ = ["all_of", "any_of", "kept", "differs"]
+__all__ = ["all_of", "any_of", "kept", "differs", "CHAIN_BITS"]
 
 
 def kept(m, value, name: str):
@@ -42,12 +42,21 @@ def any_of(m, bits, name: str, first: int = 1):
     return ~all_of(m, ~bits, name, first)
 
 
+CHAIN_BITS = 32  # the widest compare on one carry chain of :func:`differs` (4 CARRY8 + 1)
+
+
 def differs(m, a, b, name: str):
     """``a != b`` on a carry chain: one LUT per bit pair (its XOR) into the chain, whose carry
     out is the result (XOR + all ones carries out iff some bit differs). One LUT level and
-    ``(len + 1) / 8`` CARRY8, whatever the width; the chain keeps ABC from mapping the compare
-    with the logic after it into LUT7/LUT8 shapes."""
+    ``(len + 1) / 8`` CARRY8; the chain keeps ABC from mapping the compare with the logic after
+    it into LUT7/LUT8 shapes. Wider than :data:`CHAIN_BITS`: chains of at most that many bits
+    side by side, ORed by a LUT (a 64-bit rank mask: two chains of 5 CARRY8 and one LUT, not
+    one chain of 9 CARRY8, over the budget's 8)."""
     n = len(a)
+    if n > CHAIN_BITS:
+        parts = [differs(m, a[i:i + CHAIN_BITS], b[i:i + CHAIN_BITS], f"{name}_{i // CHAIN_BITS}")
+                 for i in range(0, n, CHAIN_BITS)]
+        return Cat(*parts).any()
     s = Signal(n + 1, name=name)
     m.d.comb += s.eq(Cat(a ^ b, Const(0, 1)) + ((1 << n) - 1))
     return s[n]
