@@ -284,6 +284,8 @@ class RoundEmitter(wiring.Component):
 
         # header path: the store read is issued with the command (address from registers), its
         # entry comes back hl cycles later and joins the command in its port's header queue
+        # a credit comes back when the port's deparser takes a header (r_en is valid & ready:
+        # a ready deparser facing an empty queue returns none)
         for k in range(P):
             m.d.sync += credit[k].eq(credit[k] - (hpush & (hq_w.port == k)) + hqs[k][0].r_en)
         m.d.comb += [self.hs_en.eq(hpush & hq_w.store), self.hs_addr.eq(hq_w.addr)]
@@ -298,7 +300,7 @@ class RoundEmitter(wiring.Component):
                 f_w.raw.eq(Mux(hsc.store, hs_data.raw.as_value(), hsc.raw.as_value())),
                 f_w.hdr_len.eq(Mux(hsc.store, hs_data.hdr_len, hsc.hdr_len)),
                 f_w.plen.eq(hsc.plen), f_w.ce.eq(hsc.ce),
-                dh.valid.eq(f.r_rdy), f.r_en.eq(dh.ready),
+                dh.valid.eq(f.r_rdy), f.r_en.eq(f.r_rdy & dh.ready),
                 dh.payload.raw.eq(f_r.raw), dh.payload.hdr_len.eq(f_r.hdr_len),
                 dh.payload.plen.eq(f_r.plen), dh.payload.ce_to_ect0.eq(f_r.ce),
             ]
