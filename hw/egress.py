@@ -62,7 +62,9 @@ class RoundEmitter(wiring.Component):
     combine tag of the release ``rel_cur``) is read from the second cycle after the release is
     taken, so it may be a register of a function of ``rel_cur`` and ``rel_lanes`` (Out, P bits:
     the arrival ports of ``rel_cur``'s ranks below ``n``, the lanes holding its partials; an OR
-    of registers set with ``rel_cur``).
+    of registers set with ``rel_cur``). ``read_latency`` is the lanes' slot-memory read latency;
+    the result port (:class:`~netreduce.hw.lanes.LaneCombine`) adds P - 1 cycles, which the
+    payload reader's credits cover.
 
     Contract:
 
@@ -307,7 +309,10 @@ class RoundEmitter(wiring.Component):
 
         # payload path: slot beats through the combine, or zero beats (probe, CNP), to the
         # round's ports at once (a beat moves when every port of its round can take it)
-        pr = attach_payload_reader(m, self, w, pcmd_layout, pcq, pc_r, rl)
+        # the result port is LaneCombine's: the lanes' read latency plus one register per
+        # combining step (P - 1); the reader's credits must cover all of it, or it reads
+        # below a beat per cycle (rl + 2 credits over rl + P - 1 cycles: 2/3 at P = 4)
+        pr = attach_payload_reader(m, self, w, pcmd_layout, pcq, pc_r, rl + P - 1)
         pays = [getattr(self, f"dep_payload{k}") for k in range(P)]
         mask = Signal(P, name="beat_mask")
         m.d.comb += mask.eq(data.View(xl, pr.extra).mask)
