@@ -62,7 +62,9 @@ class RoundEmitter(wiring.Component):
     combine tag of the release ``rel_cur``) is read from the second cycle after the release is
     taken, so it may be a register of a function of ``rel_cur`` and ``rel_lanes`` (Out, P bits:
     the arrival ports of ``rel_cur``'s ranks below ``n``, the lanes holding its partials; an OR
-    of registers set with ``rel_cur``).
+    of registers set with ``rel_cur``). ``read_latency`` is the lanes' slot-memory read latency;
+    the result port (:class:`~netreduce.hw.lanes.LaneCombine`) adds P - 1 cycles, which the
+    payload reader's credits cover.
 
     Contract:
 
@@ -284,6 +286,8 @@ class RoundEmitter(wiring.Component):
 
         # header path: the store read is issued with the command (address from registers), its
         # entry comes back hl cycles later and joins the command in its port's header queue
+        # a credit comes back when the port's deparser takes a header (r_en is valid & ready:
+        # a ready deparser facing an empty queue returns none)
         for k in range(P):
             m.d.sync += credit[k].eq(credit[k] - (hpush & (hq_w.port == k)) + hqs[k][0].r_en)
         m.d.comb += [self.hs_en.eq(hpush & hq_w.store), self.hs_addr.eq(hq_w.addr)]
@@ -298,14 +302,17 @@ class RoundEmitter(wiring.Component):
                 f_w.raw.eq(Mux(hsc.store, hs_data.raw.as_value(), hsc.raw.as_value())),
                 f_w.hdr_len.eq(Mux(hsc.store, hs_data.hdr_len, hsc.hdr_len)),
                 f_w.plen.eq(hsc.plen), f_w.ce.eq(hsc.ce),
-                dh.valid.eq(f.r_rdy), f.r_en.eq(dh.ready),
+                dh.valid.eq(f.r_rdy), f.r_en.eq(f.r_rdy & dh.ready),
                 dh.payload.raw.eq(f_r.raw), dh.payload.hdr_len.eq(f_r.hdr_len),
                 dh.payload.plen.eq(f_r.plen), dh.payload.ce_to_ect0.eq(f_r.ce),
             ]
 
         # payload path: slot beats through the combine, or zero beats (probe, CNP), to the
         # round's ports at once (a beat moves when every port of its round can take it)
-        pr = attach_payload_reader(m, self, w, pcmd_layout, pcq, pc_r, rl)
+        # the result port is LaneCombine's: the lanes' read latency plus one register per
+        # combining step (P - 1); the reader's credits must cover all of it, or it reads
+        # below a beat per cycle (rl + 2 credits over rl + P - 1 cycles: 2/3 at P = 4)
+        pr = attach_payload_reader(m, self, w, pcmd_layout, pcq, pc_r, rl + P - 1)
         pays = [getattr(self, f"dep_payload{k}") for k in range(P)]
         mask = Signal(P, name="beat_mask")
         m.d.comb += mask.eq(data.View(xl, pr.extra).mask)

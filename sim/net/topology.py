@@ -106,9 +106,11 @@ class EngineTiming:
         bpc = min(min(r["in_beats_per_cycle_per_port"]) for r in rows)
         bases = []
         for r in rows:
-            # a contribution: a full-PMTU WRITE ONLY frame (the bench's), in beats of dw bits
-            nbytes = r["pmtu"] + CONTRIBUTION_OVERHEAD
-            beats = -(-nbytes * 8 // dw)
+            # a contribution: a full-PMTU WRITE ONLY frame (the bench's), in beats of dw bits:
+            # as the bench built it (its header_law's data_beats), else from the header sizes
+            beats = r.get("header_law", {}).get("data_beats")
+            if beats is None:
+                beats = -(-(r["pmtu"] + CONTRIBUTION_OVERHEAD) * 8 // dw)
             bases.append(r["release_latency_unloaded_cycles"]["median"] - beats)
         base = round(sum(bases) / len(bases))
         worst = max(abs(b - base) for b in bases)

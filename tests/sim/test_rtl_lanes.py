@@ -22,7 +22,7 @@ from netreduce.sim.model.kit import RingJob
 from netreduce.sim.rtl.backend import engine_top
 from netreduce.sim.rtl.fastsim import FastSim, verilator_missing
 from netreduce.sim.rtl.soak_rtl import soak_params
-from netreduce.sim.verif.scoreboard import WriteRecorder, flow_of
+from netreduce.sim.verif.scoreboard import Out, WriteRecorder, compare
 from netreduce.sw_driver.control import EngineControl
 
 from netreduce.regmap import ALL_GLOBAL_COUNTERS, JOB_COUNTERS, Op, build_regmap
@@ -106,13 +106,8 @@ def test_two_ports_loaded_at_once_lanes():
         rtl_job = [{c.name: sim.axil_read(t.base + j * t.stride + 4 * i)
                     for i, c in enumerate(JOB_COUNTERS)} for j in range(2)]
     assert not any(g.error for g in got)
-    by = {}
-    for port, f in want:
-        by.setdefault(flow_of(port, f), [[], []])[0].append(f)
-    for g in got:
-        by.setdefault(flow_of(g.port, g.frame), [[], []])[1].append(g.frame)
-    for key, (w, h) in by.items():
-        assert h == w, f"flow {key}: rtl {len(h)} frames, model {len(w)}"
+    bad = compare([Out(port, f, 0) for port, f in want], [Out(g.port, g.frame, 0) for g in got])
+    assert not bad, bad[0].describe()
     m32 = (1 << 32) - 1
     assert rtl_cnt == {n: v & m32 for n, v in eng.counters().items() if n in rtl_cnt}
     for j in range(2):

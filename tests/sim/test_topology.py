@@ -102,6 +102,10 @@ def test_engine_timing_is_read_from_the_rtl_figures(tmp_path):
     t = EngineTiming.from_json(p)
     assert (t.data_width, t.beats_per_cycle, t.latency_base) == (64, 0.5, 10)
     assert t.beats(64) == 16  # 8 beats of 8 bytes at half a beat per cycle
+    # a row with the bench's header_law: the contribution's beats as the bench built the frame
+    d["rows"][0]["header_law"] = {"data_beats": 44}
+    p.write_text(json.dumps(d))
+    assert EngineTiming.from_json(p).latency_base == 8
 
 
 def test_cli_report_carries_the_topology(tmp_path):
