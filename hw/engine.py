@@ -68,7 +68,7 @@ from amaranth.utils import ceil_log2
 
 from netreduce.regmap import RegMap, build_regmap
 
-from .agg.control import AggControl, ParserAdapter
+from .agg.control import AggControl, ParserAdapter, rocev2_record
 from .agg.slotmem import SlotMemory
 from .csr import AXI4LiteSignature, RegisterBank
 from .dispatch import Dispatcher, head_layout, icrc_delta_columns
@@ -317,6 +317,8 @@ class NetReduceEngine(wiring.Component):
         # the record's fields but its header bytes (those go to dq): what the adapter reads
         rec_fields = data.StructLayout({n: f.shape for n, f in header_record_layout()
                                         if n != "raw"})
+        # ... and the record's RoCEv2 classification, computed as it is stored
+        recq_layout = data.StructLayout({**{n: f.shape for n, f in rec_fields}, "roce": 1})
         HQ = self.header_frames
         fq, pq, dq, hsks = [], [], [], []
         for k in range(P):
@@ -358,19 +360,21 @@ class NetReduceEngine(wiring.Component):
             # frames, so a burst of one-beat frames (a rank's ACKs) waits here for the control
             # path and the dispatcher, which are a few data frames behind, instead of
             # backpressuring the port
-            q_r, qr_w, qr_r = _fifo(m, f"recq{k}", rec_fields, HQ)
+            q_r, qr_w, qr_r = _fifo(m, f"recq{k}", recq_layout, HQ)
             q_d, qd_w, qd_r = _fifo(m, f"dq{k}", dq_layout, HQ)
             rec = parser.hdr.payload
             m.d.comb += [q_r.w_en.eq(parser.hdr.valid & q_d.w_rdy),
                          q_d.w_en.eq(parser.hdr.valid & q_r.w_rdy),
                          parser.hdr.ready.eq(q_r.w_rdy & q_d.w_rdy),
                          *[qr_w[n].eq(rec[n]) for n in rec_fields.members],
+                         qr_w.roce.eq(rocev2_record(rec)),
                          qd_w.raw.eq(rec.raw), qd_w.hdr_len.eq(rec.hdr_len),
                          qd_w.has_pay.eq(rec.kind == Kind.DATA)]
             ad = ParserAdapter(ctl.hdr_layout)
             m.submodules[f"adapter{k}"] = ad
             m.d.comb += [*[ad.rec[n].eq(qr_r[n]) for n in rec_fields.members],
-                         ad.verdict.eq(parser.verdict.payload), ad.port.eq(k), ad.time.eq(0)]
+                         ad.roce.eq(qr_r.roce), ad.verdict.eq(parser.verdict.payload),
+                         ad.port.eq(k), ad.time.eq(0)]
             # the frame's control header, registered per port (the adapter's compares end
             # here, not in the port arbiter and the control path; one header per cycle)
             m.submodules[f"hdr_skid{k}"] = hsk = SkidBuffer(ctl.hdr_layout)

@@ -203,6 +203,10 @@ class LaneCombine(wiring.Component):
         datas = [r.payload.data for r in ress]
         clips = Const(0, P)   # lanes whose combining addition clipped (reduced, all stages)
         last_sat = []         # the last lane's per-32-bit clip flags, not yet reduced
+        # a middle lane's per-32-bit clip flags go into its stage register unreduced and are
+        # reduced in the next stage: the reduction after the adder's carry chain would put 9 LUT
+        # levels into the stage (4 lanes)
+        pend = None
         # lane 0 is copied when inside lmask (an ALU with ``first`` set: the beat for a defined
         # op, 0 for an undefined one), so one LUT level, not an ALU, is in front of lane 1's adder
         xt0 = data.View(self.xl, head.tag[nbb + 1:nbb + 1 + self.xl.size])
@@ -219,10 +223,12 @@ class LaneCombine(wiring.Component):
                          alu.contrib.eq(datas[k])]
             inside = xt.lmask[k]
             flags = (alu.sat & kept) & Cat(*[inside & seen] * (w // 32))
+            if pend is not None:
+                clips = clips | (pend.any() << (k - 1))
             if k == P - 1:
                 last_sat = flags
             else:
-                clips = clips | (flags.any() << k)
+                pend = flags
             acc = Mux(inside, alu.result, acc)
             seen = seen | inside
             if 1 <= k < P - 1:
@@ -230,15 +236,17 @@ class LaneCombine(wiring.Component):
                 st_acc = Signal(w, name=f"comb_acc{k}", reset_less=True)
                 st_seen = Signal(name=f"comb_seen{k}", reset_less=True)
                 st_clips = Signal(P, name=f"comb_clips{k}", reset_less=True)
+                st_pend = Signal(w // 32, name=f"comb_pend{k}", reset_less=True)
                 st_valid = Signal(name=f"comb_valid{k}")
                 st_datas = [Signal(w, name=f"comb_d{k}_{j}", reset_less=True)
                             for j in range(k + 1, P)]
                 with m.If(advance):
                     m.d.sync += [st_head.eq(head), st_acc.eq(acc), st_seen.eq(seen),
-                                 st_clips.eq(clips), st_valid.eq(valid)]
+                                 st_clips.eq(clips), st_pend.eq(pend), st_valid.eq(valid)]
                     m.d.sync += [d.eq(datas[j]) for d, j in zip(st_datas, range(k + 1, P),
                                                                   strict=True)]
                 head, acc, seen, clips, valid = st_head, st_acc, st_seen, st_clips, st_valid
+                pend = st_pend
                 datas = [None] * (k + 1) + st_datas
         # the output register: the last combining addition ends in flip-flops, not in the
         # emitter's payload select and the deparsers' payload FIFOs behind it

@@ -187,8 +187,8 @@ from .stages import CheckStage, DecideStage, LookupStage
 from .types import PSN_BITS, SEQ_BITS, Action, Disp, FrameError, HdrClass
 from .wide import differs
 
-__all__ = ["AggControl", "ParserAdapter", "HdrClass", "FrameError", "Action", "Disp", "role_layout",
-           "OP_ACK", "OP_CNP"]
+__all__ = ["AggControl", "ParserAdapter", "rocev2_record", "HdrClass", "FrameError", "Action",
+           "Disp", "role_layout", "OP_ACK", "OP_CNP"]
 
 
 def role_layout(table: Table, access: Access) -> data.StructLayout:
@@ -202,12 +202,25 @@ def role_layout(table: Table, access: Access) -> data.StructLayout:
     return data.StructLayout(out)
 
 
+def rocev2_record(rec):
+    """Whether a parser header record ``rec`` is Ethernet / IPv4 (version 4, IHL 5, not a
+    fragment) / UDP to the RoCEv2 port (model step 1, D10): the record alone decides it, so the
+    engine computes it as the record is stored and hands it to :class:`ParserAdapter` as
+    ``roce`` (the wide compares end in a register, not in front of the adapter's class)."""
+    ip = rec.ipv4
+    return ((rec.eth.ethertype == ETHERTYPE_IPV4) & (ip.version == 4) & (ip.ihl == 5)
+            & (ip.protocol == IP_PROTO_UDP) & ((ip.flags_frag & 0x3FFF) == 0)
+            & (rec.udp.dport == ROCEV2_UDP_PORT))
+
+
 class ParserAdapter(wiring.Component):
     """The :class:`AggControl` header record of a frame from the parser's outputs (combinational).
 
     Inputs: the parser's header record ``rec`` (:func:`netreduce.hw.packet.layout.
-    header_record_layout`) and final ``verdict`` of the same frame, its arrival ``port`` and
-    ``time``. Output ``hdr``: the record :class:`AggControl` takes. The model classifies by the
+    header_record_layout`), ``roce`` (:func:`rocev2_record` of that record, computed by the
+    caller where the record is stored) and final ``verdict`` of the same frame, its arrival
+    ``port`` and ``time``. Output ``hdr``: the record :class:`AggControl` takes. The model
+    classifies by the
     frame's bytes before checking it (step 1, D10): a frame too short to show the UDP destination
     port, or not IPv4/IHL 5/unfragmented/UDP 4791, is NOT_ROCE (whatever the parser's reason);
     one that is but ends before the end of the BTH is SHORT; else ROCE with the verdict's reason
@@ -219,7 +232,7 @@ class ParserAdapter(wiring.Component):
         from ..packet.layout import header_record_layout, verdict_layout
 
         super().__init__({
-            "rec": In(header_record_layout()), "verdict": In(verdict_layout()),
+            "rec": In(header_record_layout()), "roce": In(1), "verdict": In(verdict_layout()),
             "port": In(hdr_layout["port"].shape), "time": In(hdr_layout["time"].shape),
             "hdr": Out(hdr_layout),
         })
@@ -232,9 +245,7 @@ class ParserAdapter(wiring.Component):
         l3 = Mux(rec.vlan, 18, 14)
         flen = v.frame_len
         ip = rec.ipv4
-        roce = ((rec.eth.ethertype == ETHERTYPE_IPV4) & (ip.version == 4) & (ip.ihl == 5)
-                & (ip.protocol == IP_PROTO_UDP) & ((ip.flags_frag & 0x3FFF) == 0)
-                & (rec.udp.dport == ROCEV2_UDP_PORT))
+        roce = self.roce
         err_of = {Reason.TRUNCATED: FrameError.LENGTH, Reason.IP_LENGTH: FrameError.LENGTH,
                   Reason.UDP_LENGTH: FrameError.LENGTH, Reason.PADCNT: FrameError.LENGTH,
                   Reason.IP_CHECKSUM: FrameError.IP_CHECKSUM, Reason.TVER: FrameError.OPCODE,

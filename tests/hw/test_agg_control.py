@@ -771,7 +771,7 @@ def test_rejects_bad_parameters():
 def test_parser_adapter_matches_model_classification():
     """The real parser's record + verdict, through ParserAdapter, give the header records the
     model's classification implies (header_of), for good, corrupt, truncated and tagged frames."""
-    from netreduce.hw.agg.control import ParserAdapter
+    from netreduce.hw.agg.control import ParserAdapter, rocev2_record
     from netreduce.hw.packet.testing import run_parser
 
     rng = random.Random(12)
@@ -789,6 +789,9 @@ def test_parser_adapter_matches_model_classification():
     dut = AggControl(build_regmap(jobs=1, flows=2, slots=8, max_world=2))
     dut._MustUse__silence = True  # built for its header layout only
     ad = ParserAdapter(dut.hdr_layout)
+    top = Module()  # the classification computed from the record, as the engine stores it
+    top.submodules.ad = ad
+    top.d.comb += ad.roce.eq(rocev2_record(ad.rec))
     got = []
 
     async def bench(ctx):
@@ -799,7 +802,7 @@ def test_parser_adapter_matches_model_classification():
             ctx.set(ad.time, 77)
             got.append(unpack(dut.hdr_layout, ctx.get(Value.cast(ad.hdr))))
 
-    sim = Simulator(ad)
+    sim = Simulator(top)
     sim.add_testbench(bench)
     sim.run()
     checked = 0
