@@ -183,6 +183,7 @@ from .release import FreeMinTree, ReleaseQueue, ReleaseScheduler
 from .retxstage import RetxStages
 from .roles import MARK_PARTIAL
 from .sequencer import EnableSequencer
+from .sideack import SideAck, side_layout
 from .stages import CheckStage, DecideStage, LookupStage
 from .types import PSN_BITS, SEQ_BITS, Action, Disp, FrameError, HdrClass
 from .wide import differs
@@ -317,18 +318,21 @@ class AggControl(wiring.Component):
     """
 
     def __init__(self, regmap: RegMap | None = None, *, time_bits: int = 48, rel_depth: int = 16,
-                 free_levels: int = 2, roles: bool = False):
+                 free_levels: int = 2, roles: bool = False, pairs: bool = False):
         self.roles = bool(roles)
+        self.pairs = bool(pairs)
         rm = regmap if regmap is not None else build_regmap()
         p = rm.params
         self.map = rm
         self.ports, self.jobs, self.flows = p["ports"], p["jobs"], p["flows"]
         self.slots, self.pmtu_max, self.max_world = p["slots"], p["pmtu_max"], p["max_world"]
         self.data_width = p["data_width"]
-        if time_bits < 33 or rel_depth < 4 or free_levels < 1:
+        if time_bits < 33 or rel_depth < 4 or free_levels < 1 or (pairs and roles):
             self._MustUse__silence = True  # rejected: no "created but never used" warning
         if time_bits < 33:
             raise ValueError(f"time_bits = {time_bits} must exceed the 32-bit CNP interval")
+        if pairs and roles:
+            raise ValueError("pairs = True with roles = True: the side lane has no flow roles")
         if rel_depth < 4 or free_levels < 1:
             raise ValueError(f"rel_depth = {rel_depth} (>= 4), free_levels = {free_levels} (>= 1)")
         self.time_bits, self.rel_depth, self.free_levels = time_bits, rel_depth, free_levels
@@ -349,14 +353,18 @@ class AggControl(wiring.Component):
         levels = ceil_log2(self.max_world)
         self.free_latency = 3 + max(0, (levels - 1) // free_levels)
 
-        self.hdr_layout = data.StructLayout({
+        hdr_fields = {
             "cls": HdrClass, "err": FrameError, "src_ip": 32, "dqpn": 24, "opcode": 8,
             "psn": PSN_BITS, "ecn": 2, "syndrome": 8, "plen": self.plen_bits, "mark": 2,
             "port": self.port_bits, "time": time_bits,
-        })
+        }
+        if self.pairs:  # a second ACK/NAK decided in the same cycle (.sideack)
+            self.side_layout = side_layout(self)
+            hdr_fields["side"] = self.side_layout
+        self.hdr_layout = data.StructLayout(hdr_fields)
         # the header as the pipeline carries it after the key compare (from the input register)
         self.hdr_pipe_layout = data.StructLayout(
-            {f: sh.shape for f, sh in self.hdr_layout if f not in ("src_ip", "dqpn")})
+            {f: sh.shape for f, sh in self.hdr_layout if f not in ("src_ip", "dqpn", "side")})
         self.dec_layout = data.StructLayout({
             "action": Action, "disp": self.disp_bits, "job": self.job_bits,
             "rank": self.rank_bits, "entry": self.entry_bits, "slot": self.slot_bits,
@@ -408,6 +416,9 @@ class AggControl(wiring.Component):
             "job_cnt_inc": Out(data.ArrayLayout(self.job_inc_layout, self.jobs)),
             "cnt_inc": Out(self.cnt_inc_layout),
             "busy": Out(1),  # the enable sequencer is working (tests wait for it)
+            # the side record's decision, with ``dec`` (valid and taken with it)
+            **({"dec2": Out(data.StructLayout({"v": 1, "d": self.dec_layout}))}
+               if self.pairs else {}),
         })
 
     # RAM read forwarding into the decision stage ("slot", "cnp", "acked"); test subclasses turn
@@ -420,7 +431,8 @@ class AggControl(wiring.Component):
         J, F, WD = self.jobs, self.flows, self.max_world
         TB = self.time_bits
 
-        m.submodules.ft = ft = FlowTable(F, jobs=J, max_world=WD)
+        m.submodules.ft = ft = FlowTable(F, jobs=J, max_world=WD,
+                                         lookups=2 if self.pairs else 1)
 
         # ============================================================ job state (flops)
         m.submodules.jobs = st = JobState(self)
@@ -457,11 +469,22 @@ class AggControl(wiring.Component):
         # ============================================================ pipeline registers
         # registered block boundaries: neither stream's ready reaches the other combinationally
         m.submodules.hdr_skid = hdr_skid = SkidBuffer(self.hdr_layout)
-        m.submodules.dec_skid = dec_skid = SkidBuffer(self.dec_layout)
         wiring.connect(m, wiring.flipped(self.hdr), hdr_skid.i)
-        wiring.connect(m, dec_skid.o, wiring.flipped(self.dec))
         hdr = hdr_skid.o
-        wiring.connect(m, rx.o, dec_skid.i)
+        if self.pairs:
+            # the side decision leaves with the main one: one skid buffer for both
+            out_l = data.StructLayout({"d": self.dec_layout, "d2": self.dec2.shape()})
+            m.submodules.dec_skid = dec_skid = SkidBuffer(out_l)
+            m.d.comb += [self.dec.valid.eq(dec_skid.o.valid),
+                         self.dec.payload.eq(dec_skid.o.payload.d),
+                         self.dec2.eq(dec_skid.o.payload.d2),
+                         dec_skid.o.ready.eq(self.dec.ready),
+                         dec_skid.i.valid.eq(rx.o.valid), dec_skid.i.payload.d.eq(rx.o.payload),
+                         rx.o.ready.eq(dec_skid.i.ready)]
+        else:
+            m.submodules.dec_skid = dec_skid = SkidBuffer(self.dec_layout)
+            wiring.connect(m, dec_skid.o, wiring.flipped(self.dec))
+            wiring.connect(m, rx.o, dec_skid.i)
         advance = Signal()
         block5 = Signal()
         # stages 1..S: the flow lookup (the key is compared from the input register, stage 0;
@@ -482,6 +505,17 @@ class AggControl(wiring.Component):
             m.d.sync += [vs[i].eq(vs[i - 1]) for i in range(1, S + 2)]
             m.d.sync += [hs[i].eq(hs[i - 1]) for i in range(1, S + 2)]
         pipe_empty = ~(Cat(*vs).any() | rx.busy)
+        if self.pairs:
+            # the side records through the lookup stages (valid only with a main record)
+            vss = [Signal(name=f"v{i}s") for i in range(1, S + 1)]
+            hss = [Signal(self.side_layout, name=f"h{i}s") for i in range(1, S + 1)]
+            with m.If(advance):
+                m.d.sync += [vss[0].eq(hdr.valid & hdr.ready & hdr.payload.side.v),
+                             hss[0].eq(hdr.payload.side)]
+                m.d.sync += [vss[i].eq(vss[i - 1]) for i in range(1, S)]
+                m.d.sync += [hss[i].eq(hss[i - 1]) for i in range(1, S)]
+            m.d.comb += [ft.lk2_ip.eq(hdr.payload.side.src_ip),
+                         ft.lk2_qpn.eq(hdr.payload.side.dqpn)]
 
         # the flow table compares the key of the header being accepted (a flip-flop output of the
         # input skid buffer; a header not taken is compared too, and its result ignored)
@@ -492,6 +526,8 @@ class AggControl(wiring.Component):
         m.submodules.lookup = lk = LookupStage(self, ft.data_layout)
         m.submodules.check = ck = CheckStage(self)
         m.submodules.decide = dst = DecideStage(self)
+        if self.pairs:
+            m.submodules.side = sd = SideAck(self, ft.data_layout)
         p5 = ck.o
         e5, j5, r5, k5, slot5, rq5, st5, pre5 = (p5[n] for n in ("e", "j", "r", "k", "slot",
                                                                  "rq", "st", "pre"))
@@ -570,9 +606,57 @@ class AggControl(wiring.Component):
                      seq.w.eq(st.w)]
         self._state_updates(m, st, dst, ck, sch, rx, seq)
         self._counters(m, st, dst, ck, sch, rx, ft)
+        if self.pairs:
+            self._side(m, st, sd, lk, ck, dst, rx, ft, vss[S - 1], hss[S - 1], advance, relq,
+                       dec_skid)
         return m
 
     # ------------------------------------------------------------------ wiring
+    def _side(self, m, st, sd, lk, ck, dst, rx, ft, v3s, h3s, advance, relq, dec_skid):
+        """The side lane (:class:`~.sideack.SideAck`, pairs): its inputs, the main lane's
+        relations to it, its commit into the job state, counters, release sequence numbers
+        and its own free_j tree, its decision into the output skid buffer."""
+        J = self.jobs
+        p5 = ck.o
+        m.d.comb += [sd.advance.eq(advance), sd.adv_out.eq(rx.adv), sd.v3.eq(v3s),
+                     sd.h3.eq(h3s), sd.hit.eq(ft.lk2_hit), sd.entry.eq(ft.lk2_entry),
+                     sd.fd.eq(ft.lk2_data),
+                     sd.j4m.eq(lk.o.j), sd.r4m.eq(lk.o.r), sd.j5m.eq(p5.j), sd.r5m.eq(p5.r),
+                     sd.m_take.eq(dst.advance & dst.registered & dst.ack_take),
+                     sd.m_rel.eq(dst.advance & dst.registered & dst.release_now),
+                     sd.cand5m.eq(ck.cand), sd.maw_en.eq(dst.aw_en),
+                     sd.maw_data.eq(dst.aw_data)]
+        _feed(m, sd, st, ("enabled", "acked", "rel", "op"))
+        # the main lane's relations to the side frames ahead
+        m.d.comb += [lk.j4s.eq(sd.j4), lk.r4s.eq(sd.r4), lk.j5s.eq(sd.j5), lk.r5s.eq(sd.r5),
+                     ck.sz_flow_s.eq(lk.sz_flow_s), ck.aw2_en.eq(sd.aw_en),
+                     ck.aw2_data.eq(sd.aw_data), ck.cand5s.eq(sd.cand5),
+                     dst.sa_flow4s.eq(lk.sa_flow_s), dst.s_take.eq(sd.take),
+                     dst.aw2_en.eq(sd.aw_en), dst.aw2_data.eq(sd.aw_data),
+                     dst.xblock.eq(sd.reg_oh)]
+        # its commit
+        m.d.comb += [st.cj2.eq(sd.cj), st.take2.eq(sd.take), st.rank2.eq(sd.r),
+                     st.cand2.eq(sd.cand), relq.commit2.eq(sd.commit),
+                     dec_skid.i.payload.d2.v.eq(sd.o_valid), dec_skid.i.payload.d2.d.eq(sd.o)]
+        cnt = m.submodules.counters
+        m.d.comb += [cnt.commit2.eq(sd.commit), cnt.cj2.eq(sd.cj), cnt.disp2.eq(sd.disp),
+                     cnt.stale2.eq(sd.stale), cnt.ack_e2.eq(sd.take), cnt.entry2.eq(sd.e),
+                     cnt.cand2.eq(sd.cand)]
+        # free_j after a side ACK/NAK that moved acked_f: a second tree, unless the main frame
+        # of the pair started one for the same job (its snapshot, a cycle later, has both)
+        m.submodules.freemin2 = fm2 = FreeMinTree(self)
+        f_valid, f_job = Signal(name="f2_in_valid"), Signal(self.job_bits, name="f2_in_job")
+        main_take = dst.advance & dst.registered & dst.ack_take
+        m.d.sync += [f_valid.eq(sd.take & ~(main_take & (p5.j == sd.j5))), f_job.eq(sd.j5)]
+        m.d.comb += [fm2.i_valid.eq(f_valid), fm2.i_job.eq(f_job),
+                     fm2.free.eq(Array(st.free[j] for j in range(J))[f_job]),
+                     fm2.n.eq(Array(st.n[j] for j in range(J))[f_job])]
+        m.d.comb += [fm2.acked[r].eq(Array(st.acked[j][r] for j in range(J))[f_job])
+                     for r in range(self.max_world)]
+        m.d.comb += [st.f2_valid.eq(fm2.o_valid), st.f2_job.eq(fm2.o_job),
+                     st.f2_free.eq(fm2.o_free), lk.f2_valid.eq(fm2.o_valid),
+                     lk.f2_job.eq(fm2.o_job), lk.f2_free.eq(fm2.o_free)]
+
     def _release(self, m, st, sch, relq, dst, ck, s_rd2, h5):
         """The release scheduler's inputs and the release commands into the release queue."""
         p5, up_now = ck.o, dst.up_now

@@ -28,6 +28,10 @@ class CtlCounters(wiring.Component):
     ``bind_entry`` (an entry bound: its copy restarts at 0) and ``live``, and the per-job state
     (``enabled``, ``error``, ``free``, ``rel``, ``busy``, ``n``, ``leaf``, ``upptr``).
 
+    With pairs (:mod:`.sideack`), the side lane's strobes of the cycle: ``commit2``, ``cj2``,
+    ``disp2``, ``stale2`` and ``ack_e2`` with ``entry2`` / ``cand2``; a side frame counts with
+    the main frame of its cycle (its dispositions are FWD_ACK, FWD_NAK and FWD_UNREGISTERED).
+
     Outputs (as :class:`~.control.AggControl` documents them): ``job_status``, ``flow_status``
     (combinational from the state registers), ``job_set``, ``job_cnt_inc`` and ``cnt_inc``.
 
@@ -60,6 +64,9 @@ class CtlCounters(wiring.Component):
             "job_set": Out(data.ArrayLayout(c.job_set_layout, J)),
             "job_cnt_inc": Out(data.ArrayLayout(c.job_inc_layout, J)),
             "cnt_inc": Out(c.cnt_inc_layout),
+            **({"commit2": In(1), "cj2": In(J), "disp2": In(c.disp_bits), "stale2": In(1),
+                "ack_e2": In(1), "entry2": In(c.entry_bits), "cand2": In(PSN_BITS)}
+               if c.pairs else {}),
         })
 
     def elaborate(self, platform):
@@ -84,6 +91,9 @@ class CtlCounters(wiring.Component):
             acked_e = Signal(PSN_BITS, name=f"acked_e{e}")
             with m.If(self.ack_e & (self.entry == e)):
                 m.d.sync += acked_e.eq(self.cand)
+            if c.pairs:  # (never the main frame's entry)
+                with m.If(self.ack_e2 & (self.entry2 == e)):
+                    m.d.sync += acked_e.eq(self.cand2)
             with m.If(bind_q & (bind_entry_q == e)):
                 m.d.sync += acked_e.eq(0)
             bound = self.live[e]
@@ -108,6 +118,9 @@ class CtlCounters(wiring.Component):
         sch_rel_q, sch_up_q = q(self.sch_rel_job, "sch_rel_job"), q(self.sch_up_job,
                                                                     "sch_up_job")
         freed_q = q(self.freed, "freed")
+        if c.pairs:
+            cj2_q, disp2_q = q(self.cj2, "cj2"), q(self.disp2, "disp2")
+            stale2_q, commit2_q = q(self.stale2, "stale2"), q(self.commit2, "commit2")
         for j in range(J):
             m.d.sync += self.job_set[j].status.mismatch.eq(cj_q[j] & mismatch_q)
 
@@ -116,11 +129,18 @@ class CtlCounters(wiring.Component):
         for j in range(J):
             inc = self.job_cnt_inc[j]
             dj = cj_q[j]
+            side = {Disp.FWD_ACK, Disp.FWD_NAK}
             for d in job_disp:
-                m.d.sync += inc[disp_names[d.value]].eq(dj & (disp_q == d.value))
+                v = dj & (disp_q == d.value)
+                if c.pairs and d in side:
+                    v = v + (cj2_q[j] & (disp2_q == d.value))
+                m.d.sync += inc[disp_names[d.value]].eq(v)
+            stale = dj & ack_stale_q
+            if c.pairs:
+                stale = stale + (cj2_q[j] & stale2_q)
             m.d.sync += [
                 inc.rx_data.eq(dj & rx_data_q),
-                inc.ack_stale.eq(dj & ack_stale_q),
+                inc.ack_stale.eq(stale),
                 inc.cnp_sent.eq(dj & cnp_send_q),
                 inc.cnp_suppressed.eq(dj & cnp_supp_q),
                 inc.released.eq((dj & release_q) + sch_rel_q[j]),
@@ -134,9 +154,13 @@ class CtlCounters(wiring.Component):
                 inc.fast_retx_probes.eq(cj7_q[j] & solicit_q),
             ]
         g = self.cnt_inc
+        rx, unreg = commit_q, commit_q & (disp_q == Disp.FWD_UNREGISTERED)
+        if c.pairs:
+            rx = rx + commit2_q
+            unreg = unreg + (commit2_q & (disp2_q == Disp.FWD_UNREGISTERED))
         m.d.sync += [
-            g.rx_frames.eq(commit_q),
+            g.rx_frames.eq(rx),
             g.fwd_not_roce.eq(commit_q & (disp_q == Disp.FWD_NOT_ROCE)),
-            g.fwd_unregistered.eq(commit_q & (disp_q == Disp.FWD_UNREGISTERED)),
+            g.fwd_unregistered.eq(unreg),
         ]
         return m

@@ -94,7 +94,8 @@ class FlowTable(wiring.Component):
     Parameters: ``flows`` (entries, >= 1), ``jobs``, ``max_world`` (for field widths).
     """
 
-    def __init__(self, flows: int = 256, *, jobs: int = 8, max_world: int = 64):
+    def __init__(self, flows: int = 256, *, jobs: int = 8, max_world: int = 64,
+                 lookups: int = 1):
         for name, v in (("flows", flows), ("jobs", jobs), ("max_world", max_world)):
             if not isinstance(v, int) or v < 1:
                 self._MustUse__silence = True  # rejected: no "created but never used" warning
@@ -106,7 +107,12 @@ class FlowTable(wiring.Component):
         self.enc_stages = tree_stages(flows)
         self.lk_latency = 2 + self.enc_stages
         self.chk_latency = 2 + self.enc_stages
+        self.lookups = lookups
+        lk2 = {"lk2_ip": In(32), "lk2_qpn": In(24), "lk2_hit": Out(1),
+               "lk2_entry": Out(self.entry_bits), "lk2_data": Out(self.data_layout)} \
+            if lookups == 2 else {}
         super().__init__({
+            **lk2,
             "lk_en": In(1),
             "lk_ip": In(32),
             "lk_qpn": In(24),
@@ -199,53 +205,68 @@ class FlowTable(wiring.Component):
         # ---- lookup: chunk compares (with the live flags of the cycle), one-hot match, encoder
         # stages merging FAN candidates (hit, entry) each; the last one addresses the RAM
         en = self.lk_en
-        key = Signal(KEY_BITS)
-        m.d.comb += key.eq(Cat(self.lk_qpn, self.lk_ip))
-        lf_eq = chunk_eq(fwd, key, en)
-        lr_eq = chunk_eq(rev, key, en)
-        live_d, rev_d = Signal(F), Signal()
+        live_d = Signal(F)
         with m.If(en):
-            m.d.sync += [live_d.eq(live), rev_d.eq(self.lk_rev)]
-        onehot = Signal(F)
-        with m.If(en):
-            m.d.sync += onehot.eq(Cat(
-                live_d[e] & Mux(rev_d, lr_eq[e].all(), lf_eq[e].all()) for e in range(F)))
-        # candidates: (hit, entry bits below the group); keys are unique among live entries, so
-        # at most one candidate hits and the entry is the OR of the candidates' entries
-        cands = [(onehot[e], Const(0, 0)) for e in range(F)]
-        sub = 0  # entry bits resolved inside a candidate
-        for stage in range(self.enc_stages):
-            last = stage == self.enc_stages - 1
-            gbits = max(1, ceil_log2(min(FAN, len(cands)))) if len(cands) > 1 else 0
-            nxt = []
-            for g in range(0, len(cands), FAN):
-                grp = cands[g:g + FAN]
-                hit = Cat(*(c[0] for c in grp)).any()
-                parts = []  # no zero-width terms: they become `wire [-1:0]` in the Verilog
-                if sub:
-                    low = grp[0][1]
-                    for c in grp[1:]:
-                        low = low | c[1]
-                    parts.append(low)
-                if gbits:
-                    parts.append(Cat(*(Cat(*(c[0] for i, c in enumerate(grp) if i >> b & 1)).any()
-                                       if len(grp) > 1 << b else Const(0, 1)
-                                       for b in range(gbits))))
-                ent = Cat(*parts)[:self.entry_bits] if parts else Const(0, 1)
-                if last:
-                    nxt.append((hit, ent))
-                else:
-                    r_hit, r_ent = Signal(name=f"enc{stage}_hit{g // FAN}"), \
-                        Signal(len(ent), name=f"enc{stage}_ent{g // FAN}")
-                    with m.If(en):
-                        m.d.sync += [r_hit.eq(hit), r_ent.eq(ent)]
-                    nxt.append((r_hit, r_ent))
-            cands, sub = nxt, sub + gbits
-        assert len(cands) == 1
-        idx = Signal(self.entry_bits)
-        m.d.comb += idx.eq(cands[0][1])
-        m.d.comb += [rd.en.eq(en), rd.addr.eq(idx)]
-        with m.If(en):
-            m.d.sync += [self.lk_hit.eq(cands[0][0]), self.lk_entry.eq(idx)]
-        m.d.comb += self.lk_data.eq(rd.data)
+            m.d.sync += live_d.eq(live)
+
+        def lookup(sfx, ip, qpn, is_rev, rd, o_hit, o_entry, o_data):
+            key = Signal(KEY_BITS, name=f"key{sfx}")
+            m.d.comb += key.eq(Cat(qpn, ip))
+            lr_eq = chunk_eq(rev, key, en)
+            if is_rev is None:  # the second port: reverse keys only
+                onehot_in = [lr_eq[e].all() for e in range(F)]
+            else:
+                lf_eq = chunk_eq(fwd, key, en)
+                rev_d = Signal(name="rev_d")
+                with m.If(en):
+                    m.d.sync += rev_d.eq(is_rev)
+                onehot_in = [Mux(rev_d, lr_eq[e].all(), lf_eq[e].all()) for e in range(F)]
+            onehot = Signal(F, name=f"onehot{sfx}")
+            with m.If(en):
+                m.d.sync += onehot.eq(Cat(live_d[e] & onehot_in[e] for e in range(F)))
+            # candidates: (hit, entry bits below the group); keys are unique among live entries,
+            # so at most one candidate hits and the entry is the OR of the candidates' entries
+            cands = [(onehot[e], Const(0, 0)) for e in range(F)]
+            sub = 0  # entry bits resolved inside a candidate
+            for stage in range(self.enc_stages):
+                last = stage == self.enc_stages - 1
+                gbits = max(1, ceil_log2(min(FAN, len(cands)))) if len(cands) > 1 else 0
+                nxt = []
+                for g in range(0, len(cands), FAN):
+                    grp = cands[g:g + FAN]
+                    hit = Cat(*(c[0] for c in grp)).any()
+                    parts = []  # no zero-width terms: they become `wire [-1:0]` in the Verilog
+                    if sub:
+                        low = grp[0][1]
+                        for c in grp[1:]:
+                            low = low | c[1]
+                        parts.append(low)
+                    if gbits:
+                        parts.append(Cat(*(Cat(*(c[0] for i, c in enumerate(grp)
+                                                 if i >> b & 1)).any()
+                                           if len(grp) > 1 << b else Const(0, 1)
+                                           for b in range(gbits))))
+                    ent = Cat(*parts)[:self.entry_bits] if parts else Const(0, 1)
+                    if last:
+                        nxt.append((hit, ent))
+                    else:
+                        r_hit = Signal(name=f"enc{sfx}{stage}_hit{g // FAN}")
+                        r_ent = Signal(len(ent), name=f"enc{sfx}{stage}_ent{g // FAN}")
+                        with m.If(en):
+                            m.d.sync += [r_hit.eq(hit), r_ent.eq(ent)]
+                        nxt.append((r_hit, r_ent))
+                cands, sub = nxt, sub + gbits
+            assert len(cands) == 1
+            idx = Signal(self.entry_bits, name=f"idx{sfx}")
+            m.d.comb += idx.eq(cands[0][1])
+            m.d.comb += [rd.en.eq(en), rd.addr.eq(idx)]
+            with m.If(en):
+                m.d.sync += [o_hit.eq(cands[0][0]), o_entry.eq(idx)]
+            m.d.comb += o_data.eq(rd.data)
+
+        lookup("", self.lk_ip, self.lk_qpn, self.lk_rev, rd, self.lk_hit, self.lk_entry,
+               self.lk_data)
+        if self.lookups == 2:
+            lookup("2", self.lk2_ip, self.lk2_qpn, None, mem.read_port(), self.lk2_hit,
+                   self.lk2_entry, self.lk2_data)
         return m

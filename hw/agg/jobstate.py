@@ -79,6 +79,11 @@ class JobState(wiring.Component):
     ``roles_*``, ``disable``, ``set_err`` with ``err``, ``reset``: the dynamic state restarts
     from 0).
 
+    With pairs (:mod:`.sideack`): the side lane's commit (``cj2``: one-hot job of a registered
+    side frame, ``take2``: acked_f of ``rank2`` becomes ``cand2``) and the free_j result of its
+    tree (``f2_valid``, ``f2_job``, ``f2_free``; never the job of the first tree's result in the
+    same cycle: each job starts at most one free_j computation a cycle).
+
     Contract: latency: every update is registered once (state visible the cycle after its
     strobe); throughput: one set of strobes per cycle (a job's ``cj`` and scheduler steps never
     coincide: its decisions wait for its chain); no backpressure; errors: none (the strobes
@@ -98,6 +103,9 @@ class JobState(wiring.Component):
             "sch_job": In(c.job_bits), "f_valid": In(1), "f_job": In(c.job_bits),
             "f_free": In(PSN_BITS), "rtx_wr": In(1), "rtx_job": In(c.job_bits),
             "rtx_rank": In(c.rank_bits),
+            **({"cj2": In(J), "take2": In(1), "rank2": In(c.rank_bits), "cand2": In(PSN_BITS),
+                "f2_valid": In(1), "f2_job": In(c.job_bits), "f2_free": In(PSN_BITS)}
+               if c.pairs else {}),
             # the enable sequencer
             "seq_job": In(c.job_bits), "load": In(1), "enable": In(1), "disable": In(1),
             "set_err": In(1), "err": In(8), "reset": In(1),
@@ -170,10 +178,24 @@ class JobState(wiring.Component):
                 jr.masks(full_j, jr.leaf[j], jr.up[j], jr.down[j]), strict=True)]
 
         # a free_j result: the indices it frees
-        step = Signal(c.w_bits)
-        m.d.comb += step.eq(self.f_free - free[self.f_job])
-        m.d.comb += [self.freed[j].eq(Mux(self.f_valid & (self.f_job == j), step, 0))
-                     for j in range(J)]
+        def result(j):
+            """(applying, new free_j) of job j's free_j result this cycle, if any."""
+            a1 = self.f_valid & (self.f_job == j)
+            if not c.pairs:
+                return a1, self.f_free
+            a2 = self.f2_valid & (self.f2_job == j)
+            return a1 | a2, Mux(a1, self.f_free, self.f2_free)
+        if c.pairs:
+            steps = []
+            for j in range(J):
+                st_j = Signal(c.w_bits, name=f"free_step{j}")
+                m.d.comb += st_j.eq(result(j)[1] - free[j])
+                steps.append(st_j)
+        else:
+            step = Signal(c.w_bits)
+            m.d.comb += step.eq(self.f_free - free[self.f_job])
+            steps = [step] * J
+        m.d.comb += [self.freed[j].eq(Mux(result(j)[0], steps[j], 0)) for j in range(J)]
         m.d.sync += self.moved.eq(self.sch_rel_job | self.sch_up_job)
 
         sq = self.seq_job
@@ -199,19 +221,24 @@ class JobState(wiring.Component):
                 m.d.sync += chain_busy[j].eq(0)
             with m.If(dj & self.ack_take):
                 m.d.sync += acked[j][self.rank].eq(self.cand)
-            applying = self.f_valid & (self.f_job == j)
+            taken = dj & self.ack_take
+            if c.pairs:  # the side frame's flow is never the main frame's
+                with m.If(self.cj2[j] & self.take2):
+                    m.d.sync += acked[j][self.rank2].eq(self.cand2)
+                taken = taken | (self.cj2[j] & self.take2)
+            applying, new_free = result(j)
             with m.If(applying):
-                m.d.sync += free[j].eq(self.f_free)
+                m.d.sync += free[j].eq(new_free)
             # free_j computations in flight: + 1 the cycle after an ACK/NAK's strobe (fb_pend),
             # - 1 at its result (free_latency >= 3 cycles after the strobe: free_busy >= 1 then)
-            m.d.sync += fb_pend[j].eq(dj & self.ack_take)
+            m.d.sync += fb_pend[j].eq(taken)
             fb_next = (free_busy[j] + fb_pend[j] - applying)[:4]
             # (fb_next != 0 without the adder: a result applied implies free_busy >= 1)
             fb_nz_next = fb_pend[j] | (fb_nz[j] & ~((free_busy[j] == 1) & applying))
             m.d.sync += [free_busy[j].eq(fb_next), fb_nz[j].eq(fb_nz_next),
                          fb_wait[j].eq(fb_nz_next | applying)]
             m.d.sync += busy_slots[j].eq(busy_slots[j] + (dj & self.first)
-                                         - Mux(applying, step, 0))
+                                         - Mux(applying, steps[j], 0))
             with m.If(dj & self.cnp_send):
                 m.d.sync += cnp_seen[j].eq(cnp_seen[j] | self.onehot)
             with m.If(self.rtx_wr & (self.rtx_job == j)):

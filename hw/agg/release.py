@@ -217,9 +217,10 @@ class ReleaseQueue(wiring.Component):
     the commands' sequence numbers.
 
     Inputs: ``commit`` (the decision stage commits a frame: the count of decisions output so
-    far grows), ``dec_push`` with ``dec_cmd`` (the decision stage's release command; ``seq``
-    ignored), ``sch_push`` with ``sch_cmd`` and ``sch_sel`` (the release scheduler is in its
-    push state: its command is the one taken). Outputs: ``o`` (the commands, in push order),
+    far grows; ``commit2``: and a side frame, pairs), ``dec_push`` with ``dec_cmd`` (the
+    decision stage's release command; ``seq`` ignored), ``sch_push`` with ``sch_cmd`` and
+    ``sch_sel`` (the release scheduler is in its push state: its command is the one taken).
+    Outputs: ``o`` (the commands, in push order),
     ``room`` (a register: the FIFO takes one more command besides the one in its input register,
     from its level a cycle ago: the level grows by at most one a cycle).
 
@@ -236,7 +237,8 @@ class ReleaseQueue(wiring.Component):
     def __init__(self, ctl):
         c = self._ctl = ctl
         super().__init__({
-            "commit": In(1), "dec_push": In(1), "dec_cmd": In(c.rel_layout), "sch_push": In(1),
+            "commit": In(1), "commit2": In(1), "dec_push": In(1), "dec_cmd": In(c.rel_layout),
+            "sch_push": In(1),
             "sch_cmd": In(c.rel_layout), "sch_sel": In(1),
             "o": Out(stream.Signature(c.rel_layout)), "room": Out(1),
         })
@@ -249,8 +251,8 @@ class ReleaseQueue(wiring.Component):
         m.d.comb += [self.o.valid.eq(relq.r_rdy), self.o.payload.eq(relq.r_data),
                      relq.r_en.eq(self.o.ready)]
         n_commit = Signal(SEQ_BITS)
-        with m.If(self.commit):
-            m.d.sync += n_commit.eq(n_commit + 1)
+        # (a side frame, pairs: never releases; it commits with a main frame)
+        m.d.sync += n_commit.eq(n_commit + self.commit + self.commit2)
         dec_cmd, sch_cmd = Signal(c.rel_layout), Signal(c.rel_layout)
         m.d.comb += [dec_cmd.eq(self.dec_cmd), dec_cmd.seq.eq(n_commit + 1),
                      sch_cmd.eq(self.sch_cmd), sch_cmd.seq.eq(n_commit)]

@@ -34,14 +34,18 @@ def stage_layout(ctl) -> data.StructLayout:
                               "rq": 24, "st": PSN_BITS, "pre": pre_layout(ctl)})
 
 
-def variants_layout() -> data.StructLayout:
+def variants_layout(pairs: bool = False) -> data.StructLayout:
     """The job and flow checks as the decision directly in front leaves them: ``released`` /
     ``keq_rel`` with rel_j + 1, ``up_lt`` / ``keq_up`` with upptr + 1 (same job); ``nz_a`` and
     ``le_*`` for an ACK behind an ACK of its flow (acked_f = that one's cand; ``_0p``: acked_f
     as read, pointer + 1; ``_a0`` / ``_ap``: acked_f moved, pointer as read / + 1); ``supp_a``
-    (a CNP sent by it to the flow)."""
-    return data.StructLayout({"released": 1, "keq_rel": 1, "up_lt": 1, "keq_up": 1, "nz_a": 1,
-                              "le_0p": 1, "le_a0": 1, "le_ap": 1, "supp_a": 1})
+    (a CNP sent by it to the flow); with ``pairs``, ``nz_b`` / ``le_b0`` / ``le_bp`` for an ACK
+    behind a side ACK of its flow (acked_f = that one's cand, pointer as read / + 1)."""
+    fields = {"released": 1, "keq_rel": 1, "up_lt": 1, "keq_up": 1, "nz_a": 1, "le_0p": 1,
+              "le_a0": 1, "le_ap": 1, "supp_a": 1}
+    if pairs:
+        fields.update({"nz_b": 1, "le_b0": 1, "le_bp": 1})
+    return data.StructLayout(fields)
 
 
 def rmw_read(m, rd_data, same, advance, last_wr, name, forward=True):
@@ -124,6 +128,10 @@ class LookupStage(wiring.Component):
     ``w``, the roles, ``full`` / ``cmask``, ``acked``, ``cnp_seen``, ``free`` (and the
     result applied to it).
 
+    With pairs (:mod:`.sideack`): ``sa_flow_s`` / ``sz_flow_s``, the frame's flow against the
+    side frames directly ahead / two ahead (``j4s`` / ``r4s``, ``j5s`` / ``r5s``); the free_j
+    result of the side lane's tree (``f2_*``) like the first one's.
+
     Contract: latency 1 (``o``, ``sa_*``, ``sz_*``, ``onehot``, ``acked_rk``, ``seen_rk``,
     ``w4``, ``km1`` are registers loaded when ``advance``, ``free4`` a select of registers; the
     read addresses are combinational); throughput one frame per cycle; backpressure: holds
@@ -146,6 +154,10 @@ class LookupStage(wiring.Component):
             "onehot45": Out(c.max_world), "acked_rk": Out(data.ArrayLayout(PSN_BITS, c.jobs)),
             "seen_rk": Out(c.jobs), "free4": Out(PSN_BITS), "w4": Out(c.w_bits),
             "km1": Out(PSN_BITS),
+            **({"j4s": In(c.job_bits), "r4s": In(c.rank_bits), "j5s": In(c.job_bits),
+                "r5s": In(c.rank_bits), "sa_flow_s": Out(1), "sz_flow_s": Out(1),
+                "f2_valid": In(1), "f2_job": In(c.job_bits), "f2_free": In(PSN_BITS)}
+               if c.pairs else {}),
         })
 
     def elaborate(self, platform):
@@ -180,7 +192,10 @@ class LookupStage(wiring.Component):
         def free_nx(j):
             # free_j of job ``j`` in the next cycle: the free-tree result being applied, if
             # it is that job's (the reset at an enable comes with the pipeline empty)
-            return Mux(self.f_valid & (self.f_job == j), self.f_free, _per_job(self.free, J)[j])
+            cur = _per_job(self.free, J)[j]
+            if c.pairs:
+                cur = Mux(self.f2_valid & (self.f2_job == j), self.f2_free, cur)
+            return Mux(self.f_valid & (self.f_job == j), self.f_free, cur)
         with m.If(advance):
             m.d.sync += [p4["hit"].eq(self.hit), p4["e"].eq(self.entry), p4["j"].eq(fd.job),
                          p4["r"].eq(fd.rank), p4["k"].eq(k3), p4["slot"].eq(slot3),
@@ -190,6 +205,9 @@ class LookupStage(wiring.Component):
                          sz_slot.eq(slot3 == self.slot5),
                          sz_flow.eq(flow3 == Cat(self.r5, self.j5)),
                          o4.eq(o3), o45.eq(o3 | o4)]
+            if c.pairs:
+                m.d.sync += [self.sa_flow_s.eq(flow3 == Cat(self.r4s, self.j4s)),
+                             self.sz_flow_s.eq(flow3 == Cat(self.r5s, self.j5s))]
             m.d.sync += [acked_rk[j].eq(Array(self.acked[j][r] for r in range(WD))[fd.rank])
                          for j in range(J)]
             m.d.sync += [seen_rk[j].eq(Array(self.cnp_seen[j][r] for r in range(WD))[fd.rank])
@@ -214,7 +232,7 @@ def _check_outputs(ctl) -> dict:
     c = ctl
     return {"o": stage_layout(c), "onehot": c.max_world, "sf_b": slot_flags_layout(),
             "sf_f": slot_flags_layout(), "sf_c": slot_flags_layout(), "jf": job_flags_layout(),
-            "jv": variants_layout(), "slot_w": c.slot_layout, "acked": PSN_BITS,
+            "jv": variants_layout(c.pairs), "slot_w": c.slot_layout, "acked": PSN_BITS,
             "cand": PSN_BITS, "sa_flow5": 1, "upsel": 1, "upsel4": 1, "rh": 1,
             "en": 1, "leaf5": 1, "roles": 1, "role": 2, "fwait": 1, "reg": 1, "reg_oh": c.jobs,
             "reg_ohd": c.jobs}
@@ -264,6 +282,10 @@ class CheckStage(wiring.Component):
             **job_inputs(c, ("enabled", "cnp", "rel", "upptr", "leaf", "up_rank", "down_rank",
                              "rack")),
             **{n: Out(sh) for n, sh in _check_outputs(c).items()},
+            # the side lane (pairs): its write of the cycle before and the frame's relation to
+            # it, the cand of the side frame in the decision stage
+            **({"sz_flow_s": In(1), "aw2_en": In(1), "aw2_data": In(PSN_BITS),
+                "cand5s": In(PSN_BITS)} if c.pairs else {}),
         })
 
     def elaborate(self, platform):  # noqa: C901 (the checks of the decision, and variants)
@@ -307,6 +329,10 @@ class CheckStage(wiring.Component):
                          "cnp" not in nofwd)
         acked_rd = Signal(PSN_BITS)
         m.d.comb += acked_rd.eq(_per_job(self.acked_rk, J)[j4])
+        if c.pairs and "acked" not in nofwd:  # or from the side frame two ahead
+            acked_rd2 = Signal(PSN_BITS)
+            m.d.comb += acked_rd2.eq(Mux(self.aw2_en & self.sz_flow_s, self.aw2_data, acked_rd))
+            acked_rd = acked_rd2
         acked_w = rmw_read(m, acked_rd, sz_flow, advance, (self.aw_en, self.aw_data), "acked",
                            "acked" not in nofwd)
         sig4, sig5 = Cat(h4.opcode[:4], h4.plen), Cat(h5.opcode[:4], h5.plen)
@@ -343,7 +369,7 @@ class CheckStage(wiring.Component):
         m.d.comb += ptr4.eq(Mux(upsel4, up4, rel4))
         ptr4p1 = Signal(PSN_BITS)
         m.d.comb += ptr4p1.eq(ptr4 + 1)
-        jv = Signal(variants_layout())
+        jv = Signal(variants_layout(c.pairs))
 
         def ack_le(cand, a, p):
             adv, lim = Signal(PSN_BITS), Signal(PSN_BITS)
@@ -373,10 +399,14 @@ class CheckStage(wiring.Component):
             jv.le_ap.eq(ack_le(cand4, cand5, ptr4p1)),
             jv.supp_a.eq(tda[TB - 1] | (tda < cnp_iv)),
         ]
+        if c.pairs:
+            m.d.comb += [jv.nz_b.eq(differs(m, cand4, self.cand5s, "nz_b")),
+                         jv.le_b0.eq(ack_le(cand4, self.cand5s, ptr4)),
+                         jv.le_bp.eq(ack_le(cand4, self.cand5s, ptr4p1))]
 
         # the registers into the decision stage
         sf5_b, sf5_f, sf5_c = (Signal(slot_flags_layout(), name=f"sf{x}5") for x in "bfc")
-        jf5, jv5 = Signal(job_flags_layout()), Signal(variants_layout(), name="jv5")
+        jf5, jv5 = Signal(job_flags_layout()), Signal(variants_layout(c.pairs), name="jv5")
         slot5_w = Signal(c.slot_layout)
         acked5 = Signal(PSN_BITS)
         sa_flow5, upsel5 = Signal(), Signal()
@@ -473,6 +503,13 @@ class DecideStage(wiring.Component):
             "acked_cur": Out(PSN_BITS), "slot_wr": Out(1), "cnp_wr": Out(1),
             "sw_en": Out(1), "sw_data": Out(c.slot_layout), "cw_en": Out(1),
             "cw_data": Out(c.time_bits), "aw_en": Out(1), "aw_data": Out(PSN_BITS),
+            # the side lane (pairs): the frame's flow is the side frame's directly ahead
+            # (``sa_flow4s``, of the frame in the check stage), that frame's commit moving its
+            # acked_f (``s_take``) and its write registered (``aw2_*``); ``xblock``: the side
+            # frame in this stage, one-hot of its job if registered (it waits for the job's
+            # chained release as this frame does)
+            **({"sa_flow4s": In(1), "s_take": In(1), "aw2_en": In(1),
+                "aw2_data": In(PSN_BITS), "xblock": In(J)} if c.pairs else {}),
         })
 
     def elaborate(self, platform):
@@ -511,8 +548,12 @@ class DecideStage(wiring.Component):
                      cnp_a.eq(self.sa_flow4 & self.cnp_wr)]
         if "slot" in nofwd:
             slot_a = first_a = tot_a = contrib_a = Const(0)
+        ack_b = Const(0)
+        if c.pairs:  # the side frame in front moved the flow's acked_f
+            ack_b = Signal(name="ack_b")
+            m.d.sync += ack_b.eq(self.sa_flow4s & self.s_take)
         if "acked" in nofwd:
-            ack_a = Const(0)
+            ack_a = ack_b = Const(0)
         if "cnp" in nofwd:
             cnp_a = Const(0)
         # a frame held in the stage: the copies made while it waits
@@ -527,6 +568,13 @@ class DecideStage(wiring.Component):
 
         def pick(h, v):
             return Mux(held5, h, v)
+        # without the main frame in front moving the flow's acked_f: the side frame's (pairs)
+        nz_b, le_b = jf5.ack_nz, Mux(ptr_a, jv5.le_0p, jf5.ack_le)
+        acked_b = self.acked
+        if c.pairs:
+            nz_b = Mux(ack_b, jv5.nz_b, nz_b)
+            le_b = Mux(ack_b, Mux(ptr_a, jv5.le_bp, jv5.le_b0), le_b)
+            acked_b = Mux(ack_b, self.aw2_data, acked_b)
         m.d.comb += [
             sf.empty.eq(pick(sf_h.empty, Mux(first_a, sf5_f.empty, sf5_b.empty))),
             sf.sigmis.eq(pick(sf_h.sigmis, Mux(first_a, sf5_f.sigmis, sf5_b.sigmis))),
@@ -542,12 +590,12 @@ class DecideStage(wiring.Component):
             jf.keq_rel.eq(pick(jf_hq.keq_rel, Mux(rel_a, jv5.keq_rel, jf5.keq_rel))),
             jf.up_lt.eq(pick(jf_hq.up_lt, Mux(up_a, jv5.up_lt, jf5.up_lt))),
             jf.keq_up.eq(pick(jf_hq.keq_up, Mux(up_a, jv5.keq_up, jf5.keq_up))),
-            jf.ack_nz.eq(pick(jf_hq.ack_nz, Mux(ack_a, jv5.nz_a, jf5.ack_nz))),
+            jf.ack_nz.eq(pick(jf_hq.ack_nz, Mux(ack_a, jv5.nz_a, nz_b))),
             jf.ack_le.eq(pick(jf_hq.ack_le, Mux(ack_a, Mux(ptr_a, jv5.le_ap, jv5.le_a0),
-                                                Mux(ptr_a, jv5.le_0p, jf5.ack_le)))),
+                                                le_b))),
             jf.supp.eq(pick(jf_hq.supp, Mux(cnp_a, jv5.supp_a, jf5.supp))),
             slot_cur.eq(pick(slot_h, Mux(slot_a, sw_data, self.slot_w))),
-            acked_cur.eq(pick(acked_h, Mux(ack_a, aw_data, self.acked))),
+            acked_cur.eq(pick(acked_h, Mux(ack_a, aw_data, acked_b))),
         ]
         # the held copies: the slot checks as corrected, the job checks made again on the state
         # of the cycle (``supp`` as corrected: the CNP time does not move while it waits)
@@ -582,6 +630,8 @@ class DecideStage(wiring.Component):
         # pipeline enable, one LUT after it, stays a shallow input of every commit strobe)
         jterm = Cat(*((self.reg_oh[j] & jb_all[j]) | (self.reg_ohd[j] & jb_data[j])
                       for j in range(J)))
+        if c.pairs:  # the side frame's: its job's rel_j moving (it checks against rel_j)
+            jterm = Cat(jterm, Cat(*(self.xblock[j] & jb_all[j] for j in range(J))))
         terms = Cat(jterm, self.hold,
                     # D16: the frame directly ahead writes the flow's word (read it after the
                     # write)

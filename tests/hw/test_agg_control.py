@@ -201,10 +201,21 @@ def flow_entry_value(layout, rw, shadow, rm, e) -> int:
     return v
 
 
+def pairable(a: dict, b: dict) -> bool:
+    """Whether the engine's header arbiter may pair records ``a`` (main) and ``b`` (side): both
+    valid ACK/NAKs, from different ports, with different keys (AggControl ``pairs``)."""
+    def ack(h):
+        return (h["cls"] == HdrClass.ROCE.value and h["err"] == 0 and h["opcode"] == Opcode.ACK
+                and (h["syndrome"] >> 5) & 3 != 0b10)
+    return (ack(a) and ack(b) and a["port"] != b["port"]
+            and (a["src_ip"], a["dqpn"]) != (b["src_ip"], b["dqpn"]))
+
+
 class Gateware:
-    def __init__(self, sc: Scenario, cls=AggControl):
+    def __init__(self, sc: Scenario, cls=AggControl, **ctl_kw):
         self.sc = sc
-        self.dut = cls(build_regmap(**sc.params))
+        self.dut = cls(build_regmap(**sc.params), **ctl_kw)
+        self.pairs = 0  # side records sent
         rm = self.dut.map
         # the register bank's flow RAM (its RW fields), behind the sequencer's read port
         self.flow_ram = Memory(shape=self.dut.flow_cfg_layout, depth=self.dut.flows, init=[])
@@ -230,10 +241,12 @@ class Gateware:
                         flow_entry_value(self.dut.flow_cfg_layout, self.rw, self.shadow,
                                          self.dut.map, inst.index))
 
-    def run(self, gap=0.0, stall=0.0, seed=0, overlap=False):
+    def run(self, gap=0.0, stall=0.0, seed=0, overlap=False, pair=0.0):
         """Run every operation; ``gap``/``stall``: probability of an idle input cycle / of
         ``dec.ready`` low; ``overlap``: do not wait for the enable sequencer after a JOB.CTRL
-        write (frames keep flowing; the scenario waits with a ``("sync",)`` operation)."""
+        write (frames keep flowing; the scenario waits with a ``("sync",)`` operation);
+        ``pair``: probability that a frame and the next one, if :func:`pairable`, go in the
+        same cycle as main and side record (``pairs`` builds)."""
         dut, sc = self.dut, self.sc
         rng = random.Random(seed)
         jobs = sc.params["jobs"]
@@ -248,6 +261,7 @@ class Gateware:
         frames = [op for op in sc.ops if op[0] == "frame"]
         inc_vals = [Value.cast(dut.job_cnt_inc[j]) for j in range(jobs)]
         ginc_val = Value.cast(dut.cnt_inc)
+        paired = getattr(dut, "pairs", False)
 
         async def bench(ctx):
             ctx.set(dut.rel.ready, 1)
@@ -257,10 +271,13 @@ class Gateware:
                 """Sample the outputs of this cycle, then clock."""
                 if ctx.get(dut.dec.valid) and ctx.get(dut.dec.ready):
                     self.decisions.append(unpack(dec_lay, ctx.get(Value.cast(dut.dec.payload))))
+                    if paired and ctx.get(dut.dec2.v):
+                        self.decisions.append(unpack(dec_lay, ctx.get(Value.cast(dut.dec2.d))))
                 if ctx.get(dut.rel.valid):
                     r = unpack(rel_lay, ctx.get(Value.cast(dut.rel.payload)))
-                    # decisions output so far (one may wait in the output register)
-                    r["_seen"] = len(self.decisions) + ctx.get(dut.dec.valid)
+                    # decisions output so far (one or two may wait in the output register)
+                    r["_seen"] = len(self.decisions) + ctx.get(dut.dec.valid) * (
+                        1 + (paired and ctx.get(dut.dec2.v)))
                     self.releases.append(r)
                 for j in range(jobs):
                     self.mismatch[j] |= ctx.get(dut.job_set[j].status.mismatch)
@@ -290,10 +307,14 @@ class Gateware:
                     await cycle()
 
             sent = drained = 0
+            ops = list(sc.ops)
             ctrl = {sc.rm.addr("JOB.CTRL", j) for j in range(jobs)}
             status_addr = [sc.rm.addr("JOB.STATUS", j) for j in range(jobs)]
             mismatch_mask = sc.rm.field("JOB.STATUS.mismatch").mask
-            for op in sc.ops:
+            i = 0
+            while i < len(ops):
+                op = ops[i]
+                i += 1
                 if op[0] == "write":
                     # the model applies a write between two frames: let earlier frames finish
                     if sent != drained:
@@ -317,12 +338,22 @@ class Gateware:
                     ctx.set(dut.hdr.valid, 0)
                     await cycle()
                 ctx.set(dut.hdr.valid, 1)
-                ctx.set(Value.cast(dut.hdr.payload), pack(hdr_lay, h))
+                rec = pack(hdr_lay, h)
+                side = None
+                if (paired and i < len(ops) and ops[i][0] == "frame"
+                        and pairable(h, ops[i][1]) and rng.random() < pair):
+                    side = ops[i][1]
+                    i += 1
+                    self.pairs += 1
+                    sl = dut.side_layout
+                    rec |= pack(sl, {"v": 1, **{k: side[k] for k, _ in sl if k != "v"}}) \
+                        << hdr_lay["side"].offset
+                ctx.set(Value.cast(dut.hdr.payload), rec)
                 while not ctx.get(dut.hdr.ready):
                     self.stalls += 1
                     await cycle()
                 await cycle()
-                sent += 1
+                sent += 1 + (side is not None)
             await drain(sent)
             self.status = {
                 "job": [unpack(dut.job_status_layout, ctx.get(Value.cast(dut.job_status[j])))
@@ -350,9 +381,11 @@ class Gateware:
 DEC_SKID = 4
 
 
-def check(sc: Scenario, cls=AggControl, **run_kw) -> Gateware:
-    """Run ``sc`` on the gateware and compare everything with the model."""
-    gw = Gateware(sc, cls).run(**run_kw)
+def check(sc: Scenario, cls=AggControl, ctl_kw=None, **run_kw) -> Gateware:
+    """Run ``sc`` on the gateware (built with ``ctl_kw``) and compare everything with the
+    model."""
+    gw = Gateware(sc, cls, **(ctl_kw or {})).run(**run_kw)
+    skid = DEC_SKID * (2 if gw.dut.pairs else 1)
     frames = [op for op in sc.ops if op[0] == "frame"]
     disp_names = list(DISPOSITIONS)
     want_rel: dict[int, list] = {}
@@ -380,7 +413,7 @@ def check(sc: Scenario, cls=AggControl, **run_kw) -> Gateware:
         # later than the decisions output when the command appeared, plus the ones between the
         # decision stage and ``dec`` (DEC_SKID) while the command is already out
         i = released_by[r["job"], r["index"]].pop(0)
-        assert i + 1 <= r["seq"] <= r["_seen"] + DEC_SKID, (r, i)
+        assert i + 1 <= r["seq"] <= r["_seen"] + skid, (r, i)
     assert got_rel == want_rel
     # counters
     for j in range(sc.params["jobs"]):
