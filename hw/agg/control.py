@@ -37,7 +37,12 @@ Sub-blocks (one concern each; :class:`AggControl` wires them):
   (``nak_x``: the XOR of its BTH PSN and AETH syndrome bytes, wire order; the ICRC is patched by
   the engine top), one with ``solicit`` to also send the contribution's duplicate probe at PSN
   ``sol_psn``;
-* status and counters (:class:`~.counters.CtlCounters`).
+* status and counters (:class:`~.counters.CtlCounters`);
+* with ``pairs``, the side lane (:class:`~.sideack.SideAck`): a second ACK/NAK, carried by the
+  same header record, decided in the same cycle right after the main one (its own reverse-key
+  lookup on the flow table's second port, acked_f forwarded between the lanes, its own free_j
+  tree; the engine pairs two ACK/NAKs of different ports and keys only while no job has
+  ``fast_retx`` set, so the pair shares no flow and the side lane has no D16 state).
 
 :class:`ParserAdapter` builds the header record from the packet parser's header record and
 verdict (:mod:`netreduce.hw.packet.layout`).
@@ -53,6 +58,14 @@ Interfaces
     a free-running counter, used by the CNP limiter; the model's ``time``). ``hdr`` and ``dec``
     end in skid buffers (:class:`~netreduce.hw.skid.SkidBuffer`): ``hdr.ready``, ``dec.valid``
     and ``dec.payload`` are flip-flop outputs (no combinational path through the block).
+``hdr.side`` (with ``pairs``, :func:`~.sideack.side_layout`)
+    ``v`` set: a second ACK/NAK header taken with the main one (its key, PSN, syndrome, payload
+    length and arrival port; the same ``time``), decided right after it. The caller pairs only
+    valid ACK/NAKs (class ROCE, no frame error, opcode ACK, syndrome not reserved) of different
+    ports and keys, while no job has ``JOB.CTRL.fast_retx`` set.
+``dec2`` (Out, with ``pairs``: ``v`` and ``d`` of :attr:`dec_layout`)
+    The side header's decision (FORWARD: FWD_ACK, FWD_NAK or FWD_UNREGISTERED), valid and taken
+    with ``dec`` (``dec2.v`` says whether there is one); it follows ``dec``'s in decision order.
 ``dec`` (Out, stream of :attr:`dec_layout`)
     One decision per header, in the same order: :class:`Action` (FORWARD unchanged, DROP,
     CONTRIBUTE, REEMIT), the disposition counter ``disp`` (:data:`Disp`, named after
@@ -92,12 +105,12 @@ Timing
   decision stage reaches the FIFO through a register. Counter increments and status set strobes
   are registered one clock edge later, from the decision's registered strobes (chained releases
   and free_j results count one cycle after they happen; D16's counters after its stage).
-* Throughput: one header per cycle (so back-to-back minimum-size frames of one 512-bit beat are
-  decided at line rate), including back-to-back headers to the same slot, job or flow: the check
-  stage makes each check that the decision in front can change both as read and as that
-  decision leaves it, and the decision selects by that decision's registered strobes (see
-  :mod:`.decide`); the slot, CNP and acked_f reads are forwarded from the write committed two
-  frames ahead.
+* Throughput: one header per cycle, two with ``pairs`` when the second is a side ACK/NAK (so
+  back-to-back minimum-size frames of one 512-bit beat are decided at line rate), including
+  back-to-back headers to the same slot, job or flow: the check stage makes each check that the
+  decision in front can change both as read and as that decision leaves it, and the decision
+  selects by that decision's registered strobes (see :mod:`.decide`); the slot, CNP and acked_f
+  reads are forwarded from the write committed two frames ahead.
   The pipeline stalls as a whole (``hdr.ready`` low) only to stay exact, on registers only:
   - while the header in the decision stage belongs to a job with a chained release in
     progress (one cycle to load, then 3 per released index; only after out-of-order
