@@ -129,6 +129,8 @@ class HeaderArbiter(wiring.Component):
         m.d.comb += o.valid.eq(any_head)
 
         def and_or(sel, vals):
+            if len(vals) == 1:   # one port: its head as it is (no gate on every payload bit)
+                return vals[0]
             out = 0
             for s, v in zip(sel, vals, strict=True):
                 out = out | Mux(s, Value.cast(v), 0)
