@@ -47,12 +47,14 @@ Contract (the reference model :class:`netreduce.sim.model.Engine` is the specifi
   own deparser, fed in rounds by :class:`~netreduce.hw.egress.RoundEmitter`.
 * Latency: see bench/engine.py (cycles from the last contribution beat in to the first result
   beat out). A frame's control header (record and verdict through the
-  :class:`~netreduce.hw.agg.control.ParserAdapter`) waits in a per-port register
-  (:class:`~netreduce.hw.skid.SkidBuffer`, one header per cycle) before the round robin over
+  :class:`~netreduce.hw.agg.control.ParserAdapter`) waits in a per-port register of the
+  :class:`~netreduce.hw.hdrarb.HeaderArbiter` (one header per cycle) before the round robin over
   the ports, so neither the adapter's compares nor the control path's ``hdr.ready`` run
-  through the port arbiter; its arrival time is the cycle the control path takes it. The guard's
-  beats reach the parser through a skid buffer (one cycle), so the parser's ``i.ready`` (its
-  room count) and the link-local filter's valid logic share no path.
+  through the port arbitration; its arrival time is the cycle the control path takes it. With
+  per-port lanes and a control path that decides pairs (``AggControl(pairs=True)``), a transfer
+  may carry a second ACK/NAK header of another port and flow, decided right after the first.
+  The guard's beats reach the parser through a skid buffer (one cycle), so the parser's
+  ``i.ready`` (its room count) and the link-local filter's valid logic share no path.
 
 Registers: :class:`~netreduce.hw.csr.RegisterBank` of the build's register map on ``s_axil``;
 counters, job and flow state from :class:`~netreduce.hw.agg.control.AggControl`, ``tx_frames``
@@ -61,7 +63,9 @@ and ``saturations`` / ``JOB.STATUS.saturated`` from here.
 
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+import inspect
+
+from amaranth.hdl import Array, Module, Mux, Signal
 from amaranth.lib import data, fifo, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
@@ -75,6 +79,7 @@ from .dispatch import Dispatcher, head_layout, icrc_delta_columns
 from .egress import RoundEmitter
 from .emitter import SEQ_BITS as _SEQ_BITS
 from .emitter import Emitter
+from .hdrarb import HeaderArbiter
 from .hstore import READ_LATENCY as HS_LATENCY
 from .hstore import HeaderStore
 from .lanes import attach_lanes
@@ -152,7 +157,13 @@ class NetReduceEngine(wiring.Component):
                              f"({p['pmtu_max'] + HDR_CAP + 8} bytes)")
         self.max_frame, self.read_latency = max_frame, read_latency
         self.mgmt = bool(mgmt)
-        self.ctl = AggControl(rm, roles=self.roles)
+        # per-port lanes: the control path decides ACK/NAK headers in pairs (a second decision
+        # per cycle) when it can (AggControl ``pairs``); with one lane the dispatcher takes one
+        # beat per cycle in total and pairs would gain nothing
+        ctl_kw = {}
+        if self.lanes > 1 and "pairs" in inspect.signature(AggControl).parameters:
+            ctl_kw["pairs"] = True
+        self.ctl = AggControl(rm, roles=self.roles, **ctl_kw)
         self.bank = RegisterBank(rm, inc_width=self.ctl.cnt_width)
         members = {}
         for k in range(self.ports):
@@ -306,11 +317,11 @@ class NetReduceEngine(wiring.Component):
 
     def _ingress(self, m, rx, now):
         """Per port: the length guard, the parser, its frame / payload / record / header-byte
-        buffers and the frame's control header (registered, :class:`SkidBuffer`); then the
-        round robin over the ports' headers into the control path. Returns the frame, payload
-        and header-byte FIFOs (``(fifo, read view)`` per port)."""
+        buffers and the frame's control header; the ports' headers into the control path through
+        the :class:`~netreduce.hw.hdrarb.HeaderArbiter` (a register per port, round robin, pairs
+        of ACK/NAK headers with a pairing control path). Returns the frame, payload and
+        header-byte FIFOs (``(fifo, read view)`` per port)."""
         P, w, ctl = self.ports, self.width, self.ctl
-        pb = _bits(P)
         FB = self.frame_beats
         dq_layout = head_layout()
         beat_l = beat_layout(w)
@@ -320,7 +331,9 @@ class NetReduceEngine(wiring.Component):
         # ... and the record's RoCEv2 classification, computed as it is stored
         recq_layout = data.StructLayout({**{n: f.shape for n, f in rec_fields}, "roce": 1})
         HQ = self.header_frames
-        fq, pq, dq, hsks = [], [], [], []
+        # the ports' header registers and the arbitration into the control path
+        m.submodules.hdr_arb = arb = HeaderArbiter(ctl.hdr_layout, ports=P)
+        fq, pq, dq = [], [], []
         for k in range(P):
             src = rx[k]
             # guard: cut frames longer than the buffers (flagged as a MAC error)
@@ -370,44 +383,27 @@ class NetReduceEngine(wiring.Component):
                          qr_w.roce.eq(rocev2_record(rec)),
                          qd_w.raw.eq(rec.raw), qd_w.hdr_len.eq(rec.hdr_len),
                          qd_w.has_pay.eq(rec.kind == Kind.DATA)]
-            ad = ParserAdapter(ctl.hdr_layout)
+            ad = ParserAdapter(arb.rec_layout)
             m.submodules[f"adapter{k}"] = ad
             m.d.comb += [*[ad.rec[n].eq(qr_r[n]) for n in rec_fields.members],
                          ad.roce.eq(qr_r.roce), ad.verdict.eq(parser.verdict.payload),
                          ad.port.eq(k), ad.time.eq(0)]
-            # the frame's control header, registered per port (the adapter's compares end
-            # here, not in the port arbiter and the control path; one header per cycle)
-            m.submodules[f"hdr_skid{k}"] = hsk = SkidBuffer(ctl.hdr_layout)
-            take = hsk.i.valid & hsk.i.ready
-            m.d.comb += [hsk.i.valid.eq(q_r.r_rdy & parser.verdict.valid),
-                         hsk.i.payload.eq(ad.hdr),
+            # the frame's control header goes into the port's register in the header arbiter
+            # (the adapter's compares end there, not in the arbitration and the control path)
+            hin = getattr(arb, f"i{k}")
+            take = hin.valid & hin.ready
+            m.d.comb += [hin.valid.eq(q_r.r_rdy & parser.verdict.valid),
+                         hin.payload.eq(ad.hdr),
                          q_r.r_en.eq(take), parser.verdict.ready.eq(take)]
             fq.append((q_f, qf_r))
             pq.append((q_p, qp_r))
             dq.append((q_d, qd_r))
-            hsks.append(hsk)
 
-        # submit headers to the control path (round robin over ports with a header waiting);
-        # the arrival time is the cycle the control path takes the header
-        rr = Signal(pb)
-        cand = [hsk.o.valid for hsk in hsks]
-        pick = Signal(pb)
-        # lowest candidate at or after rr, else the lowest candidate
-        chain = Const(0, pb)
-        for k in reversed(range(P)):
-            chain = Mux(cand[k], k, chain)
-        chain_rr = chain
-        for k in reversed(range(P)):
-            chain_rr = Mux(cand[k] & (k >= rr), k, chain_rr)
-        m.d.comb += pick.eq(chain_rr)
-        any_cand = Cat(*cand).any()
-        m.d.comb += [ctl.hdr.valid.eq(any_cand),
-                     ctl.hdr.payload.eq(Array(hsk.o.payload for hsk in hsks)[pick]),
-                     ctl.hdr.payload.time.eq(now)]
-        for k, hsk in enumerate(hsks):
-            m.d.comb += hsk.o.ready.eq(ctl.hdr.ready & (pick == k))
-        with m.If(ctl.hdr.ready & any_cand):
-            m.d.sync += rr.eq(Mux(pick == P - 1, 0, pick + 1))
+        # submit headers to the control path (round robin over ports with a header waiting,
+        # with pairs a second, ACK/NAK header of another port); the arrival time is the cycle
+        # the control path takes the header
+        wiring.connect(m, arb.o, ctl.hdr)
+        m.d.comb += ctl.hdr.payload.time.eq(now)
         return fq, pq, dq
 
     def _emit(self, m, mg, bank, hstore, fwd, lp, done_seen, *, jq=None, slotmem=None):

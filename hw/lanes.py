@@ -28,7 +28,7 @@ from .agg.lanes import LaneALU, Op
 from .agg.types import Action
 from .emitter import SEQ_BITS
 
-__all__ = ["LaneSplit", "LaneCombine", "xtag_layout", "lane_layout", "min_seq"]
+__all__ = ["LaneSplit", "LaneCombine", "xtag_layout", "lane_layout", "min_seq", "pair_layout"]
 
 
 # deepest LUT-RAM bank of LaneSplit's lane bits (see LaneSplit.elaborate)
@@ -73,13 +73,21 @@ def min_seq(values):
     return out[:SEQ_BITS]
 
 
+def pair_layout(dec_layout) -> data.StructLayout:
+    """The control path's second decision of a cycle (``AggControl.dec2`` with ``pairs``):
+    valid flag ``v`` and the decision ``d``."""
+    return data.StructLayout({"v": 1, "d": dec_layout})
+
+
 class LaneSplit(wiring.Component):
     """Decisions -> one stream per lane (the decision's ``port``), in decision order.
 
-    Members: ``dec`` (In: the control path's decisions), ``lane<k>`` (Out, :func:`lane_layout`),
-    ``n_split`` (Out: decisions passed on so far, modulo 2**SEQ_BITS: the ordinal of the next),
-    ``ops`` (Out: per job the op of its latest contribution or re-emit, which is the job's
-    latched op for every release command it has made).
+    Members: ``dec`` (In: the control path's decisions), ``dec2`` (In, with ``pairs`` only:
+    :func:`pair_layout`, the control path's second decision, sampled and consumed with ``dec``),
+    ``lane<k>`` (Out, :func:`lane_layout`), ``n_split`` (Out: decisions passed on so far, modulo
+    2**SEQ_BITS: the ordinal of the next), ``ops`` (Out: per job the op of its latest
+    contribution or re-emit, which is the job's latched op for every release command it has
+    made).
 
     Contract: a decision goes to its port's lane in the cycle it is offered if that lane is ready
     (``dec.ready`` is the lane's ready: latency 0, no storage). Lane bits (``slots`` x P, LUT
@@ -87,19 +95,31 @@ class LaneSplit(wiring.Component):
     ``overwrite`` (first of the slot's generation) sets only its lane's bit and overwrites its
     lane; any other CONTRIBUTE overwrites its lane if the lane's bit is clear and sets it. So
     disable/re-enable and freeing need no clearing of their own. No errors.
+
+    Pairs (``pairs=True``): while ``dec.valid`` and ``dec2.v``, the pair's two decisions (order:
+    ``dec``, then ``dec2.d``) go to their lanes in the same cycle, with ordinals ``n_split`` and
+    ``n_split + 1``; ``n_split`` advances by 2; ``dec.ready`` = both lanes ready (each lane
+    still takes at most one decision per cycle). The second decision is a FORWARD of an ACK/NAK
+    (the control's contract): it reads and writes no lane bits, its ``overwrite`` and ``lmask``
+    are 0 (the dispatcher reads ``lmask`` only for a frame job, which a FORWARD without ``cnp``
+    does not make) and it leaves ``ops`` alone. The control pairs decisions of different ports
+    only; should both name one port, the pair is passed on in two cycles (the first decision,
+    then, with ``dec.ready``, the second), so order and ordinals stay right.
     """
 
-    def __init__(self, dec_layout, *, lanes: int, slots: int, jobs: int):
-        self.lanes, self.slots, self.jobs = lanes, slots, jobs
+    def __init__(self, dec_layout, *, lanes: int, slots: int, jobs: int, pairs: bool = False):
+        self.lanes, self.slots, self.jobs, self.pairs = lanes, slots, jobs, bool(pairs)
         self.dec_layout = dec_layout
         self.lane_layout = lane_layout(dec_layout, lanes)
         members = {"dec": In(stream.Signature(dec_layout)), "n_split": Out(SEQ_BITS),
                    "ops": Out(data.ArrayLayout(2, jobs))}
+        if self.pairs:
+            members["dec2"] = In(pair_layout(dec_layout))
         for k in range(lanes):
             members[f"lane{k}"] = Out(stream.Signature(self.lane_layout))
         super().__init__(members)
 
-    def elaborate(self, platform):
+    def elaborate(self, platform):  # noqa: C901 (the lane bits, then the pair's routing)
         m = Module()
         P = self.lanes
         lanes = [getattr(self, f"lane{k}") for k in range(P)]
@@ -131,20 +151,48 @@ class LaneSplit(wiring.Component):
         m.d.comb += first.eq(dec.overwrite | ~(bits & onehot).any())
         new = Signal(P)
         m.d.comb += new.eq(Mux(dec.overwrite, onehot, bits | onehot))
-        go = self.dec.valid & self.dec.ready
+        rdy = Array(ln.ready for ln in lanes)
+        main_go, side_go = Signal(), Signal()  # the decision / the pair's second one goes now
+        main = Signal(self.lane_layout, name="main_item")
+        m.d.comb += [main.dec.eq(dec), main.dec.overwrite.eq(is_con & first),
+                     main.seq.eq(self.n_split), main.lmask.eq(Mux(is_con, new, bits))]
+        if self.pairs:
+            pair, side_d = self.dec2.v, self.dec2.d
+            port2 = side_d.port
+            same = Signal()
+            m.d.comb += same.eq(port == port2)
+            # half: the first decision of a one-port pair has gone, the second is due
+            half = Signal(name="pair_half")
+            r1, r2 = rdy[port], rdy[port2]
+            m.d.comb += [
+                main_go.eq(self.dec.valid & ~half & r1 & (~pair | same | r2)),
+                side_go.eq(self.dec.valid & pair & Mux(half, r2, ~same & r1 & r2)),
+                self.dec.ready.eq(Mux(half, r2, r1 & (~pair | (~same & r2)))),
+            ]
+            with m.If(main_go & pair & same):
+                m.d.sync += half.eq(1)
+            with m.Elif(side_go):
+                m.d.sync += half.eq(0)
+            side = Signal(self.lane_layout, name="side_item")
+            m.d.comb += [side.dec.eq(side_d), side.dec.overwrite.eq(0), side.lmask.eq(0),
+                         side.seq.eq(Mux(half, self.n_split, self.n_split + 1))]
+            for k, ln in enumerate(lanes):
+                # the item offered to lane k does not depend on the lanes' ready
+                here = pair & (port2 == k) & (half | ~same)
+                m.d.comb += [ln.valid.eq((main_go & (port == k)) | (side_go & (port2 == k))),
+                             ln.payload.eq(Mux(here, side, main))]
+            m.d.sync += self.n_split.eq(self.n_split + main_go + side_go)
+        else:
+            m.d.comb += [main_go.eq(self.dec.valid & rdy[port]), self.dec.ready.eq(rdy[port])]
+            for k, ln in enumerate(lanes):
+                m.d.comb += [ln.valid.eq(self.dec.valid & (port == k)), ln.payload.eq(main)]
+            with m.If(main_go):
+                m.d.sync += self.n_split.eq(self.n_split + 1)
         for b, wr in enumerate(wrs):
             hit = (slot_hi == b) if n_banks > 1 else Const(1, 1)
-            m.d.comb += [wr.data.eq(new), wr.en.eq(go & is_con & hit)]
-        m.d.comb += self.dec.ready.eq(Array(ln.ready for ln in lanes)[port])
-        for k, ln in enumerate(lanes):
-            m.d.comb += [ln.valid.eq(self.dec.valid & (port == k)),
-                         ln.payload.dec.eq(dec), ln.payload.seq.eq(self.n_split),
-                         ln.payload.lmask.eq(Mux(is_con, new, bits))]
-            m.d.comb += ln.payload.dec.overwrite.eq(is_con & first)
-        with m.If(go):
-            m.d.sync += self.n_split.eq(self.n_split + 1)
-            with m.If(is_con | (dec.action == Action.REEMIT)):
-                m.d.sync += self.ops[dec.job].eq(dec.op)
+            m.d.comb += [wr.data.eq(new), wr.en.eq(main_go & is_con & hit)]
+        with m.If(main_go & (is_con | (dec.action == Action.REEMIT))):
+            m.d.sync += self.ops[dec.job].eq(dec.op)
         return m
 
 
@@ -310,6 +358,11 @@ def attach_lanes(m, *, width: int, slots: int, pmtu_max: int, max_world: int, rl
     (``comb``: its ``req`` / ``res`` are the emitter's slot reads), ``req_layout`` /
     ``res_layout``, ``xtag_width`` and ``sat_inc`` (per job, saturating contributions and
     combining additions this cycle) and ``split`` (its ``ops`` give a release's op).
+
+    A control path with pairs (``ctl.dec2``) hands LaneSplit two decisions in a cycle, to two
+    lanes; each lane's FIFO still takes at most one per cycle, its ``issued`` count and the
+    bounds below are per lane, and ``n_split`` (the bound of an idle lane) is the ordinal of
+    the next decision, after both of a pair.
     """
     from amaranth.lib import fifo
 
@@ -321,8 +374,13 @@ def attach_lanes(m, *, width: int, slots: int, pmtu_max: int, max_world: int, rl
     jobs, job_bits = ctl.jobs, ctl.job_bits
     xl = xtag_layout(P, jobs)
     tag_width = max(job_bits, nb_bits + 1 + xl.size + 1 + P)  # + the round's ports
-    m.submodules.lane_split = split = LaneSplit(ctl.dec_layout, lanes=P, slots=slots, jobs=jobs)
+    # a control path with pairs (AggControl ``pairs``) makes a second decision per cycle
+    pairs = "dec2" in ctl.signature.members
+    m.submodules.lane_split = split = LaneSplit(ctl.dec_layout, lanes=P, slots=slots, jobs=jobs,
+                                                pairs=pairs)
     wiring.connect(m, ctl.dec, split.dec)
+    if pairs:
+        m.d.comb += split.dec2.eq(ctl.dec2)
     job_l = frame_job_layout(P, slots, xl.size)
     hs_l = data.StructLayout({"addr": len(hstore.w_addr), "data": hstore.layout})
     bounds, heads, hs_qs, mems = [], [], [], []

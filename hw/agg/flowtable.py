@@ -27,6 +27,15 @@ Lookup (pipelined, one key per cycle)
     for up to 256. Throughput: one key per cycle; no backpressure of its own. Keys are unique
     among live entries (the enable sequencer refuses conflicts), so at most one entry matches.
 
+Second lookup (``lookups=2`` only)
+    ``lk2_ip`` / ``lk2_qpn`` -> ``lk2_hit``, ``lk2_entry``, ``lk2_data``: a second key per cycle,
+    always compared against the *reverse* keys (the ACK/NAK key of a second header the control
+    path decides in the same cycle), advanced by the same ``lk_en``, compared among the entries
+    live in the same cycle as the first key, with the same stages and latency ``lk_latency``: its
+    own chunk compares on the reverse keys, one-hot match, encoder stages and read port on the
+    entry data RAM (a RAM of two read ports: LUT RAM is replicated per read port). Both lookups
+    may hit the same entry. Cost: a second set of the compare, match and encoder registers.
+
 Check (pipelined)
     ``chk_fwd`` / ``chk_rev`` (56-bit keys: IPv4 << 24 | QPN) -> ``chk_fwd_hit`` / ``chk_rev_hit``
     ``chk_latency`` cycles later (every cycle, no enable): some entry pending or live in the cycle
@@ -91,28 +100,33 @@ def tree_stages(n: int, fan: int = FAN) -> int:
 class FlowTable(wiring.Component):
     """Latched flow table with a parallel (CAM) lookup; see the module docstring.
 
-    Parameters: ``flows`` (entries, >= 1), ``jobs``, ``max_world`` (for field widths).
+    Parameters: ``flows`` (entries, >= 1), ``jobs``, ``max_world`` (for field widths),
+    ``lookups`` (1, or 2 for the second, reverse-key lookup port ``lk2_*``).
     """
 
     def __init__(self, flows: int = 256, *, jobs: int = 8, max_world: int = 64,
                  lookups: int = 1):
+        if lookups not in (1, 2):
+            self._MustUse__silence = True  # rejected: no "created but never used" warning
+            raise ValueError(f"lookups must be 1 or 2, not {lookups!r}")
         for name, v in (("flows", flows), ("jobs", jobs), ("max_world", max_world)):
             if not isinstance(v, int) or v < 1:
                 self._MustUse__silence = True  # rejected: no "created but never used" warning
                 raise ValueError(f"{name} must be a positive int, not {v!r}")
         self.flows, self.jobs, self.max_world = flows, jobs, max_world
+        self.lookups = lookups
         self.entry_bits = max(1, ceil_log2(flows))
         self.job_bits = max(1, ceil_log2(jobs))
         self.data_layout = flow_data_layout(jobs, max_world)
         self.enc_stages = tree_stages(flows)
         self.lk_latency = 2 + self.enc_stages
         self.chk_latency = 2 + self.enc_stages
-        self.lookups = lookups
-        lk2 = {"lk2_ip": In(32), "lk2_qpn": In(24), "lk2_hit": Out(1),
-               "lk2_entry": Out(self.entry_bits), "lk2_data": Out(self.data_layout)} \
-            if lookups == 2 else {}
+        second = {}
+        if lookups == 2:
+            second = {"lk2_ip": In(32), "lk2_qpn": In(24), "lk2_hit": Out(1),
+                      "lk2_entry": Out(self.entry_bits), "lk2_data": Out(self.data_layout)}
         super().__init__({
-            **lk2,
+            **second,
             "lk_en": In(1),
             "lk_ip": In(32),
             "lk_qpn": In(24),
@@ -150,7 +164,6 @@ class FlowTable(wiring.Component):
         # ---- entry data RAM: read by the lookup pipeline, written by bind
         m.submodules.data = mem = Memory(shape=self.data_layout, depth=F, init=[])
         wr = mem.write_port()
-        rd = mem.read_port()
         m.d.comb += [wr.en.eq(self.bind_en), wr.addr.eq(self.bind_entry),
                      wr.data.eq(self.bind_data)]
 
@@ -168,9 +181,10 @@ class FlowTable(wiring.Component):
 
         chunks = [(lo, min(lo + CHUNK, KEY_BITS)) for lo in range(0, KEY_BITS, CHUNK)]
 
-        def chunk_eq(keys, key, en):
+        def chunk_eq(keys, key, en, name=None):
             """Registered per-entry, per-chunk equality of ``keys[e]`` and ``key``."""
-            eq = [Signal(len(chunks), name=f"{keys[0].name[:3]}_eq{e}") for e in range(F)]
+            name = name or keys[0].name[:3]
+            eq = [Signal(len(chunks), name=f"{name}_eq{e}") for e in range(F)]
             for e in range(F):
                 with m.If(en):
                     m.d.sync += eq[e].eq(Cat(keys[e][lo:hi] == key[lo:hi] for lo, hi in chunks))
@@ -205,68 +219,70 @@ class FlowTable(wiring.Component):
         # ---- lookup: chunk compares (with the live flags of the cycle), one-hot match, encoder
         # stages merging FAN candidates (hit, entry) each; the last one addresses the RAM
         en = self.lk_en
-        live_d = Signal(F)
+        key = Signal(KEY_BITS)
+        m.d.comb += key.eq(Cat(self.lk_qpn, self.lk_ip))
+        lf_eq = chunk_eq(fwd, key, en)
+        lr_eq = chunk_eq(rev, key, en)
+        live_d, rev_d = Signal(F), Signal()
         with m.If(en):
-            m.d.sync += live_d.eq(live)
-
-        def lookup(sfx, ip, qpn, is_rev, rd, o_hit, o_entry, o_data):
-            key = Signal(KEY_BITS, name=f"key{sfx}")
-            m.d.comb += key.eq(Cat(qpn, ip))
-            lr_eq = chunk_eq(rev, key, en)
-            if is_rev is None:  # the second port: reverse keys only
-                onehot_in = [lr_eq[e].all() for e in range(F)]
-            else:
-                lf_eq = chunk_eq(fwd, key, en)
-                rev_d = Signal(name="rev_d")
-                with m.If(en):
-                    m.d.sync += rev_d.eq(is_rev)
-                onehot_in = [Mux(rev_d, lr_eq[e].all(), lf_eq[e].all()) for e in range(F)]
-            onehot = Signal(F, name=f"onehot{sfx}")
-            with m.If(en):
-                m.d.sync += onehot.eq(Cat(live_d[e] & onehot_in[e] for e in range(F)))
-            # candidates: (hit, entry bits below the group); keys are unique among live entries,
-            # so at most one candidate hits and the entry is the OR of the candidates' entries
-            cands = [(onehot[e], Const(0, 0)) for e in range(F)]
-            sub = 0  # entry bits resolved inside a candidate
-            for stage in range(self.enc_stages):
-                last = stage == self.enc_stages - 1
-                gbits = max(1, ceil_log2(min(FAN, len(cands)))) if len(cands) > 1 else 0
-                nxt = []
-                for g in range(0, len(cands), FAN):
-                    grp = cands[g:g + FAN]
-                    hit = Cat(*(c[0] for c in grp)).any()
-                    parts = []  # no zero-width terms: they become `wire [-1:0]` in the Verilog
-                    if sub:
-                        low = grp[0][1]
-                        for c in grp[1:]:
-                            low = low | c[1]
-                        parts.append(low)
-                    if gbits:
-                        parts.append(Cat(*(Cat(*(c[0] for i, c in enumerate(grp)
-                                                 if i >> b & 1)).any()
-                                           if len(grp) > 1 << b else Const(0, 1)
-                                           for b in range(gbits))))
-                    ent = Cat(*parts)[:self.entry_bits] if parts else Const(0, 1)
-                    if last:
-                        nxt.append((hit, ent))
-                    else:
-                        r_hit = Signal(name=f"enc{sfx}{stage}_hit{g // FAN}")
-                        r_ent = Signal(len(ent), name=f"enc{sfx}{stage}_ent{g // FAN}")
-                        with m.If(en):
-                            m.d.sync += [r_hit.eq(hit), r_ent.eq(ent)]
-                        nxt.append((r_hit, r_ent))
-                cands, sub = nxt, sub + gbits
-            assert len(cands) == 1
-            idx = Signal(self.entry_bits, name=f"idx{sfx}")
-            m.d.comb += idx.eq(cands[0][1])
-            m.d.comb += [rd.en.eq(en), rd.addr.eq(idx)]
-            with m.If(en):
-                m.d.sync += [o_hit.eq(cands[0][0]), o_entry.eq(idx)]
-            m.d.comb += o_data.eq(rd.data)
-
-        lookup("", self.lk_ip, self.lk_qpn, self.lk_rev, rd, self.lk_hit, self.lk_entry,
-               self.lk_data)
+            m.d.sync += [live_d.eq(live), rev_d.eq(self.lk_rev)]
+        onehot = Signal(F)
+        with m.If(en):
+            m.d.sync += onehot.eq(Cat(
+                live_d[e] & Mux(rev_d, lr_eq[e].all(), lf_eq[e].all()) for e in range(F)))
+        self._encode(m, onehot, mem.read_port(), self.lk_hit, self.lk_entry, self.lk_data, "")
         if self.lookups == 2:
-            lookup("2", self.lk2_ip, self.lk2_qpn, None, mem.read_port(), self.lk2_hit,
-                   self.lk2_entry, self.lk2_data)
+            # the second key: reverse keys only, same stages, the same live flags
+            key2 = Signal(KEY_BITS)
+            m.d.comb += key2.eq(Cat(self.lk2_qpn, self.lk2_ip))
+            l2_eq = chunk_eq(rev, key2, en, "lk2")
+            onehot2 = Signal(F)
+            with m.If(en):
+                m.d.sync += onehot2.eq(Cat(live_d[e] & l2_eq[e].all() for e in range(F)))
+            self._encode(m, onehot2, mem.read_port(), self.lk2_hit, self.lk2_entry,
+                         self.lk2_data, "lk2_")
         return m
+
+    def _encode(self, m, onehot, rd, o_hit, o_entry, o_data, pfx):
+        """Encoder stages from the registered one-hot match to the registered (hit, entry) and
+        the entry data read (``rd``), all advanced by ``lk_en``."""
+        en = self.lk_en
+        F = self.flows
+        # candidates: (hit, entry bits below the group); keys are unique among live entries, so
+        # at most one candidate hits and the entry is the OR of the candidates' entries
+        cands = [(onehot[e], Const(0, 0)) for e in range(F)]
+        sub = 0  # entry bits resolved inside a candidate
+        for stage in range(self.enc_stages):
+            last = stage == self.enc_stages - 1
+            gbits = max(1, ceil_log2(min(FAN, len(cands)))) if len(cands) > 1 else 0
+            nxt = []
+            for g in range(0, len(cands), FAN):
+                grp = cands[g:g + FAN]
+                hit = Cat(*(c[0] for c in grp)).any()
+                parts = []  # no zero-width terms: they become `wire [-1:0]` in the Verilog
+                if sub:
+                    low = grp[0][1]
+                    for c in grp[1:]:
+                        low = low | c[1]
+                    parts.append(low)
+                if gbits:
+                    parts.append(Cat(*(Cat(*(c[0] for i, c in enumerate(grp) if i >> b & 1)).any()
+                                       if len(grp) > 1 << b else Const(0, 1)
+                                       for b in range(gbits))))
+                ent = Cat(*parts)[:self.entry_bits] if parts else Const(0, 1)
+                if last:
+                    nxt.append((hit, ent))
+                else:
+                    r_hit = Signal(name=f"{pfx}enc{stage}_hit{g // FAN}")
+                    r_ent = Signal(len(ent), name=f"{pfx}enc{stage}_ent{g // FAN}")
+                    with m.If(en):
+                        m.d.sync += [r_hit.eq(hit), r_ent.eq(ent)]
+                    nxt.append((r_hit, r_ent))
+            cands, sub = nxt, sub + gbits
+        assert len(cands) == 1
+        idx = Signal(self.entry_bits, name=f"{pfx}idx")
+        m.d.comb += idx.eq(cands[0][1])
+        m.d.comb += [rd.en.eq(en), rd.addr.eq(idx)]
+        with m.If(en):
+            m.d.sync += [o_hit.eq(cands[0][0]), o_entry.eq(idx)]
+        m.d.comb += o_data.eq(rd.data)
