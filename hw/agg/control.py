@@ -648,13 +648,13 @@ class AggControl(wiring.Component):
                      dst.aw2_en.eq(sd.aw_en), dst.aw2_data.eq(sd.aw_data),
                      dst.xblock.eq(sd.reg_oh)]
         # its commit
-        m.d.comb += [st.cj2.eq(sd.cj), st.take2.eq(sd.take), st.rank2.eq(sd.r),
-                     st.cand2.eq(sd.cand), relq.commit2.eq(sd.commit),
+        m.d.comb += [st.cj2.eq(sd.cj), st.take2.eq(sd.take), st.oh2.eq(sd.reg_oh),
+                     st.rank2.eq(sd.r), st.cand2.eq(sd.cand), relq.commit2.eq(sd.commit),
                      dec_skid.i.payload.d2.v.eq(sd.o_valid), dec_skid.i.payload.d2.d.eq(sd.o)]
         cnt = m.submodules.counters
         m.d.comb += [cnt.commit2.eq(sd.commit), cnt.cj2.eq(sd.cj), cnt.disp2.eq(sd.disp),
                      cnt.stale2.eq(sd.stale), cnt.ack_e2.eq(sd.take), cnt.entry2.eq(sd.e),
-                     cnt.cand2.eq(sd.cand)]
+                     cnt.cand2.eq(sd.cand), cnt.reg2.eq(sd.reg)]
         # free_j after a side ACK/NAK that moved acked_f: a second tree, unless the main frame
         # of the pair started one for the same job (its snapshot, a cycle later, has both)
         m.submodules.freemin2 = fm2 = FreeMinTree(self)

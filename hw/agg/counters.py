@@ -29,7 +29,8 @@ class CtlCounters(wiring.Component):
     (``enabled``, ``error``, ``free``, ``rel``, ``busy``, ``n``, ``leaf``, ``upptr``).
 
     With pairs (:mod:`.sideack`), the side lane's strobes of the cycle: ``commit2``, ``cj2``,
-    ``disp2``, ``stale2`` and ``ack_e2`` with ``entry2`` / ``cand2``; a side frame counts with
+    ``disp2``, ``stale2`` and ``ack_e2`` with ``entry2`` / ``cand2`` (``reg2``: the side frame
+    in the decision stage is registered, a register); a side frame counts with
     the main frame of its cycle (its dispositions are FWD_ACK, FWD_NAK and FWD_UNREGISTERED).
 
     Outputs (as :class:`~.control.AggControl` documents them): ``job_status``, ``flow_status``
@@ -65,7 +66,8 @@ class CtlCounters(wiring.Component):
             "job_cnt_inc": Out(data.ArrayLayout(c.job_inc_layout, J)),
             "cnt_inc": Out(c.cnt_inc_layout),
             **({"commit2": In(1), "cj2": In(J), "disp2": In(c.disp_bits), "stale2": In(1),
-                "ack_e2": In(1), "entry2": In(c.entry_bits), "cand2": In(PSN_BITS)}
+                "ack_e2": In(1), "entry2": In(c.entry_bits), "cand2": In(PSN_BITS),
+                "reg2": In(1)}
                if c.pairs else {}),
         })
 
@@ -89,11 +91,15 @@ class CtlCounters(wiring.Component):
         m.d.sync += [bind_q.eq(self.bind_en), bind_entry_q.eq(self.bind_entry)]
         for e in range(F):
             acked_e = Signal(PSN_BITS, name=f"acked_e{e}")
-            with m.If(self.ack_e & (self.entry == e)):
-                m.d.sync += acked_e.eq(self.cand)
-            if c.pairs:  # (never the main frame's entry)
-                with m.If(self.ack_e2 & (self.entry2 == e)):
-                    m.d.sync += acked_e.eq(self.cand2)
+            if not c.pairs:
+                with m.If(self.ack_e & (self.entry == e)):
+                    m.d.sync += acked_e.eq(self.cand)
+            else:
+                # (the side frame's entry is never the main frame's: the data select is from
+                # registers, the strobes only enable)
+                with m.If((self.ack_e & (self.entry == e)) | (self.ack_e2 & (self.entry2 == e))):
+                    m.d.sync += acked_e.eq(Mux(self.reg2 & (self.entry2 == e), self.cand2,
+                                               self.cand))
             with m.If(bind_q & (bind_entry_q == e)):
                 m.d.sync += acked_e.eq(0)
             bound = self.live[e]

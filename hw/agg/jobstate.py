@@ -80,7 +80,8 @@ class JobState(wiring.Component):
     from 0).
 
     With pairs (:mod:`.sideack`): the side lane's commit (``cj2``: one-hot job of a registered
-    side frame, ``take2``: acked_f of ``rank2`` becomes ``cand2``) and the free_j result of its
+    side frame, ``take2``: acked_f of ``rank2`` becomes ``cand2``; ``oh2``: the side frame in
+    the decision stage, one-hot of its job if registered, a register) and the free_j result of its
     tree (``f2_valid``, ``f2_job``, ``f2_free``; never the job of the first tree's result in the
     same cycle: each job starts at most one free_j computation a cycle).
 
@@ -103,7 +104,8 @@ class JobState(wiring.Component):
             "sch_job": In(c.job_bits), "f_valid": In(1), "f_job": In(c.job_bits),
             "f_free": In(PSN_BITS), "rtx_wr": In(1), "rtx_job": In(c.job_bits),
             "rtx_rank": In(c.rank_bits),
-            **({"cj2": In(J), "take2": In(1), "rank2": In(c.rank_bits), "cand2": In(PSN_BITS),
+            **({"cj2": In(J), "take2": In(1), "oh2": In(J), "rank2": In(c.rank_bits),
+                "cand2": In(PSN_BITS),
                 "f2_valid": In(1), "f2_job": In(c.job_bits), "f2_free": In(PSN_BITS)}
                if c.pairs else {}),
             # the enable sequencer
@@ -219,13 +221,20 @@ class JobState(wiring.Component):
                 m.d.sync += [rel[j].eq(rel[j] + 1), npend[j].eq(npend[j] - 1)]
             with m.If(self.sch_done & (js == j)):
                 m.d.sync += chain_busy[j].eq(0)
-            with m.If(dj & self.ack_take):
-                m.d.sync += acked[j][self.rank].eq(self.cand)
             taken = dj & self.ack_take
-            if c.pairs:  # the side frame's flow is never the main frame's
-                with m.If(self.cj2[j] & self.take2):
-                    m.d.sync += acked[j][self.rank2].eq(self.cand2)
-                taken = taken | (self.cj2[j] & self.take2)
+            if not c.pairs:
+                with m.If(taken):
+                    m.d.sync += acked[j][self.rank].eq(self.cand)
+            else:
+                # the side frame's flow is never the main frame's: the data is the side's where
+                # the side frame's job and rank say (registers), the main's elsewhere, so the
+                # commit only enables (no select behind it)
+                taken2 = self.cj2[j] & self.take2
+                for r in range(WD):
+                    side_here = self.oh2[j] & (self.rank2 == r)
+                    with m.If((taken & (self.rank == r)) | (taken2 & (self.rank2 == r))):
+                        m.d.sync += acked[j][r].eq(Mux(side_here, self.cand2, self.cand))
+                taken = taken | taken2
             applying, new_free = result(j)
             with m.If(applying):
                 m.d.sync += free[j].eq(new_free)

@@ -72,8 +72,9 @@ class SideAck(wiring.Component):
     (``cand5m``) and its registered acked_f write (``maw_en`` / ``maw_data``); the job state.
 
     Outputs: the side lane's frames at stages 4 and 5 (``j4``, ``r4``, ``j5``, ``r5``, ``cand5``)
-    for the main lane's relations; ``block`` (per job: the frame at stage 5 is a registered
-    frame of the job, to be ANDed with the job's chain state by the caller's stall: ``reg_oh``);
+    for the main lane's relations; ``reg_oh`` (per job: the frame at stage 5 is a registered
+    frame of the job, to be ANDed with the job's chain state by the caller's stall) and ``reg``
+    (it is registered: valid, flow hit, job enabled);
     the commit (``commit``: a side frame decided, ``cj``: one-hot job of a registered one,
     ``take`` / ``stale`` / ``disp``, ``e`` / ``r`` / ``cand``); ``aw_en`` / ``aw_data`` (its
     acked_f write, registered); ``o_valid`` / ``o`` (the decision record, with the main lane's
@@ -94,6 +95,7 @@ class SideAck(wiring.Component):
             **job_inputs(c, ("enabled", "acked", "rel", "op")),
             "j4": Out(c.job_bits), "r4": Out(c.rank_bits), "j5": Out(c.job_bits),
             "r5": Out(c.rank_bits), "cand5": Out(PSN_BITS), "reg_oh": Out(J),
+            "reg": Out(1),
             "commit": Out(1), "cj": Out(J), "take": Out(1), "stale": Out(1),
             "disp": Out(c.disp_bits), "e": Out(c.entry_bits), "r": Out(c.rank_bits),
             "cand": Out(PSN_BITS), "aw_en": Out(1), "aw_data": Out(PSN_BITS),
@@ -230,7 +232,7 @@ class SideAck(wiring.Component):
                      self.take.eq(adv & take), self.stale.eq(adv & reg5 & ~(nz & lev)),
                      self.disp.eq(disp), self.e.eq(e5), self.r.eq(r5), self.cand.eq(cand5),
                      self.j4.eq(j4), self.r4.eq(r4), self.j5.eq(j5), self.r5.eq(r5),
-                     self.cand5.eq(cand5), self.reg_oh.eq(reg_oh5)]
+                     self.cand5.eq(cand5), self.reg_oh.eq(reg_oh5), self.reg.eq(reg5)]
         m.d.sync += [aw_en.eq(adv & take), aw_data.eq(cand5)]
 
         # ---- the decision record, through the main lane's stages 6, 7 and output register

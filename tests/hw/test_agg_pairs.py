@@ -15,7 +15,7 @@ import pytest
 from netreduce.hw.agg.control import AggControl
 from netreduce.sim.model.kit import RingJob
 
-from tests.hw.test_agg_control import (
+from .test_agg_control import (
     NoAckedForwardAggControl,
     Scenario,
     check,
