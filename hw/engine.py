@@ -65,7 +65,7 @@ from __future__ import annotations
 
 import inspect
 
-from amaranth.hdl import Array, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Module, Mux, Signal
 from amaranth.lib import data, fifo, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
@@ -333,6 +333,13 @@ class NetReduceEngine(wiring.Component):
         HQ = self.header_frames
         # the ports' header registers and the arbitration into the control path
         m.submodules.hdr_arb = arb = HeaderArbiter(ctl.hdr_layout, ports=P)
+        if arb.pairs:
+            # no pairs while a job has fast retransmit on (the control's side lane has no D16
+            # state); registered: off the bank's paths
+            fast_any = Signal(name="fast_retx_any")
+            m.d.sync += fast_any.eq(Cat(*(ctl.job_cfg[j].ctrl.fast_retx
+                                          for j in range(ctl.jobs))).any())
+            m.d.comb += arb.pair_en.eq(~fast_any)
         fq, pq, dq = [], [], []
         for k in range(P):
             src = rx[k]

@@ -65,6 +65,9 @@ class HeaderArbiter(wiring.Component):
       but which took another side (the flags' update does not wait for the side's priority).
       So a backlog of ACKs on every port gives 1.5 headers per cycle, one of a data header and
       an ACK per port 1.33 (tests/hw/test_hdrarb.py).
+    * ``pair_en`` (pairs only, 1 if undriven): pairs are formed only while it is high (the
+      engine holds it low while any job has ``JOB.CTRL.fast_retx`` set: the control's side
+      lane has no fast retransmit); it acts on the pair flags, a cycle later.
     * Fairness: the main pick alone serves every port within P transfers; the side only adds.
     * Backpressure: ``o.ready`` low holds every head; a port's register fills in two cycles,
       then its ``i<k>.ready`` drops. No errors of its own.
@@ -80,6 +83,8 @@ class HeaderArbiter(wiring.Component):
         self.rec_layout = record_layout(hdr_layout)
         members = {f"i{k}": In(stream.Signature(self.rec_layout)) for k in range(ports)}
         members["o"] = Out(stream.Signature(hdr_layout))
+        if self.pairs:
+            members["pair_en"] = In(1, init=1)
         super().__init__(members)
 
     def elaborate(self, platform):  # noqa: C901 (the registers, the picks, the key flags)
@@ -164,7 +169,7 @@ class HeaderArbiter(wiring.Component):
             for a in range(P):
                 for b in range(a + 1, P):
                     r, n = Signal(name=f"pair_ok{a}_{b}"), Signal(name=f"pair_ok_next{a}_{b}")
-                    m.d.comb += n.eq(~moved[a] & ~moved[b] & hp[a] & hp[b]
+                    m.d.comb += n.eq(self.pair_en & ~moved[a] & ~moved[b] & hp[a] & hp[b]
                                      & differ(key(hd[a]), key(hd[b])))
                     m.d.sync += r.eq(n)
                     c[a, b] = c[b, a] = r
