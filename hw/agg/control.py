@@ -165,7 +165,7 @@ disabled while in flight is classified unregistered. Only the consumers' backpre
 
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.hdl import Array, Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -199,7 +199,7 @@ from .sequencer import EnableSequencer
 from .sideack import SideAck, side_layout
 from .stages import CheckStage, DecideStage, LookupStage
 from .types import PSN_BITS, SEQ_BITS, Action, Disp, FrameError, HdrClass
-from .wide import differs
+from .wide import or_chain
 
 __all__ = ["AggControl", "ParserAdapter", "rocev2_record", "HdrClass", "FrameError", "Action",
            "Disp", "role_layout", "OP_ACK", "OP_CNP"]
@@ -233,13 +233,13 @@ class ParserAdapter(wiring.Component):
     Inputs: the parser's header record ``rec`` (:func:`netreduce.hw.packet.layout.
     header_record_layout`), ``roce`` (:func:`rocev2_record` of that record, computed by the
     caller where the record is stored) and final ``verdict`` of the same frame, its arrival
-    ``port`` and ``time``. Output ``hdr``: the record :class:`AggControl` takes. The model
-    classifies by the
-    frame's bytes before checking it (step 1, D10): a frame too short to show the UDP destination
-    port, or not IPv4/IHL 5/unfragmented/UDP 4791, is NOT_ROCE (whatever the parser's reason);
-    one that is but ends before the end of the BTH is SHORT; else ROCE with the verdict's reason
-    mapped to :class:`FrameError` (a MAC error counts as ICRC: the frame is corrupt).
-    The caller pairs ``rec`` with ``verdict`` (the parser delivers the verdict later).
+    ``port`` and ``time``. Output ``hdr``: the record :class:`AggControl` takes (its ``side``
+    record, with pairs, left empty). The model classifies by the frame's bytes before checking
+    it (step 1, D10): a frame too short to show the UDP destination port, or not IPv4/IHL
+    5/unfragmented/UDP 4791, is NOT_ROCE (whatever the parser's reason); one that is but ends
+    before the end of the BTH is SHORT; else ROCE with the verdict's reason mapped to
+    :class:`FrameError` (a MAC error counts as ICRC: the frame is corrupt). The caller pairs
+    ``rec`` with ``verdict`` (the parser delivers the verdict later).
     """
 
     def __init__(self, hdr_layout: data.StructLayout):
@@ -780,7 +780,7 @@ class AggControl(wiring.Component):
                      rxi.contrib.eq(dst.action == Action.CONTRIBUTE), rxi.ackc.eq(dst.ack_cur),
                      rxi.fast.eq(fast_en), rxi.rel.eq(per_job(st.rel)[j5]),
                      # (the OR over the ranks on a carry chain, see .wide)
-                     rxi.seen.eq(differs(m, per_job(st.rtx_seen)[j5] & ck.onehot,
-                                         Const(0, self.max_world), "rtx_seen_rk")),
+                     rxi.seen.eq(or_chain(m, per_job(st.rtx_seen)[j5] & ck.onehot,
+                                          "rtx_seen_rk")),
                      rxi.w.eq(registered & (dst.present | dst.ack_cur))]
 

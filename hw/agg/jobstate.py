@@ -26,7 +26,7 @@ def state_shapes(ctl) -> dict:
         "enabled": J, "error": pj(8), "n": pj(c.n_bits), "w": pj(c.w_bits),
         "base": pj(c.slot_bits), "pmtu": pj(13), "op": pj(2), "cnp": pj(32),
         "free": pj(PSN_BITS), "rel": pj(PSN_BITS), "npend": pj(c.w_bits), "busy": pj(c.w_bits),
-        "chain_busy": J, "free_busy": pj(4), "free_wait": J,
+        "chain_busy": J, "free_wait": J,
         "acked": data.ArrayLayout(data.ArrayLayout(PSN_BITS, WD), J),
         "cnp_seen": pj(WD), "rtx_seen": pj(WD),
         "leaf": J, "up_rank": pj(c.rank_bits), "down_rank": pj(c.rank_bits), "rack": pj(WD),
@@ -51,8 +51,7 @@ class JobState(wiring.Component):
     ``base``, ``pmtu``, ``op``, ``cnp``: CNP interval), ``enabled`` / ``error`` (JobError);
     the window pointers ``free`` (free_j) and ``rel`` (rel_j), ``npend`` (COMPLETE slots beyond
     rel_j: out-of-order completions), ``busy`` (slots in use), ``chain_busy`` (a chained
-    release to run), ``free_busy`` (free_j computations in flight, counted from the cycle
-    after the ACK's strobe: see ``free_wait``), ``acked`` (acked_f per rank), ``cnp_seen`` /
+    release to run), ``acked`` (acked_f per rank), ``cnp_seen`` /
     ``rtx_seen`` (per rank: a CNP was sent / the fast-retransmit word was written since the
     enable); flow roles (model D17):
     ``leaf``, ``up_rank`` / ``down_rank``, ``rack``, the partial pointer ``upptr`` with
@@ -159,7 +158,6 @@ class JobState(wiring.Component):
                 self.pmtu[j].eq(j_pmtu[j]), self.op[j].eq(j_op[j]), self.cnp[j].eq(j_cnp[j]),
                 self.free[j].eq(free[j]), self.rel[j].eq(rel[j]), self.npend[j].eq(npend[j]),
                 self.busy[j].eq(busy_slots[j]), self.chain_busy[j].eq(chain_busy[j]),
-                self.free_busy[j].eq(free_busy[j]),
                 self.free_wait[j].eq(fb_pend[j] | fb_wait[j]),
                 self.cnp_seen[j].eq(cnp_seen[j]), self.rtx_seen[j].eq(rtx_seen[j]),
                 self.leaf[j].eq(jr.leaf[j]), self.up_rank[j].eq(jr.up[j]),

@@ -20,7 +20,7 @@ from .decide import Decide, is_ctrl, job_flags_layout, pre_layout, precheck, slo
 from .jobstate import job_inputs
 from .roles import JobRoles
 from .types import PSN_BITS, HdrClass
-from .wide import all_of, any_of, differs
+from .wide import all_of, any_of, differs, or_chain
 
 __all__ = ["LookupStage", "CheckStage", "DecideStage", "stage_layout", "variants_layout",
            "rmw_read", "job_checks"]
@@ -636,7 +636,7 @@ class DecideStage(wiring.Component):
                     # D16: the frame directly ahead writes the flow's word (read it after the
                     # write)
                     self.rh & self.haz)
-        m.d.comb += self.block.eq(differs(m, terms, Const(0, len(terms)), "jblock"))
+        m.d.comb += self.block.eq(or_chain(m, terms, "jblock"))
         commit = self.commit
         m.d.comb += commit.eq(v5 & advance)
         # (= commit & registered: one-hot)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Signal
 
-__all__ = ["all_of", "any_of", "kept", "differs", "CHAIN_BITS"]
+__all__ = ["all_of", "any_of", "kept", "differs", "or_chain", "CHAIN_BITS"]
 
 
 def kept(m, value, name: str):
@@ -60,3 +60,9 @@ def differs(m, a, b, name: str):
     s = Signal(n + 1, name=name)
     m.d.comb += s.eq(Cat(a ^ b, Const(0, 1)) + ((1 << n) - 1))
     return s[n]
+
+
+def or_chain(m, bits, name: str):
+    """The OR of ``bits`` on a carry chain (:func:`differs` against zero): for an OR that other
+    logic follows, so that ABC does not merge it into deeper LUT shapes."""
+    return differs(m, bits, Const(0, len(bits)), name)
