@@ -20,8 +20,11 @@ payload), outputs always ready. Measured:
   counters at the end.
 
 Each row also carries the header-rate law's prediction (:func:`header_law`): the aggregation
-control decides one header per cycle for all ports, so ingress 1.0 on every used port needs
-sum over ports of (frames per cycle) x (1 + 1/k) <= 1. ``ingress`` is the steady state;
+control makes one decision per cycle for all ports, a decision being a header, or with
+``lanes`` > 1 two ACK/NAKs of different ports (a pair, AggControl ``pairs``), so ingress 1.0 on
+every used port needs sum over ports of (frames per cycle) x (1 + 1/k) <= 1 with one lane, of
+(frames per cycle) x (1 + 1/2k) <= 1 with lanes and two ports or more used. ``ingress`` is the
+steady state;
 ``ingress_this_run`` applies the same bound to the run's own frame counts in its two phases
 (the first W/2 indices carry no ACKs; in each phase the run takes the larger of the busiest
 port's beats and all ports' headers in cycles).
@@ -145,8 +148,9 @@ class Compare:
         return sum(len(q) for q in self.want.values())
 
 
-def header_law(P: int, n: int, pmtu: int, ack_every: int, width: int) -> dict:
-    """Steady-state ingress the control's one header decision per cycle allows.
+def header_law(P: int, n: int, pmtu: int, ack_every: int, width: int,
+               pairs: bool | None = None) -> dict:
+    """Steady-state ingress the control's one decision per cycle allows.
 
     Rank r sends on port r mod P, so port p carries n_p ranks; per index each sends one
     contribution of ``b = ceil(frame bytes / (width / 8))`` beats (the frame as
@@ -154,15 +158,21 @@ def header_law(P: int, n: int, pmtu: int, ack_every: int, width: int) -> dict:
     ``ack_every`` = k indices). At ingress 1.0 port p takes n_p (b + a/k) beats per index for
     n_p (1 + 1/k) headers, and every port runs at the pace of the busiest one, so the control
     must decide H = sum_p n_p (1 + 1/k) / max_p n_p (b + a/k) headers per cycle; with H > 1
-    every port's ingress is 1/H."""
+    every port's ingress is 1/H. With ``pairs`` (default: P > 1, the ``lanes = P`` builds
+    whose control decides two ACK/NAKs of different ports in one cycle) and two ports or more
+    used, the ACKs take half a decision each: H = sum_p n_p (1 + 1/2k) / max_p n_p (b + a/k)
+    decisions per cycle."""
     job = RingJob(job=0, world=n, window=2, slot_base=0, pmtu=pmtu, op=Op.SUM_WRAP)
     nb = width // 8
     b = -(-len(job.data_bytes(0, 0, bytes(pmtu))) // nb)
     a = -(-len(job.ack(0, 0)) // nb)
     per_port = [len(range(p, n, P)) for p in range(P)]
-    h = sum(per_port) * (1 + 1 / ack_every) / (max(per_port) * (b + a / ack_every))
-    return {"data_beats": b, "ack_beats": a, "ports_used": sum(1 for x in per_port if x),
-            "headers_per_cycle": round(h, 4), "ingress": round(min(1.0, 1 / h), 4)}
+    used = sum(1 for x in per_port if x)
+    paired = (P > 1 if pairs is None else pairs) and used > 1
+    acks = 1 / ack_every / (2 if paired else 1)
+    h = sum(per_port) * (1 + acks) / (max(per_port) * (b + a / ack_every))
+    return {"data_beats": b, "ack_beats": a, "ports_used": used, "acks_paired": paired,
+            "decisions_per_cycle": round(h, 4), "ingress": round(min(1.0, 1 / h), 4)}
 
 
 def point(top, P: int, n: int, pmtu: int, indices: int, width: int, seed: int = 1,
@@ -180,6 +190,7 @@ def point(top, P: int, n: int, pmtu: int, indices: int, width: int, seed: int = 
     beats = [0] * P
     # beats and headers (frames) per port, [before, from] index `lag` (the first ACKs)
     ph_beats, ph_frames = [[0] * P, [0] * P], [[0] * P, [0] * P]
+    acks_sent = [0] * P
     sim = FastSim(top, seed=seed)
     for a, v in ops:
         sim.axil_write(a, v)
@@ -227,6 +238,7 @@ def point(top, P: int, n: int, pmtu: int, indices: int, width: int, seed: int = 
                         beats[r % P] += beats_of(a)
                         ph_beats[1][r % P] += beats_of(a)
                         ph_frames[1][r % P] += 1
+                        acks_sent[r % P] += 1
             t_build += time.perf_counter() - t0
             k = min(indices, k + chunk)
         take(sim.run(64))
@@ -274,7 +286,12 @@ def point(top, P: int, n: int, pmtu: int, indices: int, width: int, seed: int = 
     frames = indices * n
     # the law on this run's counts, in two phases (the first `lag` indices carry no ACKs): in
     # each, every port waits for the busiest one and for the control's one header per cycle
-    law_cycles = sum(max(max(b), sum(f)) for b, f in zip(ph_beats, ph_frames, strict=True))
+    # (a pair of ACK/NAKs is one decision: the second phase's ACKs count half with pairs)
+    law = header_law(P, n, pmtu, ack_every, width)
+    half = sum(acks_sent) / 2 if law["acks_paired"] else 0
+    law_cycles = sum(max(max(b), sum(f) - (half if i else 0))
+                     for i, (b, f) in enumerate(zip(ph_beats, ph_frames, strict=True)))
+    law_cycles = int(round(law_cycles))
     return {
         "ports": P, "world": n, "pmtu": pmtu, "ack_every": ack_every, "indices": indices,
         "contributions": frames,
@@ -283,7 +300,7 @@ def point(top, P: int, n: int, pmtu: int, indices: int, width: int, seed: int = 
         "in_cycles_per_port": in_cycles,
         "in_beats_per_cycle_per_port": [round(b / c, 4) for b, c in zip(beats, in_cycles,
                                                                           strict=True)],
-        "header_law": {**header_law(P, n, pmtu, ack_every, width),
+        "header_law": {**law,
                        "cycles_this_run": law_cycles,
                        "ingress_this_run": [round(b / law_cycles, 4) if b else 0.0
                                             for b in beats]},
