@@ -64,10 +64,12 @@ def random_record(rng, port, psn):
     return ack(port, psn, key, cls=rng.choice([HdrClass.NOT_ROCE, HdrClass.SHORT]))
 
 
-def run(ports, pairs, queues, *, cycles, in_rate=1.0, out_rate=1.0, seed=0, hold=0):
+def run(ports, pairs, queues, *, cycles, in_rate=1.0, out_rate=1.0, seed=0, hold=0,
+        pair_en=None):
     """Drive the queues (per port, records in order) into the arbiter; returns the transfers
     (cycle, main record fields, side fields or None). ``hold``: o.ready low for that many
-    cycles first (every head loaded)."""
+    cycles first (every head loaded); ``pair_en``: a function of the cycle driving the arbiter's
+    ``pair_en`` (undriven: 1)."""
     hl = hdr_layout(ports, pairs)
     dut = HeaderArbiter(hl, ports=ports)
     rl = dut.rec_layout
@@ -84,6 +86,8 @@ def run(ports, pairs, queues, *, cycles, in_rate=1.0, out_rate=1.0, seed=0, hold
                 if have:
                     ctx.set(i.payload, rl.const(queues[k][pos[k]]))
             ctx.set(dut.o.ready, cyc >= hold and rng.random() < out_rate)
+            if pair_en is not None:
+                ctx.set(dut.pair_en, pair_en(cyc))
             if ctx.get(dut.o.valid) and ctx.get(dut.o.ready):
                 p = ctx.get(dut.o.payload)
                 main = {n: getattr(p, n) for n, _ in rl}
@@ -353,3 +357,18 @@ def test_without_pairs_cycle_for_cycle_the_old_round_robin(ports):
     sim.add_testbench(bench)
     sim.run()
     assert n_valid[0] > 700
+
+
+def test_pair_enable():
+    """``pair_en`` low (the engine: some job has fast retransmit on): no pair is formed, from the
+    cycle after it falls (the pair flags are registered) until it rises again; order kept."""
+    queues = [[ack(k, 1000 * k + n, (k, n % 3)) for n in range(300)] for k in range(4)]
+
+    def en(cyc):
+        return not 100 <= cyc < 200
+
+    out = run(4, True, queues, cycles=300, pair_en=en)
+    check_order_and_pairs(queues, out, complete=False)
+    assert not any(s is not None for cyc, _, s in out if 101 <= cyc < 200)
+    assert sum(s is not None for cyc, _, s in out if cyc < 100) > 20
+    assert sum(s is not None for cyc, _, s in out if cyc >= 201) > 20
