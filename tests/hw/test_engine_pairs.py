@@ -82,3 +82,32 @@ def test_lanes_pairs_of_acks_match_the_model(pairing, width, seed):
     assert len(got) == 14 * 4 + 12 * 4
     c = pairing.counts
     assert c["side"] > 5 and c["side"] == c["dec2"], c
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_lanes_no_pairs_with_fast_retransmit(pairing, fast):
+    """Four ports, one rank per port, rank 0 losing indices (holes), every receiver ACKing at
+    once. With JOB.CTRL.fast_retx on, the engine pairs no ACKs (the control's side lane has no
+    fast retransmit) and the NAK rewrites equal the model's; with it off the same traffic is
+    paired."""
+    fr = _load("test_engine_fast_retx.py")
+    rng = random.Random(9)
+    sc = top.Scenario(ports=4, lanes=4, data_width=64, flows=8, slots=16, max_world=4,
+                      pmtu_max=256)
+    job = sc.add(RingJob(job=0, world=4, window=16, slot_base=0, pmtu=256))
+    if fast:
+        fr.fast_on(sc, job)
+    for k in range(10):
+        for r in range(4):
+            if not (r == 0 and k in (3, 7)):
+                sc.frame(job.data_bytes(r, k, rng.randbytes(64)), r)
+        if k >= 2:
+            for r in range(4):
+                sc.frame(job.ack(r, k - 2), r)
+    got = top.check(sc, stall=0.1, seed=3, parallel=True)
+    c = pairing.counts
+    if fast:
+        assert c["side"] == 0 and sc.eng.counters(0)["fast_retx"] > 0
+        assert fr.naks(got)
+    else:
+        assert c["side"] > 5 and c["side"] == c["dec2"], c
