@@ -285,7 +285,7 @@ def point(top, P: int, n: int, pmtu: int, indices: int, width: int, seed: int = 
     sim.close()
     frames = indices * n
     # the law on this run's counts, in two phases (the first `lag` indices carry no ACKs): in
-    # each, every port waits for the busiest one and for the control's one header per cycle
+    # each, every port waits for the busiest one and for the control's one decision per cycle
     # (a pair of ACK/NAKs is one decision: the second phase's ACKs count half with pairs)
     law = header_law(P, n, pmtu, ack_every, width)
     half = sum(acks_sent) / 2 if law["acks_paired"] else 0
