@@ -78,14 +78,15 @@ def test_skid_buffer_and_control_have_no_combinational_path(control_net):
 
 # nets between the control path's blocks that drive more than FANOUT_LIMIT gate inputs (small
 # parameters), open: the pipeline's advance (the flow table's lookup enable is the global stall
-# of the decision pipeline; ``lookup`` / ``check`` / ``decide.advance``, ``retx.x_rd__en``), the
-# output stages' move (``retx.adv``, part of advance), the sequencer's job (selects its
+# of the decision pipeline, ``ft.lk_en`` / ``ft.rd__en``; ``lookup`` / ``check`` /
+# ``decide.advance``, ``retx.x_rd__en``), the output stages' move (``retx.adv``, part of
+# advance), the sequencer's job (selects its
 # configuration, binds flow entries; ``jobs.seq_job``), the frame records between the decision
 # stages (``lookup.o`` = ``check.i``: the frame's job and rank select the job state in the check
 # stage; ``check.o`` = ``decide.i`` = ``retx.i`` / ``relq.dec_cmd``: the decision's frame), the
 # release scheduler's job / command (``jobs.sch_job``), the D16 word write (``retx.wr_en`` =
 # ``jobs.rtx_wr``: the per-flow written bits)
-KNOWN_WIDE = {"ft.rd__en", "ft.wr__data", "ft.bind_job", "sequencer.job",
+KNOWN_WIDE = {"ft.rd__en", "ft.lk_en", "ft.wr__data", "ft.bind_job", "sequencer.job",
               "sequencer.ft__bind_data", "jobs.seq_job", "lookup.advance", "check.advance",
               "decide.advance", "lookup.o", "check.i", "check.o", "decide.i", "release.job",
               "release.cmd", "jobs.sch_job", "retx.x_rd__en", "retx.adv", "retx.i", "retx.wr_en",
